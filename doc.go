@@ -1,0 +1,30 @@
+// Package elasticps is an embeddable library for elastic parameter-server training of
+// recommendation models such as DLRM: embedding tables live on parameter servers (PS), workers
+// pull rows, compute gradients and push them back, and servers and workers may join, leave, fail
+// and be resized while training runs.
+//
+// This package holds only documentation; the library is in its sub-packages.
+//
+// # The flow of a training job
+//
+// A job's embedding rows are spread over the servers by slot: slot = xxhash64(id) mod S, with S
+// fixed per job (default 4096) and a versioned owner table mapping slots to servers. Each server
+// keeps its rows in embedding.Table values:
+//
+//	tab, err := embedding.New(embedding.Config{Dim: 64, Optimizer: embedding.Optimizer{Kind: embedding.Adagrad}})
+//	...
+//	err = tab.Lookup(ids, weights)     // a worker's pull: rows are created on first use
+//	err = tab.Apply(ids, grads, step)  // a worker's push: one optimizer step per row
+//
+// A row's initial value is a pure function of the table seed and the id, so a row nobody updated
+// never has to be moved or saved. Rows move between servers, and to and from checkpoints, as raw
+// records selected by slot (Table.Export, Table.CopyRaw), optionally only those changed since a
+// mark (embedding.Tracker).
+//
+// # Packages
+//
+//	embedding   pointer-free embedding tables with optimizers, admission and eviction
+//
+// The design and the invariants every package defends are described in the repository's design
+// notes; the benchmarks live in examples/bench.
+package elasticps

@@ -1,0 +1,72 @@
+package embedding
+
+import "math"
+
+// update applies one optimizer step to weights w with state st and gradient g (all len Dim except
+// st). The arithmetic is float32 except where noted, in the order of the formulas documented on
+// OptimizerKind.
+func (t *Table) update(w, st, g []float32) {
+	o := &t.cfg.Optimizer
+	lr := o.LearningRate
+	switch o.Kind {
+	case SGD:
+		for j := range w {
+			w[j] -= lr * g[j]
+		}
+	case Adagrad:
+		a := st[:len(w)]
+		g = g[:len(w)]
+		for j := range w {
+			a[j] += g[j] * g[j]
+			w[j] -= lr * g[j] / (sqrt32(a[j]) + o.Eps)
+		}
+	case RowWiseAdagrad:
+		var s float32
+		for _, v := range g {
+			s += v * v
+		}
+		st[0] += s / float32(len(g))
+		step := lr / (sqrt32(st[0]) + o.Eps)
+		for j := range w {
+			w[j] -= step * g[j]
+		}
+	case Adam:
+		d := len(w)
+		m, v := st[:d], st[d:2*d]
+		tw := math.Float32bits(st[2*d]) + 1
+		st[2*d] = math.Float32frombits(tw)
+		b1, b2 := o.Beta1, o.Beta2
+		c1 := float32(1 - math.Pow(float64(b1), float64(tw)))
+		c2 := float32(1 - math.Pow(float64(b2), float64(tw)))
+		for j := range w {
+			m[j] = b1*m[j] + (1-b1)*g[j]
+			v[j] = b2*v[j] + (1-b2)*g[j]*g[j]
+			w[j] -= lr * (m[j] / c1) / (sqrt32(v[j]/c2) + o.Eps)
+		}
+	case FTRL:
+		d := len(w)
+		z, n := st[:d], st[d:2*d]
+		for j := range w {
+			gj := g[j]
+			nn := n[j] + gj*gj
+			sigma := (sqrt32(nn) - sqrt32(n[j])) / lr
+			z[j] += gj - sigma*w[j]
+			n[j] = nn
+			w[j] = ftrlWeight(z[j], nn, lr, o.Beta, o.L1, o.L2)
+		}
+	}
+}
+
+// ftrlWeight is FTRL-Proximal's closed-form weight for accumulators z and n.
+func ftrlWeight(z, n, alpha, beta, l1, l2 float32) float32 {
+	if z <= l1 && z >= -l1 {
+		return 0
+	}
+	sz := l1
+	if z < 0 {
+		sz = -l1
+	}
+	return -(z - sz) / ((beta+sqrt32(n))/alpha + l2)
+}
+
+func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }

@@ -1,0 +1,385 @@
+package embedding
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Layout describes a table's row layout; tables with equal layouts can exchange raw records.
+type Layout struct {
+	Dim        int
+	Optimizer  OptimizerKind
+	StateWidth int
+	RowBytes   int // raw record size
+}
+
+func (l Layout) String() string {
+	return fmt.Sprintf("dim %d, %v, %d state values, %d-byte records", l.Dim, l.Optimizer, l.StateWidth, l.RowBytes)
+}
+
+const layoutMagic = "EPSL\x01"
+
+// appendLayout encodes l: magic, dim u32, optimizer u8, state width u32, record size u32.
+func appendLayout(dst []byte, l Layout) []byte {
+	dst = append(dst, layoutMagic...)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(l.Dim))
+	dst = append(dst, byte(l.Optimizer))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(l.StateWidth))
+	return binary.LittleEndian.AppendUint32(dst, uint32(l.RowBytes))
+}
+
+const layoutLen = len(layoutMagic) + 13
+
+// DecodeLayout decodes a Schema.
+func DecodeLayout(b []byte) (Layout, error) {
+	if len(b) != layoutLen || string(b[:len(layoutMagic)]) != layoutMagic {
+		return Layout{}, fmt.Errorf("%w: bad layout encoding (%d bytes)", ErrCorrupt, len(b))
+	}
+	b = b[len(layoutMagic):]
+	return Layout{
+		Dim:        int(binary.LittleEndian.Uint32(b)),
+		Optimizer:  OptimizerKind(b[4]),
+		StateWidth: int(binary.LittleEndian.Uint32(b[5:])),
+		RowBytes:   int(binary.LittleEndian.Uint32(b[9:])),
+	}, nil
+}
+
+// Layout returns the table's row layout.
+func (t *Table) Layout() Layout {
+	return Layout{Dim: t.dim, Optimizer: t.cfg.Optimizer.Kind, StateWidth: t.sw, RowBytes: t.RawRowSize()}
+}
+
+// Schema returns the encoded Layout. Raw records move only between tables with equal schemas.
+func (t *Table) Schema() []byte { return appendLayout(nil, t.Layout()) }
+
+// RawRowSize is the size of one raw record: 16 header bytes (id u64, last step u32, frequency u32)
+// then Dim weights and the optimizer state as float32, all little-endian. A record whose last-step
+// word is 0xFFFFFFFF is a deletion record: the id was removed.
+func (t *Table) RawRowSize() int { return 4 * t.stride }
+
+// RawSize returns an upper bound of the bytes CopyRaw(changedOnly, ...) would write now. With
+// changedOnly and no base copy yet it returns 0.
+func (t *Table) RawSize(changedOnly bool) int {
+	if changedOnly {
+		tr := t.baseTracker(false)
+		if tr == nil {
+			return 0
+		}
+		return tr.Size()
+	}
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.RLock()
+		n += s.live
+		s.mu.RUnlock()
+	}
+	return n * t.RawRowSize()
+}
+
+// CopyRaw copies raw records into dst and returns the bytes written: every row (changedOnly false)
+// or only the rows changed or removed since the last base copy (changedOnly true; removals as
+// deletion records, before the rows). With newBase the change set is cleared in the same critical
+// section, so this copy becomes the base of later incremental copies. The copy holds every shard's
+// read lock, so it is one consistent cut of the table: lookups go on, updates wait. A dst smaller
+// than RawSize(changedOnly) returns io.ErrShortBuffer and changes nothing; changedOnly before any
+// newBase copy returns ErrNoBase.
+func (t *Table) CopyRaw(dst []byte, changedOnly, newBase bool) (int, error) {
+	var tr *Tracker
+	if changedOnly || newBase {
+		tr = t.baseTracker(newBase)
+		if tr == nil {
+			return 0, ErrNoBase
+		}
+	}
+	return t.copyRaw(dst, tr, changedOnly, newBase, nil)
+}
+
+// CopyRawSlots copies every row whose id keep accepts, like CopyRaw without a tracker.
+func (t *Table) CopyRawSlots(dst []byte, keep func(id uint64) bool) (int, error) {
+	return t.copyRaw(dst, nil, false, false, keep)
+}
+
+// baseTracker returns CopyRaw's tracker, making it when create is set.
+func (t *Table) baseTracker(create bool) *Tracker {
+	t.trackMu.Lock()
+	tr := t.base
+	t.trackMu.Unlock()
+	if tr != nil || !create {
+		return tr
+	}
+	tr = t.NewTracker()
+	t.trackMu.Lock()
+	if t.base == nil {
+		t.base = tr
+		t.trackMu.Unlock()
+		return tr
+	}
+	won := t.base // another first copy made it meanwhile
+	t.trackMu.Unlock()
+	tr.Close()
+	return won
+}
+
+func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep func(uint64) bool) (int, error) {
+	if tr != nil {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if tr.isClosed() {
+			return 0, ErrClosed
+		}
+	}
+	for i := range t.shards {
+		t.shards[i].mu.RLock()
+	}
+	defer func() {
+		for i := range t.shards {
+			t.shards[i].mu.RUnlock()
+		}
+	}()
+	var n int
+	var err error
+	if !changedOnly && keep == nil {
+		n, err = t.copyAllLocked(dst)
+	} else {
+		n, err = t.copySelectedLocked(dst, tr, changedOnly, keep)
+	}
+	if err == nil && reset && tr != nil {
+		for i := range t.shards {
+			if b := t.shards[i].bitsLocked(tr); b != nil {
+				clear(b.bits)
+				b.deleted = b.deleted[:0]
+			}
+		}
+	}
+	return n, err
+}
+
+// copyAllLocked copies every live row, shards in parallel into precomputed places.
+func (t *Table) copyAllLocked(dst []byte) (int, error) {
+	rec := t.RawRowSize()
+	off := make([]int, len(t.shards)+1)
+	for i := range t.shards {
+		off[i+1] = off[i] + t.shards[i].live*rec
+	}
+	total := off[len(t.shards)]
+	if total > len(dst) {
+		return 0, io.ErrShortBuffer
+	}
+	t.parallelShards(func(i int) {
+		s := &t.shards[i]
+		t.copyShardLocked(s, dst[off[i]:off[i+1]])
+	})
+	return total, nil
+}
+
+// parallelShards runs fn for every shard index on up to GOMAXPROCS goroutines.
+func (t *Table) parallelShards(fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), len(t.shards))
+	if workers <= 1 {
+		for i := range t.shards {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(t.shards); i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (t *Table) copyShardLocked(s *shard, dst []byte) {
+	stride := t.stride
+	o := 0
+	if len(s.free) == 0 { // no holes: whole chunks at once
+		for c, w := range s.words {
+			rows := min(chunkRows, int(s.hi)-c*chunkRows)
+			o += putWords(dst[o:], w[:rows*stride])
+		}
+		return
+	}
+	for r := uint32(0); r < s.hi; r++ {
+		w := s.rowWords(r, stride)
+		if w[wordStep] != freeMark {
+			o += putWords(dst[o:], w)
+		}
+	}
+}
+
+func (t *Table) copySelectedLocked(dst []byte, tr *Tracker, changedOnly bool, keep func(uint64) bool) (int, error) {
+	if !changedOnly {
+		tr = nil
+	}
+	bound := make([]int, len(t.shards))
+	total := 0
+	for i := range t.shards {
+		bound[i] = t.boundLocked(&t.shards[i], tr)
+		total += bound[i]
+	}
+	if total > len(dst) {
+		return 0, io.ErrShortBuffer
+	}
+	o := 0
+	for i := range t.shards {
+		n, err := t.copyShardSelectedLocked(&t.shards[i], dst[o:o+bound[i]], tr, keep)
+		if err != nil {
+			return 0, err
+		}
+		o += n
+	}
+	return o, nil
+}
+
+// boundLocked is the most bytes shard s contributes to a copy: its live rows, or with a tracker its
+// changed rows and removed ids.
+func (t *Table) boundLocked(s *shard, tr *Tracker) int {
+	if tr == nil {
+		return s.live * t.RawRowSize()
+	}
+	b := s.bitsLocked(tr)
+	if b == nil {
+		return 0
+	}
+	n := len(b.deleted)
+	for _, w := range b.bits {
+		n += bits.OnesCount64(w)
+	}
+	return n * t.RawRowSize()
+}
+
+// putWords writes w little-endian at the start of dst and returns the bytes written.
+func putWords(dst []byte, w []uint32) int {
+	n := 4 * len(w)
+	if n == 0 {
+		return 0
+	}
+	if nativeLittleEndian() {
+		copy(dst[:n], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), n))
+		return n
+	}
+	for i, v := range w {
+		binary.LittleEndian.PutUint32(dst[4*i:], v)
+	}
+	return n
+}
+
+// getWords reads len(w) little-endian words from src.
+func getWords(w []uint32, src []byte) {
+	if nativeLittleEndian() {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 4*len(w)), src)
+		return
+	}
+	for i := range w {
+		w[i] = binary.LittleEndian.Uint32(src[4*i:])
+	}
+}
+
+func nativeLittleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}
+
+// LoadRaw applies raw records in order: rows are inserted or replace the existing row (weights,
+// state and metadata, bit-exact); deletion records remove the id. Records whose id keep rejects
+// are skipped (nil keeps all). Admission and the row cap do not apply. It returns the number of
+// records applied. Input that is not a whole number of records returns ErrCorrupt and changes
+// nothing. Shards are loaded in parallel.
+func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
+	rec := t.RawRowSize()
+	if len(src)%rec != 0 {
+		return 0, fmt.Errorf("%w: %s: %d bytes is not a whole number of %d-byte records", ErrCorrupt, t.name(), len(src), rec)
+	}
+	n := len(src) / rec
+	hs := make([]uint64, 0, n)
+	ks := make([]int32, 0, n)
+	for k := 0; k < n; k++ {
+		id := binary.LittleEndian.Uint64(src[k*rec:])
+		if keep != nil && !keep(id) {
+			continue
+		}
+		hs = append(hs, t.hash(id))
+		ks = append(ks, int32(k))
+	}
+	start := make([]int, len(t.shards)+1)
+	for _, h := range hs {
+		start[t.shardOf(h)+1]++
+	}
+	for i := range t.shards {
+		if c := start[i+1]; c > 0 {
+			s := &t.shards[i]
+			s.mu.RLock()
+			full := s.live+c > MaxRowsPerShard
+			s.mu.RUnlock()
+			if full {
+				return 0, fmt.Errorf("%w: %s: loading %d rows into a shard", ErrFull, t.name(), c)
+			}
+		}
+		start[i+1] += start[i]
+	}
+	order := make([]int32, len(ks))
+	cur := append([]int(nil), start...)
+	for j, h := range hs {
+		s := t.shardOf(h)
+		order[cur[s]] = int32(j)
+		cur[s]++
+	}
+	stride := t.stride
+	var rowsDelta atomic.Int64
+	var failed atomic.Value
+	t.parallelShards(func(i int) {
+		if start[i] == start[i+1] {
+			return
+		}
+		s := &t.shards[i]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var delta int64
+		for _, j := range order[start[i]:start[i+1]] {
+			b := src[int(ks[j])*rec : int(ks[j]+1)*rec]
+			id := binary.LittleEndian.Uint64(b)
+			h := hs[j]
+			r := s.findLocked(id, h, stride)
+			if binary.LittleEndian.Uint32(b[8:]) == freeMark {
+				if r >= 0 {
+					s.removeLocked(id, h, uint32(r), t)
+					delta--
+				}
+				continue
+			}
+			if r < 0 {
+				nr, ok := s.allocLocked(stride)
+				if !ok {
+					failed.Store(fmt.Errorf("%w: %s", ErrFull, t.name()))
+					break
+				}
+				r = int(nr)
+				getWords(s.rowWords(nr, stride), b)
+				s.insertLocked(id, h, nr, t)
+				delta++
+			} else {
+				getWords(s.rowWords(uint32(r), stride), b)
+			}
+			s.markLocked(uint32(r))
+		}
+		rowsDelta.Add(delta)
+	})
+	t.rows.Add(rowsDelta.Load())
+	if err, _ := failed.Load().(error); err != nil {
+		return 0, err
+	}
+	return len(ks), nil
+}

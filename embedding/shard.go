@@ -1,0 +1,249 @@
+package embedding
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// Row layout inside a shard's slab, in 32-bit words:
+//
+//	[0,2)          id, little-endian uint64 (low word first)
+//	2              last step touched (freeMark in a free row)
+//	3              frequency: number of updates, saturating
+//	[4, 4+Dim)     weights (float32)
+//	[4+Dim, ...)   optimizer state (float32; Adam's step count is a uint32)
+//
+// The same bytes, little-endian, are the raw record of CopyRaw and LoadRaw.
+const (
+	hdrWords = 4
+	wordStep = 2
+	wordFreq = 3
+	freeMark = ^uint32(0) // wordStep of a free row, and of a deletion record
+	maxStep  = freeMark - 1
+)
+
+// Rows live in chunks of chunkRows rows; only the last chunk of a shard may be smaller, and it grows
+// by doubling until it is full, so small tables stay small and big tables have at most one
+// partly-used chunk per shard.
+const (
+	chunkShift   = 9
+	chunkRows    = 1 << chunkShift
+	chunkMask    = chunkRows - 1
+	minChunkRows = 8
+)
+
+// Index entries: low 24 bits hold row+1 (0 = empty), high 8 bits a tag from the id's hash, so a
+// probe rarely has to read a row to reject it.
+const (
+	entryRowMask = 1<<24 - 1
+	tagMask      = 0xff000000
+)
+
+// Index load: grow to growNum/growDen of the size when more than loadNum/loadDen is used. The
+// index costs 4 bytes per entry, so 5 to 7 bytes per row.
+const (
+	loadNum, loadDen = 4, 5
+	growNum, growDen = 7, 5
+)
+
+// shard is one independently locked part of a table. Every field is guarded by mu.
+type shard struct {
+	mu sync.RWMutex
+
+	words [][]uint32  // chunks, as words
+	flts  [][]float32 // the same chunks, as float32
+	hi    uint32      // rows ever allocated; row indices < hi exist
+	live  int         // rows in use
+	free  []uint32    // free row indices, reused first
+
+	idx  []uint32 // open-addressing index, linear probing
+	rng  uint64   // victim sampling
+	trks []trackBits
+
+	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// trackBits is one Tracker's record of a shard's changes.
+type trackBits struct {
+	tr      *Tracker
+	bits    []uint64 // changed row indices
+	deleted []uint64 // ids removed
+}
+
+func tagOf(h uint64) uint32 { return uint32(h>>8) & tagMask }
+
+func (s *shard) pos(h uint64) int { return int((uint64(uint32(h)) * uint64(len(s.idx))) >> 32) }
+
+// rowWords returns row r's words.
+func (s *shard) rowWords(r uint32, stride int) []uint32 {
+	o := int(r&chunkMask) * stride
+	return s.words[r>>chunkShift][o : o+stride : o+stride]
+}
+
+// rowFloats returns row r's words as float32.
+func (s *shard) rowFloats(r uint32, stride int) []float32 {
+	o := int(r&chunkMask) * stride
+	return s.flts[r>>chunkShift][o : o+stride : o+stride]
+}
+
+func (s *shard) rowID(r uint32, stride int) uint64 {
+	o := int(r&chunkMask) * stride
+	w := s.words[r>>chunkShift]
+	return uint64(w[o]) | uint64(w[o+1])<<32
+}
+
+// findLocked returns the row of id, or -1.
+func (s *shard) findLocked(id, h uint64, stride int) int {
+	n := len(s.idx)
+	if n == 0 {
+		return -1
+	}
+	tag := tagOf(h)
+	for i := s.pos(h); ; {
+		e := s.idx[i]
+		if e == 0 {
+			return -1
+		}
+		if e&tagMask == tag {
+			r := e&entryRowMask - 1
+			if s.rowID(r, stride) == id {
+				return int(r)
+			}
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// allocLocked returns a row index for a new row (reusing a free one first) and makes sure the slab
+// holds it. It returns false when the shard is full.
+func (s *shard) allocLocked(stride int) (uint32, bool) {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		return r, true
+	}
+	if s.hi >= MaxRowsPerShard {
+		return 0, false
+	}
+	r := s.hi
+	c := int(r >> chunkShift)
+	in := int(r & chunkMask)
+	if c == len(s.words) {
+		s.setChunk(c, make([]uint32, minChunkRows*stride), true)
+	} else if have := len(s.words[c]) / stride; in >= have {
+		grown := make([]uint32, min(2*have, chunkRows)*stride)
+		copy(grown, s.words[c])
+		s.setChunk(c, grown, false)
+	}
+	s.hi++
+	return r, true
+}
+
+func (s *shard) setChunk(c int, w []uint32, appendNew bool) {
+	f := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
+	if appendNew {
+		s.words = append(s.words, w)
+		s.flts = append(s.flts, f)
+		return
+	}
+	s.words[c] = w
+	s.flts[c] = f
+}
+
+// insertLocked adds id -> row to the index; id must be absent.
+func (s *shard) insertLocked(id, h uint64, row uint32, t *Table) {
+	if (s.live+1)*loadDen > len(s.idx)*loadNum {
+		s.growIndexLocked(t)
+	}
+	n := len(s.idx)
+	i := s.pos(h)
+	for s.idx[i] != 0 {
+		if i++; i == n {
+			i = 0
+		}
+	}
+	s.idx[i] = tagOf(h) | (row + 1)
+	s.live++
+}
+
+func (s *shard) growIndexLocked(t *Table) {
+	size := max(16, len(s.idx)*growNum/growDen)
+	old := s.idx
+	s.idx = make([]uint32, size)
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		h := t.hash(s.rowID(e&entryRowMask-1, t.stride))
+		i := s.pos(h)
+		for s.idx[i] != 0 {
+			if i++; i == size {
+				i = 0
+			}
+		}
+		s.idx[i] = e
+	}
+}
+
+// removeLocked takes id (at row r) out of the index and frees its row. Deletion shifts later
+// entries of the probe run back, so the index never holds tombstones.
+func (s *shard) removeLocked(id, h uint64, r uint32, t *Table) {
+	n := len(s.idx)
+	i := s.pos(h)
+	for s.idx[i]&entryRowMask != r+1 {
+		if i++; i == n {
+			i = 0
+		}
+	}
+	for j := i; ; {
+		if j++; j == n {
+			j = 0
+		}
+		e := s.idx[j]
+		if e == 0 {
+			break
+		}
+		k := s.pos(t.hash(s.rowID(e&entryRowMask-1, t.stride)))
+		// The entry at j stays if its home k lies cyclically in (i, j].
+		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
+		}
+		s.idx[i] = e
+		i = j
+	}
+	s.idx[i] = 0
+	s.live--
+	s.rowWords(r, t.stride)[wordStep] = freeMark
+	s.free = append(s.free, r)
+	for k := range s.trks {
+		s.trks[k].deleted = append(s.trks[k].deleted, id)
+	}
+}
+
+// markLocked records that row r changed, for every tracker.
+func (s *shard) markLocked(r uint32) {
+	for k := range s.trks {
+		b := &s.trks[k]
+		w := int(r >> 6)
+		if w >= len(b.bits) {
+			b.bits = append(b.bits, make([]uint64, w+1-len(b.bits))...)
+		}
+		b.bits[w] |= 1 << (r & 63)
+	}
+}
+
+// memoryBytesLocked is the shard's heap footprint.
+func (s *shard) memoryBytesLocked() int64 {
+	var n int64
+	for _, w := range s.words {
+		n += int64(cap(w)) * 4
+	}
+	n += int64(cap(s.words)+cap(s.flts)) * 24
+	n += int64(cap(s.idx))*4 + int64(cap(s.free))*4
+	for _, b := range s.trks {
+		n += int64(cap(b.bits))*8 + int64(cap(b.deleted))*8
+	}
+	return n
+}
