@@ -250,6 +250,15 @@ type Progress struct {
 	Workers      []WorkerProgress // by name
 	Failed       []FailedShard    // every FAILED shard of every epoch, in the order they failed
 	Leases       uint64           // leases granted by this incarnation
+	// Partitions gives the growth of each stream partition (nil for other datasets); after a
+	// Restore it tells where to resume feeding GrowStream.
+	Partitions []PartitionProgress
+}
+
+// PartitionProgress is the growth of one stream partition.
+type PartitionProgress struct {
+	Cut int64 // offsets below Cut are in shards
+	End int64 // offsets below End were announced by GrowStream
 }
 
 // Progress returns the current figures.
@@ -266,6 +275,9 @@ func (d *Dispatcher) Progress() Progress {
 		Shards:   ShardCounts{Todo: c.nTodo, Doing: c.nDoing, Done: c.nDone, Failed: c.nFailed},
 		Failed:   append([]FailedShard(nil), c.failed...),
 		Leases:   c.seq,
+	}
+	for _, ps := range c.parts {
+		p.Partitions = append(p.Partitions, PartitionProgress{Cut: ps.cut, End: ps.end})
 	}
 	for e, s := range c.stats {
 		p.EpochRecords = append(p.EpochRecords, EpochProgress{Epoch: e, Records: s.total, Done: s.done, Failed: s.failed})

@@ -293,6 +293,9 @@ func (c *core) decode(b []byte) error {
 		case st != stDone && off == c.shards[i].Records:
 			r.fail("shard %d complete but in state %d", i, st)
 		}
+		if r.err != nil {
+			return r.err
+		}
 		c.st[i], c.off[i], c.fails[i] = st, off, uint32(fails)
 		counts[st]++
 		doneSum += off
