@@ -1,0 +1,73 @@
+// Package wire is the byte format of elasticps connections: frames, the
+// authentication handshake messages, the application-error payload, s2
+// payload compression and a size-classed buffer pool. It does no network
+// I/O of its own and knows nothing about connections; package rpc drives it.
+//
+// # Frames
+//
+// After the handshake both directions carry a stream of frames. Every frame
+// is a 16-byte header followed by Size payload bytes; all integers are
+// little-endian:
+//
+//	offset size field
+//	0      4    Size    payload bytes after the header, as sent (compressed size if compressed)
+//	4      1    Kind    1 request, 2 response, 3 error, 4 goaway
+//	5      1    Flags   bit 0: payload is one s2 block; other bits must be zero
+//	6      2    Method  handler number of a request; must be zero on other kinds
+//	8      8    ID      request id, echoed by its response or error; for goaway the
+//	                    last request id the sender read (see below)
+//	16     Size payload
+//
+// Payloads are opaque bytes: float vectors travel as their raw little-endian
+// bytes, with no per-element encoding. A decoder checks every header before
+// reading or allocating its payload: an unknown kind or flag, a method on a
+// non-request, a flag on an error or goaway, a goaway with a payload
+// (ErrMalformed) or a size over the limit (ErrTooLarge) is reported without
+// touching the payload. The limit is configurable up to MaxFrameSizeLimit
+// (1 GiB) and defaults to DefaultMaxFrameSize (64 MiB); it bounds the size on
+// the wire and, for compressed payloads, the decompressed size. Input that
+// ends inside a frame is ErrTruncated.
+//
+// A compressed payload (FlagCompressed, only on requests and responses and
+// only on connections that negotiated it) is a single s2 block as produced by
+// github.com/klauspost/compress/s2.Encode; its decoded length is checked
+// against the limit before anything is allocated.
+//
+// The payload of an error frame (see AppendError) is:
+//
+//	0      4    code     application or rpc error code
+//	4      4    m        message length
+//	8      m    message  UTF-8 text
+//	8+m    ...  data     opaque bytes for the application (may be empty)
+//
+// A goaway frame's ID is the highest request id its sender read and
+// dispatched. Requests are sent with increasing ids on a connection, so the
+// receiver knows that every outstanding request with a larger id was never
+// processed and is safe to retry elsewhere.
+//
+// # Handshake messages
+//
+// Each handshake message starts with the 4-byte Magic "ePSw" and a 1-byte
+// type, followed by a fixed-size body (HandshakeSize gives the totals: 45,
+// 77, 37 and 9 bytes):
+//
+//	ClientHello (1)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32)
+//	ServerHello (2)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32) proof(32)
+//	ClientProof (3)  proof(32)
+//	Verdict     (4)  verdict(1) reserved(3)=0      verdict: 0 ok, 1 auth failed, 2 bad version
+//
+// flags bit 0 (HelloCompress) offers s2 compression; it is used on a
+// connection only if both hellos set it. maxFrame is the largest payload the
+// sender accepts, so a peer can refuse an oversized call locally instead of
+// having the connection closed. The exchange, its proofs and the rules that
+// use them are described in package rpc; this package only encodes and
+// decodes the messages.
+//
+// # Ownership and concurrency
+//
+// Append functions append to dst and return the extended slice; they never
+// keep dst or their inputs. DecodeFrame and DecodeError return payload and
+// data slices that alias their input. Reader.ReadFrame returns payloads from
+// the Reader's Pool owned by the caller. A Reader is owned by one goroutine;
+// a Pool is safe for concurrent use; everything else is a pure function.
+package wire
