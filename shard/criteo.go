@@ -1,0 +1,99 @@
+package shard
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+)
+
+// Criteo column counts: a label, 13 integer features and 26 categorical features.
+const (
+	CriteoDense  = 13
+	CriteoFields = 26
+)
+
+// Criteo parses the Criteo display-advertising TSV format (Kaggle and Terabyte): a label, 13
+// integer columns and 26 categorical columns of hexadecimal strings, tab separated. Any
+// feature column may be empty.
+//
+// Records get Label = the label column, Dense = the 13 integers (empty = 0), by default
+// transformed as log(1 + max(x, 0)) as DLRM does, and one sparse field per categorical column
+// holding FeatureID(field, hex) or no id when the column is empty. The zero value is ready.
+type Criteo struct {
+	// RawDense keeps the integers as they are instead of log(1 + max(x, 0)).
+	RawDense bool
+}
+
+var _ Parser = Criteo{}
+
+// Schema returns 13 dense features and 26 fields named C1..C26.
+func (Criteo) Schema() Schema {
+	f := make([]string, CriteoFields)
+	for i := range f {
+		f[i] = fmt.Sprintf("C%d", i+1)
+	}
+	return Schema{Dense: CriteoDense, Fields: f}
+}
+
+// Parse implements Parser.
+func (p Criteo) Parse(line []byte, rec *Record) error {
+	line = trimCR(line)
+	col := 0
+	for {
+		i := bytes.IndexByte(line, '\t')
+		field := line
+		if i >= 0 {
+			field = line[:i]
+		}
+		switch {
+		case col == 0:
+			v, err := parseFloat32(field)
+			if err != nil {
+				return fmt.Errorf("label %q: %w", field, err)
+			}
+			rec.Label = v
+		case col <= CriteoDense:
+			var x float32
+			if len(field) > 0 {
+				v, err := parseInt64(field)
+				if err != nil {
+					return fmt.Errorf("integer column I%d %q: %w", col, field, err)
+				}
+				if p.RawDense {
+					x = float32(v)
+				} else {
+					x = float32(math.Log1p(float64(max(v, 0))))
+				}
+			}
+			rec.Dense = append(rec.Dense, x)
+		case col <= CriteoDense+CriteoFields:
+			if len(field) > 0 {
+				if len(field) > 16 || !isHex(field) {
+					return fmt.Errorf("categorical column C%d %q is not hexadecimal", col-CriteoDense, field)
+				}
+				rec.IDs = append(rec.IDs, FeatureID(col-CriteoDense-1, field))
+			}
+			rec.EndField()
+		default:
+			return fmt.Errorf("more than %d columns", 1+CriteoDense+CriteoFields)
+		}
+		col++
+		if i < 0 {
+			break
+		}
+		line = line[i+1:]
+	}
+	if col != 1+CriteoDense+CriteoFields {
+		return fmt.Errorf("%d columns, want %d", col, 1+CriteoDense+CriteoFields)
+	}
+	return nil
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
