@@ -41,7 +41,7 @@ func TestDefaultConfigAndLayout(t *testing.T) {
 		}
 		off += tn.Len()
 	}
-	if off != m.NumParams() || len(m.Params()) != off {
+	if off != 58929 || off != m.NumParams() || len(m.Params()) != off { // the count doc.go quotes
 		t.Errorf("tensors cover %d values, NumParams %d, len(Params) %d", off, m.NumParams(), len(m.Params()))
 	}
 }
