@@ -176,4 +176,3 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 		})
 	}
 }
-
