@@ -1,0 +1,337 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+	"golang.org/x/sync/errgroup"
+)
+
+// persistLoop persists sealed segments in order.
+func (c *Checkpointer) persistLoop() {
+	defer c.wg.Done()
+	for {
+		job, ok := c.persistQ.pop(c.ctx)
+		if !ok {
+			return
+		}
+		res := c.persistJob(job)
+		c.mu.Lock()
+		if res.Err == nil {
+			c.stats.Persists++
+			c.stats.PersistedRaw += uint64(res.RawBytes)
+			c.stats.PersistedStored += uint64(res.Stored)
+		} else {
+			c.stats.PersistErrors++
+			c.stats.LastPersistError = res.Err
+		}
+		if w, ok := c.results[job.step]; ok {
+			select {
+			case <-w.done:
+			default:
+				w.res = res
+				close(w.done)
+			}
+		}
+		c.mu.Unlock()
+		if res.Err != nil {
+			c.log.Warn("checkpoint: persist failed; earlier commits are intact and the next persist carries these rows",
+				"step", job.step, "err", res.Err)
+		}
+		if c.cfg.OnPersist != nil {
+			c.cfg.OnPersist(res)
+		}
+		c.doneWork(job.gen)
+	}
+}
+
+// persistPlan is what one persist writes: segments [first, last] of a generation's chain.
+type persistPlan struct {
+	step       uint64
+	full       bool
+	baseStep   uint64
+	parent     string
+	parentStep uint64
+	segs       []*segment // the segments to carry, oldest first
+	chainIDs   []uint64   // ids of the whole chain through the last segment
+	tables     [][][]byte // tables[t][k]: records of table t in segs[k]
+	blobs      [][]byte   // blobs of the last segment
+	id         uint64
+}
+
+func (c *Checkpointer) persistJob(job stageJob) PersistResult {
+	start := time.Now()
+	g := job.gen
+	c.mu.Lock()
+	p := persistPlan{step: job.step, id: c.newIDLocked()}
+	first := 0
+	if d := c.durable; d.ok && d.gen == g.idx && d.chain == job.chain && d.seg < job.idx {
+		first = d.seg + 1
+		p.parent, p.parentStep = d.manifest, d.step
+	}
+	p.full = first == 0
+	p.segs = append([]*segment(nil), g.segs[first:job.idx+1]...)
+	p.baseStep = g.segs[0].Step
+	for _, s := range g.segs[:job.idx+1] {
+		p.chainIDs = append(p.chainIDs, s.ID)
+	}
+	last := p.segs[len(p.segs)-1]
+	p.tables = make([][][]byte, len(last.Tables))
+	for ti := range last.Tables {
+		for _, s := range p.segs {
+			t := s.Tables[ti]
+			p.tables[ti] = append(p.tables[ti], g.data(t.Extent, t.Off, t.Len))
+		}
+	}
+	for _, b := range last.Blobs {
+		p.blobs = append(p.blobs, g.data(b.Extent, b.Off, b.Len))
+	}
+	c.mu.Unlock()
+
+	res, err := c.persist(c.ctx, p)
+	res.Step, res.Full, res.Segments, res.Duration = job.step, p.full, len(p.segs), time.Since(start)
+	if err != nil {
+		res.Err = &PersistError{Step: job.step, Err: err}
+		return res
+	}
+	c.mu.Lock()
+	c.durable = durablePos{ok: true, gen: g.idx, chain: job.chain, seg: job.idx, step: job.step, manifest: res.Manifest.Name}
+	c.mu.Unlock()
+	return res
+}
+
+// persist writes the chunks and blobs of p, then its manifest. On failure it deletes what it wrote (best
+// effort; the names are unique to this attempt, so nothing else refers to them).
+func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResult, error) {
+	var res PersistResult
+	last := p.segs[len(p.segs)-1]
+	m := &manifest{Job: c.cfg.Job, Node: c.cfg.Node, Step: p.step, ID: p.id, Slots: c.cfg.Slots,
+		Owned: last.Owned, Full: p.full, BaseStep: p.baseStep, Segments: p.chainIDs}
+	if !p.full {
+		m.Parent, m.ParentStep = p.parent, p.parentStep
+	}
+	dir := m.dir()
+	w := &objWriter{c: c, dir: dir}
+	fail := func(err error) (PersistResult, error) {
+		w.cleanup()
+		return res, err
+	}
+	for ti, t := range last.Tables {
+		mt := manifestTable{Name: t.Name, Schema: t.Schema, RowSize: t.RowSize}
+		chunks, err := c.writeTable(ctx, w, ti, p.tables[ti], int(t.RowSize), last.Owned)
+		if err != nil {
+			return fail(fmt.Errorf("table %s: %w", t.Name, err))
+		}
+		for _, ch := range chunks {
+			mt.Records += ch.Records
+		}
+		mt.Chunks = chunks
+		m.Tables = append(m.Tables, mt)
+	}
+	for bi, b := range last.Blobs {
+		ref, err := w.putBlob(ctx, blobObject(bi), b.Name, p.blobs[bi], c.cfg.Codec, c.cs)
+		if err != nil {
+			return fail(fmt.Errorf("blob %s: %w", b.Name, err))
+		}
+		m.Blobs = append(m.Blobs, ref)
+	}
+	body := appendManifest(nil, m)
+	name := manifestName(dir)
+	if err := w.put(ctx, name, body); err != nil {
+		return fail(err)
+	}
+	res.Manifest = ManifestRef{Node: c.cfg.Node, Step: p.step, Name: name, Size: int64(len(body)), Sum: xxhashSum(body)}
+	res.Chunks, res.RawBytes, res.Stored = w.chunks, w.raw, w.stored+int64(len(body))
+	return res, nil
+}
+
+// objWriter writes the objects of one persist (or commit) and remembers them for cleanup.
+type objWriter struct {
+	c      *Checkpointer
+	st     Storage
+	dir    string
+	mu     sync.Mutex
+	names  []string
+	chunks int
+	raw    int64
+	stored int64
+}
+
+func (w *objWriter) storage() Storage {
+	if w.st != nil {
+		return w.st
+	}
+	return w.c.cfg.Storage
+}
+
+func (w *objWriter) put(ctx context.Context, name string, data []byte) error {
+	w.mu.Lock()
+	w.names = append(w.names, name)
+	w.mu.Unlock()
+	return putObject(ctx, w.storage(), name, data)
+}
+
+func (w *objWriter) cleanup() {
+	// The persist context may be cancelled (Close); cleanup is best effort with a fresh one.
+	ctx := context.Background()
+	for _, n := range w.names {
+		_ = w.storage().Delete(ctx, n)
+	}
+}
+
+func (w *objWriter) putBlob(ctx context.Context, object, name string, data []byte, codec Codec, cs *codecs) (blobRef, error) {
+	file := appendChunk(nil, chunkInfo{kind: chunkKindBlob}, data, codec, cs)
+	if err := w.put(ctx, w.dir+"/"+object, file); err != nil {
+		return blobRef{}, err
+	}
+	w.mu.Lock()
+	w.raw += int64(len(data))
+	w.stored += int64(len(file))
+	w.mu.Unlock()
+	return blobRef{Name: name, Object: object, RawLen: uint64(len(data)), Size: uint64(len(file)), Sum: chunkSum(file)}, nil
+}
+
+// chunkSum returns the trailer of an encoded chunk: the xxhash64 of everything before it, which the
+// manifest records as the chunk's checksum.
+func chunkSum(file []byte) uint64 {
+	if len(file) < 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(file[len(file)-8:])
+}
+
+// chunkSpan is one chunk to write: records order[from:to] of table slots [lo, hi), part part.
+type chunkSpan struct {
+	lo, hi, part int
+	from, to     int
+}
+
+// writeTable partitions the records of srcs (applied in order) by slot into chunks of about
+// ChunkBytes, dropping records of slots outside owned, and writes the chunks in parallel.
+func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, srcs [][]byte, rowSize int, owned slotSet) ([]chunkRef, error) {
+	S := c.cfg.Slots
+	var n int
+	starts := make([]int, len(srcs)+1) // record index where each source starts
+	for k, s := range srcs {
+		if len(s)%rowSize != 0 {
+			return nil, fmt.Errorf("segment of %d bytes is not whole %d-byte records", len(s), rowSize)
+		}
+		n += len(s) / rowSize
+		starts[k+1] = n
+	}
+	if n > math.MaxUint32 {
+		return nil, fmt.Errorf("%d records in one persist is more than supported", n)
+	}
+	// Slot of every record (S for a dropped record), and a stable counting sort of record indices by
+	// slot, so records of one id keep their order across deltas.
+	slotOf := make([]uint32, n)
+	counts := make([]int, S+1)
+	i := 0
+	for _, s := range srcs {
+		for off := 0; off < len(s); off += rowSize {
+			slot := SlotOf(recordID(s[off:]), S)
+			if !owned.has(slot) {
+				slot = S
+			}
+			slotOf[i] = uint32(slot)
+			counts[slot]++
+			i++
+		}
+	}
+	first := make([]int, S+1) // position of each slot's first record in order
+	for s := 1; s <= S; s++ {
+		first[s] = first[s-1] + counts[s-1]
+	}
+	kept := first[S]
+	order := make([]uint32, kept)
+	next := append([]int(nil), first[:S]...)
+	for i, s := range slotOf {
+		if int(s) < S {
+			order[next[s]] = uint32(i)
+			next[s]++
+		}
+	}
+	slotOf = nil
+
+	var spans []chunkSpan
+	perChunk := max(c.cfg.ChunkBytes/rowSize, 1)
+	emit := func(lo, hi int) {
+		from, to := first[lo], first[hi]
+		for part := 0; from < to; part++ {
+			end := min(from+perChunk, to)
+			spans = append(spans, chunkSpan{lo: lo, hi: hi, part: part, from: from, to: end})
+			from = end
+		}
+	}
+	lo, acc := 0, 0
+	for s := range S {
+		if acc > 0 && acc+counts[s] > perChunk {
+			emit(lo, s)
+			lo, acc = s, 0
+		}
+		acc += counts[s]
+	}
+	if acc > 0 {
+		emit(lo, S)
+	}
+
+	refs := make([]chunkRef, len(spans))
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(c.cfg.Workers)
+	for k, sp := range spans {
+		eg.Go(func() error {
+			raw := getBuf((sp.to - sp.from) * rowSize)
+			defer putBuf(raw)
+			buf := (*raw)[:0]
+			for _, idx := range order[sp.from:sp.to] {
+				src := 0
+				if len(srcs) > 1 {
+					src = sort.SearchInts(starts, int(idx)+1) - 1
+				}
+				off := (int(idx) - starts[src]) * rowSize
+				buf = append(buf, srcs[src][off:off+rowSize]...)
+			}
+			out := getBuf(chunkHeader + 8 + max(s2.MaxEncodedLen(len(buf)), len(buf)+len(buf)/64+1024))
+			defer putBuf(out)
+			ci := chunkInfo{kind: chunkKindRows, rowSize: uint32(rowSize), slotLo: uint32(sp.lo), slotHi: uint32(sp.hi),
+				part: uint32(sp.part), records: uint64(sp.to - sp.from)}
+			file := appendChunk((*out)[:0], ci, buf, c.cfg.Codec, c.cs)
+			*out = file
+			object := chunkObject(ti, sp.lo, sp.part)
+			if err := w.put(ctx, w.dir+"/"+object, file); err != nil {
+				return err
+			}
+			refs[k] = chunkRef{Object: object, SlotLo: uint32(sp.lo), SlotHi: uint32(sp.hi), Part: uint32(sp.part),
+				Records: ci.records, RawLen: uint64(len(buf)), Size: uint64(len(file)), Sum: chunkSum(file)}
+			w.mu.Lock()
+			w.chunks++
+			w.raw += int64(len(buf))
+			w.stored += int64(len(file))
+			w.mu.Unlock()
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// bufPool recycles chunk-sized buffers.
+var bufPool sync.Pool
+
+func getBuf(n int) *[]byte {
+	if v, ok := bufPool.Get().(*[]byte); ok && cap(*v) >= n {
+		return v
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+func putBuf(b *[]byte) { bufPool.Put(b) }

@@ -1,0 +1,725 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// RestoreOption varies one Verify, Load or Restore.
+type RestoreOption func(*restoreOpts) error
+
+type restoreOpts struct {
+	slots       []int
+	have        bool
+	storageOnly bool
+	blobs       func(node, name string) bool
+}
+
+// RestoreSlots declares the slots this node owns now (default: every slot); only their rows are loaded.
+// The checkpoint may come from any number of nodes, even with another slot count: then every chunk is
+// read and rows are placed by their id.
+func RestoreSlots(slots []int) RestoreOption {
+	return func(o *restoreOpts) error {
+		o.slots, o.have = slots, true
+		return nil
+	}
+}
+
+// RestoreFromStorage ignores shared memory and reads everything from storage.
+func RestoreFromStorage() RestoreOption {
+	return func(o *restoreOpts) error {
+		o.storageOnly = true
+		return nil
+	}
+}
+
+// RestoreBlobs selects the node blobs to return (default: all of them).
+func RestoreBlobs(keep func(node, name string) bool) RestoreOption {
+	return func(o *restoreOpts) error {
+		o.blobs = keep
+		return nil
+	}
+}
+
+// Source says where a node's part of a checkpoint was read from.
+type Source uint8
+
+const (
+	// SourceStorage means the chunks were read from Storage.
+	SourceStorage Source = iota
+	// SourceShm means the rows were read from a sealed shared-memory generation on this host.
+	SourceShm
+)
+
+func (s Source) String() string {
+	if s == SourceShm {
+		return "shm"
+	}
+	return "storage"
+}
+
+// Restored reports a restore.
+type Restored struct {
+	Step    uint64
+	Sources map[string]Source // by node of the checkpoint, for the nodes rows were read from
+	Records map[string]int64  // by table: records applied
+	Blobs   []NodeBlob
+}
+
+// NodeBlob is a blob saved by one node's snapshot.
+type NodeBlob struct {
+	Node string
+	Blob
+}
+
+// restorePlan is a committed checkpoint resolved to its sources.
+type restorePlan struct {
+	rec     *commitRecord
+	mine    slotSet // slots this node owns, in its own slot count
+	reslot  bool    // the checkpoint has another slot count
+	nodes   []*nodePlan
+	readers []*region
+	own     int // generation of this node's region used, or -1
+}
+
+type nodePlan struct {
+	node     string
+	owned    slotSet // the node's slots at the step
+	relevant bool
+	src      Source
+	// shared memory: the chain's segments and their bytes
+	segs   []*segment
+	tdata  [][][]byte // tdata[k][t]
+	bdata  [][]byte   // blobs of the last segment
+	ownGen int
+	// storage: the manifest chain, base first
+	chain []*manifest
+}
+
+func (o *restoreOpts) build(opts []RestoreOption) error {
+	for _, opt := range opts {
+		if err := opt(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Verify checks that the committed checkpoint of step is complete and intact for this node — that
+// every chunk or shared-memory range it would load has the right checksum — without changing any
+// table. A coordinator restoring several nodes asks each to Verify a step and has all of them Load
+// the newest step that every node verified (see Committer.Choose).
+func (c *Checkpointer) Verify(ctx context.Context, step uint64, opts ...RestoreOption) error {
+	var o restoreOpts
+	if err := o.build(opts); err != nil {
+		return err
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	p, err := c.plan(ctx, step, &o)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	return c.verify(ctx, p, &o)
+}
+
+// Load restores the committed checkpoint of step into the tables, which should be empty (rows the
+// checkpoint does not hold are left as they are). It verifies everything first, so a corrupt or
+// incomplete checkpoint returns an error wrapping ErrCorrupt or ErrNotCommitted with the tables
+// untouched; an error while applying wraps ErrPartialRestore. After a Load the next snapshot is full.
+func (c *Checkpointer) Load(ctx context.Context, step uint64, opts ...RestoreOption) (*Restored, error) {
+	var o restoreOpts
+	if err := o.build(opts); err != nil {
+		return nil, err
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	p, err := c.plan(ctx, step, &o)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := c.verify(ctx, p, &o); err != nil {
+		return nil, err
+	}
+	return c.apply(ctx, p, &o)
+}
+
+// Restore loads the newest committed checkpoint that verifies, skipping (and logging) corrupt,
+// truncated or half-committed ones, and returns ErrNoCheckpoint if none does. Each node decides alone,
+// so with several nodes use Committer.Choose with Verify and Load, which makes them agree on the step.
+func (c *Checkpointer) Restore(ctx context.Context, opts ...RestoreOption) (*Restored, error) {
+	var o restoreOpts
+	if err := o.build(opts); err != nil {
+		return nil, err
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	steps, err := commitSteps(ctx, c.cfg.Storage, c.cfg.Job)
+	if err != nil {
+		return nil, err
+	}
+	for _, step := range steps {
+		p, err := c.plan(ctx, step, &o)
+		if err == nil {
+			err = c.verify(ctx, p, &o)
+			if err == nil {
+				r, err := c.apply(ctx, p, &o)
+				p.close()
+				return r, err
+			}
+			p.close()
+		}
+		if !skippable(err) {
+			return nil, err
+		}
+		c.log.Warn("checkpoint: skipping checkpoint", "step", step, "reason", err)
+	}
+	return nil, ErrNoCheckpoint
+}
+
+// skippable reports whether err means the checkpoint is unusable (as opposed to a failure to read it).
+func skippable(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotCommitted) || errors.Is(err, ErrNotFound)
+}
+
+func (p *restorePlan) close() {
+	for _, r := range p.readers {
+		r.close()
+	}
+}
+
+// plan reads the commit record of step and resolves each node to shared memory (a sealed generation on
+// this host whose chain matches) or to its chain of manifests in storage.
+func (c *Checkpointer) plan(ctx context.Context, step uint64, o *restoreOpts) (*restorePlan, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	S := c.cfg.Slots
+	mine := allSlots(S)
+	if o.have {
+		var ok bool
+		if mine, ok = slotSetFrom(S, o.slots); !ok {
+			return nil, fmt.Errorf("checkpoint: restore slots outside [0,%d)", S)
+		}
+	}
+	rec, err := readCommit(ctx, c.cfg.Storage, c.cfg.Job, step)
+	if err != nil {
+		return nil, err
+	}
+	p := &restorePlan{rec: rec, mine: mine, reslot: rec.Slots != S, own: -1}
+	ok := false
+	defer func() {
+		if !ok {
+			p.close()
+		}
+	}()
+	for _, n := range rec.Nodes {
+		np := &nodePlan{node: n.Node, ownGen: -1}
+		if !o.storageOnly {
+			c.planShm(p, np, n)
+		}
+		if np.segs == nil {
+			if err := c.planStorage(ctx, np, n, rec); err != nil {
+				return nil, err
+			}
+		}
+		if np.owned.n != rec.Slots {
+			return nil, corruptf("node %s: slot set of %d, commit has %d slots", n.Node, np.owned.n, rec.Slots)
+		}
+		if err := c.checkTables(np); err != nil {
+			return nil, err
+		}
+		np.relevant = p.reslot || np.owned.intersect(padTo(mine, rec.Slots)).count() > 0
+		if np.ownGen >= 0 {
+			p.own = np.ownGen
+		}
+		p.nodes = append(p.nodes, np)
+	}
+	ok = true
+	return p, nil
+}
+
+// padTo returns s if it already has n slots, else an empty set of n slots (a slot count mismatch is
+// handled by reslotting, where this set is not used).
+func padTo(s slotSet, n int) slotSet {
+	if s.n == n {
+		return s
+	}
+	return newSlotSet(n)
+}
+
+// planShm looks for node n's chain in a sealed generation of its region on this host.
+func (c *Checkpointer) planShm(p *restorePlan, np *nodePlan, n commitNode) {
+	if n.Node == c.cfg.Node {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for gi, g := range c.reg.gens {
+			if matchChain(g, n.Segments) {
+				np.useShm(g, len(n.Segments))
+				np.ownGen = gi
+				return
+			}
+		}
+		return
+	}
+	dir := filepath.Join(c.cfg.ShmDir, c.cfg.Job, n.Node)
+	r, err := openRegion(dir, c.cfg.Job, n.Node, p.rec.Slots, false, c.log)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.log.Info("checkpoint: not using another node's shared memory", "node", n.Node, "err", err)
+		}
+		return
+	}
+	for _, g := range r.gens {
+		if matchChain(g, n.Segments) {
+			np.useShm(g, len(n.Segments))
+			p.readers = append(p.readers, r)
+			return
+		}
+	}
+	r.close()
+}
+
+// matchChain reports whether g's sealed segments start with the chain ids.
+func matchChain(g *generation, ids []uint64) bool {
+	if g.sealed < len(ids) || len(ids) == 0 {
+		return false
+	}
+	for i, id := range ids {
+		if g.segs[i].ID != id {
+			return false
+		}
+	}
+	return true
+}
+
+func (np *nodePlan) useShm(g *generation, n int) {
+	np.src = SourceShm
+	np.segs = append([]*segment(nil), g.segs[:n]...)
+	for _, s := range np.segs {
+		var ts [][]byte
+		for _, t := range s.Tables {
+			ts = append(ts, g.data(t.Extent, t.Off, t.Len))
+		}
+		np.tdata = append(np.tdata, ts)
+	}
+	for _, b := range np.segs[n-1].Blobs {
+		np.bdata = append(np.bdata, g.data(b.Extent, b.Off, b.Len))
+	}
+	np.owned = np.segs[n-1].Owned
+}
+
+// maxManifest bounds a manifest read whose size is not known in advance.
+const maxManifest = 256 << 20
+
+// maxChain bounds the deltas followed back to a base.
+const maxChain = 100000
+
+// planStorage reads node n's manifest and its parents back to the full base.
+func (c *Checkpointer) planStorage(ctx context.Context, np *nodePlan, n commitNode, rec *commitRecord) error {
+	np.src = SourceStorage
+	b, err := getObject(ctx, c.cfg.Storage, n.Manifest, nil, int64(n.Size), 0)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Node, err)
+	}
+	if xxhashSum(b) != n.Sum {
+		return corruptf("node %s: manifest %s does not match the commit record", n.Node, n.Manifest)
+	}
+	m, err := decodeManifest(b)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Node, err)
+	}
+	if m.Job != rec.Job || m.Node != n.Node || m.Step != rec.Step || !slices.Equal(m.Segments, n.Segments) {
+		return corruptf("node %s: manifest %s is for another checkpoint", n.Node, n.Manifest)
+	}
+	chain := []*manifest{m}
+	for cur := m; !cur.Full; {
+		if len(chain) > maxChain {
+			return corruptf("node %s: delta chain longer than %d", n.Node, maxChain)
+		}
+		b, err := getObject(ctx, c.cfg.Storage, cur.Parent, nil, -1, maxManifest)
+		if err != nil {
+			return fmt.Errorf("node %s: parent of step %d: %w", n.Node, cur.Step, err)
+		}
+		pm, err := decodeManifest(b)
+		if err != nil {
+			return fmt.Errorf("node %s: parent of step %d: %w", n.Node, cur.Step, err)
+		}
+		if pm.Job != m.Job || pm.Node != m.Node || pm.Step != cur.ParentStep || pm.BaseStep != m.BaseStep || pm.Slots != m.Slots {
+			return corruptf("node %s: parent %s does not continue the chain", n.Node, cur.Parent)
+		}
+		chain = append(chain, pm)
+		cur = pm
+	}
+	slices.Reverse(chain)
+	np.chain = chain
+	np.owned = m.Owned
+	return nil
+}
+
+// checkTables checks that the node's checkpoint holds exactly this Checkpointer's tables, with equal
+// schemas, in every element of its chain.
+func (c *Checkpointer) checkTables(np *nodePlan) error {
+	var sets [][]string
+	var schemas []map[string][]byte
+	add := func(names []string, schema map[string][]byte) {
+		sets = append(sets, names)
+		schemas = append(schemas, schema)
+	}
+	for _, s := range np.segs {
+		names, sch := []string{}, map[string][]byte{}
+		for _, t := range s.Tables {
+			names = append(names, t.Name)
+			sch[t.Name] = t.Schema
+		}
+		add(names, sch)
+	}
+	for _, m := range np.chain {
+		names, sch := []string{}, map[string][]byte{}
+		for _, t := range m.Tables {
+			names = append(names, t.Name)
+			sch[t.Name] = t.Schema
+		}
+		add(names, sch)
+	}
+	want := make([]string, len(c.tables))
+	for i, nt := range c.tables {
+		want[i] = nt.name
+	}
+	for i, names := range sets {
+		sort.Strings(names)
+		if !slices.Equal(names, want) {
+			return fmt.Errorf("%w: node %s saved tables [%s], this node has [%s]", ErrTableSet, np.node,
+				strings.Join(names, " "), strings.Join(want, " "))
+		}
+		for _, nt := range c.tables {
+			if !bytes.Equal(schemas[i][nt.name], nt.t.Schema()) {
+				return fmt.Errorf("%w: table %s of node %s", ErrSchemaMismatch, nt.name, np.node)
+			}
+		}
+	}
+	return nil
+}
+
+// chunkNeeded reports whether a chunk of node np over slots [lo, hi) may hold rows this node needs.
+func (p *restorePlan) chunkNeeded(np *nodePlan, lo, hi uint32) bool {
+	if p.reslot {
+		return true
+	}
+	for s := int(lo); s < int(hi); s++ {
+		if np.owned.has(s) && p.mine.has(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepFor returns the filter for rows of node np in a chunk over [lo, hi) (shared memory: the whole
+// slot range and rows of slots the node did not own): nil when every row there is wanted.
+func (p *restorePlan) keepFor(np *nodePlan, lo, hi int, fromShm bool) func(uint64) bool {
+	newS, oldS := p.mine.n, np.owned.n
+	switch {
+	case p.reslot:
+		if fromShm {
+			return func(id uint64) bool {
+				h := hashID(id)
+				return np.owned.has(int(h%uint64(oldS))) && p.mine.has(int(h%uint64(newS)))
+			}
+		}
+		return func(id uint64) bool { return p.mine.has(SlotOf(id, newS)) }
+	case fromShm:
+		if np.owned.count() == oldS && p.mine.count() == newS {
+			return nil
+		}
+		return func(id uint64) bool {
+			s := SlotOf(id, oldS)
+			return np.owned.has(s) && p.mine.has(s)
+		}
+	default:
+		for s := lo; s < hi; s++ {
+			if np.owned.has(s) && !p.mine.has(s) {
+				return func(id uint64) bool { return p.mine.has(SlotOf(id, newS)) }
+			}
+		}
+		return nil
+	}
+}
+
+// verify checks every checksum of what apply will read, in parallel, without decompressing.
+func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpts) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(c.cfg.Workers)
+	for _, np := range p.nodes {
+		wantBlob := func(name string) bool { return o.blobs == nil || o.blobs(np.node, name) }
+		if np.src == SourceShm {
+			last := np.segs[len(np.segs)-1]
+			for k, s := range np.segs {
+				if !np.relevant {
+					break
+				}
+				for ti, t := range s.Tables {
+					data := np.tdata[k][ti]
+					for pi, want := range t.Sums {
+						eg.Go(func() error {
+							lo := pi * sealPiece
+							if xxhashSum(data[lo:min(lo+sealPiece, len(data))]) != want {
+								return corruptf("node %s: shared memory of table %s at step %d, piece %d", np.node, t.Name, s.Step, pi)
+							}
+							return nil
+						})
+					}
+				}
+			}
+			for bi, b := range last.Blobs {
+				if wantBlob(b.Name) && xxhashSum(np.bdata[bi]) != b.Sum {
+					return corruptf("node %s: shared memory of blob %s", np.node, b.Name)
+				}
+			}
+			continue
+		}
+		for _, m := range np.chain {
+			if !np.relevant {
+				break
+			}
+			for _, t := range m.Tables {
+				for _, ch := range t.Chunks {
+					if !p.chunkNeeded(np, ch.SlotLo, ch.SlotHi) {
+						continue
+					}
+					name := m.dir() + "/" + ch.Object
+					eg.Go(func() error { return c.checkObject(ctx, name, ch.Size, ch.Sum) })
+				}
+			}
+		}
+		last := np.chain[len(np.chain)-1]
+		for _, b := range last.Blobs {
+			if wantBlob(b.Name) {
+				name := last.dir() + "/" + b.Object
+				eg.Go(func() error { return c.checkObject(ctx, name, b.Size, b.Sum) })
+			}
+		}
+	}
+	return eg.Wait()
+}
+
+// checkObject reads a chunk object and checks its framing and checksum against the manifest's.
+func (c *Checkpointer) checkObject(ctx context.Context, name string, size, sum uint64) error {
+	buf := getBuf(int(size) + 1)
+	defer putBuf(buf)
+	b, err := getObject(ctx, c.cfg.Storage, name, (*buf)[:0], int64(size), 0)
+	if err != nil {
+		return err
+	}
+	*buf = b[:0]
+	if _, _, err := checkChunk(b); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if chunkSum(b) != sum {
+		return corruptf("%s: checksum differs from the manifest", name)
+	}
+	return nil
+}
+
+// decoded is one chunk read and decompressed for apply.
+type decoded struct {
+	raw  *[]byte
+	file *[]byte
+	rows []byte
+}
+
+// apply loads the verified plan into the tables.
+func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts) (*Restored, error) {
+	res := &Restored{Step: p.rec.Step, Sources: map[string]Source{}, Records: map[string]int64{}}
+	partial := func(err error) (*Restored, error) {
+		c.mu.Lock()
+		c.needFull = true
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrPartialRestore, err)
+	}
+	for _, nt := range c.tables {
+		var n int64
+		for _, np := range p.nodes {
+			if !np.relevant {
+				continue
+			}
+			res.Sources[np.node] = np.src
+			if np.src == SourceShm {
+				keep := p.keepFor(np, 0, np.owned.n, true)
+				for k, s := range np.segs {
+					applied, err := nt.t.LoadRaw(np.tdata[k][s.tableIndex(nt.name)], keep)
+					if err != nil {
+						return partial(fmt.Errorf("table %s from shared memory of node %s: %w", nt.name, np.node, err))
+					}
+					n += int64(applied)
+				}
+				continue
+			}
+			type item struct {
+				m  *manifest
+				ch chunkRef
+			}
+			var items []item
+			for _, m := range np.chain {
+				mt := m.table(nt.name)
+				for _, ch := range mt.Chunks {
+					if p.chunkNeeded(np, ch.SlotLo, ch.SlotHi) {
+						items = append(items, item{m, ch})
+					}
+				}
+			}
+			rowSize := uint32(nt.t.RawRowSize())
+			err := pipeline(ctx, len(items), c.cfg.Workers, func(ctx context.Context, i int) (decoded, error) {
+				it := items[i]
+				name := it.m.dir() + "/" + it.ch.Object
+				file := getBuf(int(it.ch.Size) + 1)
+				b, err := getObject(ctx, c.cfg.Storage, name, (*file)[:0], int64(it.ch.Size), 0)
+				if err != nil {
+					putBuf(file)
+					return decoded{}, err
+				}
+				*file = b[:0]
+				if chunkSum(b) != it.ch.Sum {
+					putBuf(file)
+					return decoded{}, corruptf("%s: checksum differs from the manifest", name)
+				}
+				raw := getBuf(int(it.ch.RawLen))
+				ci, rows, err := decodeChunk(b, (*raw)[:0], int(it.ch.RawLen), c.cs)
+				if err == nil && (ci.kind != chunkKindRows || ci.rowSize != rowSize || ci.slotLo != it.ch.SlotLo ||
+					ci.slotHi != it.ch.SlotHi || ci.records != it.ch.Records) {
+					err = corruptf("%s: header does not match the manifest", name)
+				}
+				if err != nil {
+					putBuf(file)
+					putBuf(raw)
+					return decoded{}, fmt.Errorf("%s: %w", name, err)
+				}
+				*raw = rows[:0]
+				return decoded{raw: raw, file: file, rows: rows}, nil
+			}, func(i int, d decoded) error {
+				it := items[i]
+				applied, err := nt.t.LoadRaw(d.rows, p.keepFor(np, int(it.ch.SlotLo), int(it.ch.SlotHi), false))
+				n += int64(applied)
+				return err
+			}, func(d decoded) {
+				putBuf(d.file)
+				putBuf(d.raw)
+			})
+			if err != nil {
+				return partial(fmt.Errorf("table %s from node %s: %w", nt.name, np.node, err))
+			}
+		}
+		res.Records[nt.name] = n
+	}
+	for _, np := range p.nodes {
+		blobs, err := c.readBlobs(ctx, np, o)
+		if err != nil {
+			return partial(err)
+		}
+		res.Blobs = append(res.Blobs, blobs...)
+	}
+	c.mu.Lock()
+	c.needFull = true
+	c.haveStep, c.lastStep = true, p.rec.Step
+	c.durable = durablePos{}
+	if p.own >= 0 {
+		c.cur = p.own // keep the generation restored from until a newer chain is complete elsewhere
+	}
+	c.mu.Unlock()
+	return res, nil
+}
+
+// readBlobs returns the selected blobs of node np.
+func (c *Checkpointer) readBlobs(ctx context.Context, np *nodePlan, o *restoreOpts) ([]NodeBlob, error) {
+	var out []NodeBlob
+	if np.src == SourceShm {
+		for bi, b := range np.segs[len(np.segs)-1].Blobs {
+			if o.blobs == nil || o.blobs(np.node, b.Name) {
+				out = append(out, NodeBlob{np.node, Blob{b.Name, append([]byte(nil), np.bdata[bi]...)}})
+			}
+		}
+		return out, nil
+	}
+	last := np.chain[len(np.chain)-1]
+	for _, b := range last.Blobs {
+		if o.blobs != nil && !o.blobs(np.node, b.Name) {
+			continue
+		}
+		data, err := readBlob(ctx, c.cfg.Storage, last.dir()+"/"+b.Object, b, c.cs)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", np.node, err)
+		}
+		out = append(out, NodeBlob{np.node, Blob{b.Name, data}})
+	}
+	return out, nil
+}
+
+// readBlob reads and decodes one blob object.
+func readBlob(ctx context.Context, st Storage, name string, b blobRef, cs *codecs) ([]byte, error) {
+	file, err := getObject(ctx, st, name, nil, int64(b.Size), 0)
+	if err != nil {
+		return nil, err
+	}
+	if chunkSum(file) != b.Sum {
+		return nil, corruptf("%s: checksum differs from its reference", name)
+	}
+	ci, data, err := decodeChunk(file, nil, int(b.RawLen), cs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if ci.kind != chunkKindBlob || ci.rawLen != b.RawLen {
+		return nil, corruptf("%s: not the expected blob", name)
+	}
+	return data, nil
+}
+
+// commitSteps lists the steps that have a commit record, newest first.
+func commitSteps(ctx context.Context, st Storage, job string) ([]uint64, error) {
+	names, err := st.List(ctx, commitsPrefix(job))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list commits: %w", err)
+	}
+	var steps []uint64
+	for _, n := range names {
+		if s, ok := parseStep(strings.TrimPrefix(n, commitsPrefix(job))); ok {
+			steps = append(steps, s)
+		}
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i] > steps[j] })
+	return steps, nil
+}
+
+// maxCommitRecord bounds a commit record read.
+const maxCommitRecord = 64 << 20
+
+// readCommit reads and checks the commit record of step.
+func readCommit(ctx context.Context, st Storage, job string, step uint64) (*commitRecord, error) {
+	b, err := getObject(ctx, st, commitName(job, step), nil, -1, maxCommitRecord)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: step %d", ErrNotCommitted, step)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decodeCommit(b)
+	if err != nil {
+		return nil, fmt.Errorf("commit of step %d: %w", step, err)
+	}
+	if rec.Job != job || rec.Step != step {
+		return nil, corruptf("commit record %s is for job %q step %d", commitName(job, step), rec.Job, rec.Step)
+	}
+	return rec, nil
+}

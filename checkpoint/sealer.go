@@ -1,0 +1,111 @@
+package checkpoint
+
+import (
+	"golang.org/x/sync/errgroup"
+)
+
+// sealLoop checksums each new segment, rewrites its generation's seal file, hands the segment to the
+// persister, and then grows shared memory ahead of the next snapshots.
+func (c *Checkpointer) sealLoop() {
+	defer c.wg.Done()
+	for {
+		job, ok := c.sealQ.pop(c.ctx)
+		if !ok {
+			return
+		}
+		c.seal(job)
+		c.persistQ.push(job)
+		c.provision(job.gen)
+		c.doneWork(job.gen)
+	}
+}
+
+func (c *Checkpointer) seal(job stageJob) {
+	g := job.gen
+	c.mu.Lock()
+	seg := g.segs[job.idx]
+	tdata := make([][]byte, len(seg.Tables))
+	for ti, t := range seg.Tables {
+		tdata[ti] = g.data(t.Extent, t.Off, t.Len)
+	}
+	bdata := make([][]byte, len(seg.Blobs))
+	for bi, b := range seg.Blobs {
+		bdata[bi] = g.data(b.Extent, b.Off, b.Len)
+	}
+	c.mu.Unlock()
+	sums := make([][]uint64, len(seg.Tables))
+	var eg errgroup.Group
+	eg.SetLimit(c.cfg.Workers)
+	for ti, t := range seg.Tables {
+		data := tdata[ti]
+		n := pieces(t.Len, sealPiece)
+		sums[ti] = make([]uint64, n)
+		for p := range n {
+			eg.Go(func() error {
+				lo := p * sealPiece
+				hi := min(lo+sealPiece, len(data))
+				sums[ti][p] = xxhashSum(data[lo:hi])
+				return nil
+			})
+		}
+	}
+	blobSums := make([]uint64, len(seg.Blobs))
+	for bi := range seg.Blobs {
+		blobSums[bi] = xxhashSum(bdata[bi])
+	}
+	_ = eg.Wait()
+
+	c.mu.Lock()
+	for ti := range seg.Tables {
+		seg.Tables[ti].Sums = sums[ti]
+	}
+	for bi := range seg.Blobs {
+		seg.Blobs[bi].Sum = blobSums[bi]
+	}
+	g.sealed = job.idx + 1
+	sf := &sealFile{Job: c.cfg.Job, Node: c.cfg.Node, Gen: uint32(g.idx), Slots: c.cfg.Slots, Piece: sealPiece,
+		Segments: append([]*segment(nil), g.segs[:g.sealed]...)}
+	for _, x := range g.extents {
+		sf.Extents = append(sf.Extents, extentRef{Name: x.name, Size: uint64(len(x.data))})
+	}
+	c.mu.Unlock()
+
+	err := c.reg.writeSeal(sf)
+	c.mu.Lock()
+	if err != nil {
+		c.stats.SealErrors++
+	} else {
+		c.stats.Seals++
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Warn("checkpoint: sealing shared memory failed; this step can be restored only from storage",
+			"step", job.step, "gen", g.idx, "err", err)
+	}
+}
+
+// provision grows shared memory in the background: generation g gets room for another delta as large
+// as the largest seen, and the other generation room for the next full snapshot, so those snapshots
+// do not fault in memory while training waits.
+func (c *Checkpointer) provision(g *generation) {
+	c.mu.Lock()
+	other := c.reg.gens[1-g.idx]
+	wantDelta := int64(0)
+	if c.cfg.FullEvery > 1 {
+		wantDelta = c.maxDelta
+	}
+	deltaShort := wantDelta > 0 && g.largestFree() < wantDelta
+	wantFull := c.lastFull
+	fullShort := wantFull > 0 && other.largest() < wantFull
+	c.mu.Unlock()
+	if deltaShort {
+		if err := c.addExtent(g, g.idx, wantDelta+int64(float64(wantDelta)*c.cfg.Headroom)); err != nil {
+			c.log.Warn("checkpoint: growing shared memory failed", "gen", g.idx, "err", err)
+		}
+	}
+	if fullShort && c.ctx.Err() == nil {
+		if err := c.addExtent(other, other.idx, wantFull+int64(float64(wantFull)*c.cfg.Headroom)); err != nil {
+			c.log.Warn("checkpoint: growing shared memory failed", "gen", other.idx, "err", err)
+		}
+	}
+}

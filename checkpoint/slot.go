@@ -1,0 +1,119 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// SlotOf returns the slot of row id in a job with slots slots: the xxhash64 of the id's 8 little-endian
+// bytes modulo slots. Every package of the project places rows with this function. slots must be
+// positive; SlotOf returns 0 otherwise.
+func SlotOf(id uint64, slots int) int {
+	if slots <= 0 {
+		return 0
+	}
+	return int(hashID(id) % uint64(slots))
+}
+
+// hashID is xxhash64 of the 8 little-endian bytes of id.
+func hashID(id uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], id)
+	return xxhash.Sum64(b[:])
+}
+
+// slotSet is a set of slots in [0, n), one bit per slot.
+type slotSet struct {
+	n    int
+	bits []uint64
+}
+
+func newSlotSet(n int) slotSet { return slotSet{n: n, bits: make([]uint64, (n+63)/64)} }
+
+// allSlots returns the set of every slot in [0, n).
+func allSlots(n int) slotSet {
+	s := newSlotSet(n)
+	for i := range n {
+		s.add(i)
+	}
+	return s
+}
+
+func (s slotSet) add(i int)      { s.bits[i>>6] |= 1 << (uint(i) & 63) }
+func (s slotSet) has(i int) bool { return i >= 0 && i < s.n && s.bits[i>>6]&(1<<(uint(i)&63)) != 0 }
+
+// count returns the number of slots in the set.
+func (s slotSet) count() int {
+	c := 0
+	for _, w := range s.bits {
+		c += bits.OnesCount64(w)
+	}
+	return c
+}
+
+func (s slotSet) equal(o slotSet) bool {
+	if s.n != o.n {
+		return false
+	}
+	for i := range s.bits {
+		if s.bits[i] != o.bits[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// intersect returns the slots in both s and o (which must have the same n).
+func (s slotSet) intersect(o slotSet) slotSet {
+	r := newSlotSet(s.n)
+	for i := range r.bits {
+		r.bits[i] = s.bits[i] & o.bits[i]
+	}
+	return r
+}
+
+// subsetOf reports whether every slot of s is in o.
+func (s slotSet) subsetOf(o slotSet) bool {
+	for i := range s.bits {
+		if s.bits[i]&^o.bits[i] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// anyIn reports whether s holds a slot in [lo, hi).
+func (s slotSet) anyIn(lo, hi int) bool {
+	for i := max(lo, 0); i < hi && i < s.n; i++ {
+		if s.has(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// list returns the slots in ascending order.
+func (s slotSet) list() []int {
+	out := make([]int, 0, s.count())
+	for i := range s.n {
+		if s.has(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// slotSetFrom builds the set of the given slots; out-of-range slots are reported as an error by the
+// caller through ok.
+func slotSetFrom(n int, slots []int) (s slotSet, ok bool) {
+	s = newSlotSet(n)
+	for _, x := range slots {
+		if x < 0 || x >= n {
+			return s, false
+		}
+		s.add(x)
+	}
+	return s, true
+}

@@ -1,0 +1,347 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// SnapshotOption varies one Snapshot.
+type SnapshotOption func(*snapOpts) error
+
+type snapOpts struct {
+	slots []int
+	have  bool
+	blobs []Blob
+	full  bool
+}
+
+// Blob is an opaque named byte string saved with a checkpoint: dense parameters, the data-shard
+// dispatcher's snapshot, the coordinator's state.
+type Blob struct {
+	Name string // 1-128 letters, digits, '.', '_' or '-'
+	Data []byte
+}
+
+// SnapshotSlots declares the slots this node owns at this snapshot (default: every slot). Rows of
+// other slots that the tables still hold are not persisted, and restore takes each slot from the node
+// that owned it. A snapshot whose slots differ from its base's is taken in full.
+func SnapshotSlots(slots []int) SnapshotOption {
+	return func(o *snapOpts) error {
+		o.slots, o.have = slots, true
+		return nil
+	}
+}
+
+// SnapshotBlob saves data under name with the snapshot. Snapshot copies data before returning.
+func SnapshotBlob(name string, data []byte) SnapshotOption {
+	return func(o *snapOpts) error {
+		if !validIdent(name) {
+			return fmt.Errorf("checkpoint: blob name %q: want 1-128 letters, digits, '.', '_' or '-'", name)
+		}
+		for _, b := range o.blobs {
+			if b.Name == name {
+				return fmt.Errorf("checkpoint: blob %q given twice", name)
+			}
+		}
+		o.blobs = append(o.blobs, Blob{name, data})
+		return nil
+	}
+}
+
+// SnapshotFull takes a full snapshot even if a delta is due.
+func SnapshotFull() SnapshotOption {
+	return func(o *snapOpts) error {
+		o.full = true
+		return nil
+	}
+}
+
+// Snapshot copies the tables' rows into shared memory — every row for a full snapshot, only rows
+// changed since the previous snapshot for a delta — and returns; the copy is all the caller waits for.
+// Sealing (checksums) and persisting to storage follow in the background; WaitPersisted reports the
+// outcome. For a consistent checkpoint call it at a step barrier; otherwise each row is consistent.
+//
+// Steps must increase. ErrBusy means the generation a full snapshot needs is still being persisted;
+// nothing was copied and the next snapshot may try again. After any other error the next snapshot is
+// taken in full, as the tables' change sets may already have been cleared.
+func (c *Checkpointer) Snapshot(ctx context.Context, step uint64, opts ...SnapshotOption) (SnapshotInfo, error) {
+	var o snapOpts
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return SnapshotInfo{}, err
+		}
+	}
+	owned := allSlots(c.cfg.Slots)
+	if o.have {
+		var ok bool
+		if owned, ok = slotSetFrom(c.cfg.Slots, o.slots); !ok {
+			return SnapshotInfo{}, fmt.Errorf("checkpoint: snapshot slots outside [0,%d)", c.cfg.Slots)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	info, err := c.snapshot(step, owned, o)
+	c.mu.Lock()
+	if err != nil && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrStepOrder) && !errors.Is(err, ErrClosed) {
+		c.needFull = true
+		c.stats.SnapshotErrors++
+	} else if err == nil {
+		c.stats.Snapshots++
+		c.stats.LastBlocked = info.Blocked
+	}
+	c.mu.Unlock()
+	return info, err
+}
+
+func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (SnapshotInfo, error) {
+	start := time.Now()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return SnapshotInfo{}, ErrClosed
+	}
+	if c.haveStep && step <= c.lastStep {
+		c.mu.Unlock()
+		return SnapshotInfo{}, fmt.Errorf("%w: %d after %d", ErrStepOrder, step, c.lastStep)
+	}
+	full := o.full || c.needFull || c.cur < 0 || c.sinceBase+1 >= c.cfg.FullEvery || !owned.equal(c.chainOwned)
+	gi := c.cur
+	if full {
+		gi = 0
+		if c.cur >= 0 {
+			gi = 1 - c.cur
+		}
+	}
+	g := c.reg.gens[gi]
+	if full && g.pending > 0 {
+		c.mu.Unlock()
+		return SnapshotInfo{}, fmt.Errorf("%w: generation %d has %d stages in flight", ErrBusy, gi, g.pending)
+	}
+	seg := &segment{ID: c.newIDLocked(), Step: step, Full: full, Owned: owned}
+	if full {
+		seg.BaseStep = step
+	} else {
+		seg.BaseStep = g.segs[0].Step
+	}
+	saved := make([]int64, len(g.extents))
+	for i, x := range g.extents {
+		saved[i] = x.used
+	}
+	if full {
+		g.reset()
+	}
+	chain := g.chain
+	c.mu.Unlock()
+
+	if full {
+		if err := c.reg.removeSeal(gi); err != nil {
+			return SnapshotInfo{}, fmt.Errorf("checkpoint: unseal generation %d: %w", gi, err)
+		}
+	}
+	bytes, need, err := c.copyInto(g, gi, seg, !full, o.blobs)
+	if err != nil {
+		c.mu.Lock()
+		for i, u := range saved {
+			if !full {
+				g.extents[i].used = u
+			}
+		}
+		c.mu.Unlock()
+		return SnapshotInfo{}, err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.segs = append(g.segs, seg)
+	c.cur = gi
+	c.needFull = false
+	if full {
+		c.sinceBase = 0
+		c.lastFull = need
+	} else {
+		c.sinceBase++
+		c.maxDelta = max(c.maxDelta, need)
+	}
+	c.chainOwned = owned
+	c.haveStep, c.lastStep = true, step
+	w := &persistWait{done: make(chan struct{})}
+	if _, ok := c.results[step]; !ok {
+		c.resultOrder = append(c.resultOrder, step)
+	}
+	c.results[step] = w
+	c.trimResultsLocked()
+	g.pending += 2
+	c.addWorkLocked(2)
+	c.sealQ.push(stageJob{gen: g, chain: chain, idx: len(g.segs) - 1, step: step})
+	return SnapshotInfo{Step: step, Full: full, BaseStep: seg.BaseStep, Generation: gi, Bytes: bytes,
+		Blocked: time.Since(start)}, nil
+}
+
+// trimResultsLocked forgets the oldest finished results beyond maxResults.
+func (c *Checkpointer) trimResultsLocked() {
+	for len(c.resultOrder) > maxResults {
+		w := c.results[c.resultOrder[0]]
+		select {
+		case <-w.done:
+		default:
+			return
+		}
+		delete(c.results, c.resultOrder[0])
+		c.resultOrder = c.resultOrder[1:]
+	}
+}
+
+// copyInto copies every table (and the blobs) into generation g and fills seg's ranges. It returns the
+// bytes copied and the space it asked for.
+func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly bool, blobs []Blob) (bytes, need int64, err error) {
+	// Make sure one extent can take the whole snapshot, so the copies below do not allocate.
+	for _, nt := range c.tables {
+		need += alignUp(copySpace(nt.t.RawSize(changedOnly), nt.t.RawRowSize()))
+	}
+	for _, b := range blobs {
+		need += alignUp(int64(len(b.Data)))
+	}
+	if err := c.ensureFree(g, gi, need); err != nil {
+		return 0, 0, err
+	}
+	var total int64
+	for _, nt := range c.tables {
+		rowSize := nt.t.RawRowSize()
+		var n int
+		var ext int
+		var off int64
+		for attempt := 0; ; attempt++ {
+			size := copySpace(nt.t.RawSize(changedOnly), rowSize)
+			var dst []byte
+			var err error
+			ext, off, dst, err = c.alloc(g, gi, size<<attempt)
+			if err != nil {
+				return 0, 0, err
+			}
+			n, err = nt.t.CopyRaw(dst, changedOnly, true)
+			if errors.Is(err, io.ErrShortBuffer) && attempt < 4 {
+				continue
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("checkpoint: copy table %s: %w", nt.name, err)
+			}
+			if n < 0 || n > len(dst) || n%rowSize != 0 {
+				return 0, 0, fmt.Errorf("checkpoint: copy table %s: wrote %d bytes, not whole %d-byte records", nt.name, n, rowSize)
+			}
+			break
+		}
+		c.mu.Lock()
+		g.extents[ext].used = alignUp(off + int64(n))
+		c.mu.Unlock()
+		seg.Tables = append(seg.Tables, segTable{Name: nt.name, Schema: append([]byte(nil), nt.t.Schema()...),
+			RowSize: uint32(rowSize), Extent: uint32(ext), Off: uint64(off), Len: uint64(n)})
+		total += int64(n)
+	}
+	for _, b := range blobs {
+		ext, off, dst, err := c.alloc(g, gi, int64(len(b.Data)))
+		if err != nil {
+			return 0, 0, err
+		}
+		copy(dst, b.Data)
+		c.mu.Lock()
+		g.extents[ext].used = alignUp(off + int64(len(b.Data)))
+		c.mu.Unlock()
+		seg.Blobs = append(seg.Blobs, segBlob{Name: b.Name, Extent: uint32(ext), Off: uint64(off), Len: uint64(len(b.Data))})
+		total += int64(len(b.Data))
+	}
+	return total, need, nil
+}
+
+// copySpace is the space reserved for copying a table whose RawSize is size: rows may be added between
+// RawSize and CopyRaw.
+func copySpace(size, rowSize int) int64 {
+	return int64(size) + int64(size)/16 + int64(64*rowSize)
+}
+
+// minExtent is the smallest extent created.
+const minExtent = 1 << 20
+
+// alloc returns n bytes of free space at the end of an extent of generation g, creating an extent
+// when none has room. The space is reserved only when the caller advances the extent's used mark.
+func (c *Checkpointer) alloc(g *generation, gi int, n int64) (int, int64, []byte, error) {
+	for {
+		c.mu.Lock()
+		for i, x := range g.extents {
+			if int64(len(x.data))-x.used >= n {
+				off := x.used
+				c.mu.Unlock()
+				return i, off, x.data[off : off+n : off+n], nil
+			}
+		}
+		c.mu.Unlock()
+		if err := c.addExtent(g, gi, n+int64(float64(n)*c.cfg.Headroom)); err != nil {
+			return 0, 0, nil, err
+		}
+	}
+}
+
+// ensureFree makes sure one extent of generation g has n free bytes at its end.
+func (c *Checkpointer) ensureFree(g *generation, gi int, n int64) error {
+	c.mu.Lock()
+	free := g.largestFree()
+	c.mu.Unlock()
+	if free >= n {
+		return nil
+	}
+	return c.addExtent(g, gi, n+int64(float64(n)*c.cfg.Headroom))
+}
+
+// addExtent creates a pre-faulted extent of at least size bytes for generation g. It is slow (every
+// page is faulted in) and takes no lock while it works.
+func (c *Checkpointer) addExtent(g *generation, gi int, size int64) error {
+	page := int64(os.Getpagesize())
+	size = max(size, minExtent)
+	size = (size + page - 1) / page * page
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	seq := c.reg.seq
+	c.reg.seq++
+	c.mu.Unlock()
+	x, err := c.reg.newExtent(gi, seq, size)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	g.extents = append(g.extents, x)
+	c.mu.Unlock()
+	return nil
+}
+
+// Reserve makes sure each generation has an extent of at least bytes, creating pre-faulted extents as
+// needed, so that snapshots up to that size allocate nothing while training waits. Creating shared
+// memory is slow (every page is faulted in once); call Reserve at start-up with the expected size of
+// a full snapshot plus room for deltas. Snapshots grow the region themselves when it is too small.
+func (c *Checkpointer) Reserve(ctx context.Context, bytes int64) error {
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	for gi, g := range c.reg.gens {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		have := g.largest()
+		c.mu.Unlock()
+		if have >= bytes {
+			continue
+		}
+		if err := c.addExtent(g, gi, bytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}

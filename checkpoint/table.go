@@ -1,0 +1,41 @@
+package checkpoint
+
+import "encoding/binary"
+
+// Table is the view of one embedding table that checkpoints need.
+//
+// A Table must be safe for concurrent use: training goes on while CopyRaw runs. The checkpointer calls
+// CopyRaw and RawSize from the goroutine that calls Snapshot, and LoadRaw from the goroutine that calls
+// Load or Restore; it never calls LoadRaw on the same table from two goroutines at once.
+type Table interface {
+	// Schema describes the row layout (dim, optimizer, state width, ...); a restore into a
+	// table whose Schema differs is refused.
+	Schema() []byte
+	// RawRowSize is the fixed size in bytes of one raw record. Bytes [0:8) of a record are the
+	// row id as a little-endian uint64; bytes [8:12) are a little-endian uint32 that equals
+	// 0xFFFFFFFF in a deletion record (the row was removed since the base); the rest is opaque.
+	RawRowSize() int
+	// RawSize returns an upper bound of the bytes CopyRaw(changedOnly, ...) would write now.
+	RawSize(changedOnly bool) int
+	// CopyRaw copies packed records into dst and returns the bytes written: every live row
+	// (changedOnly false), or only rows changed or deleted since the last base (changedOnly
+	// true; deletions as deletion records). With newBase the change set is cleared in the same
+	// critical section as the copy, so this copy becomes the base of later incremental copies.
+	// A dst too small returns io.ErrShortBuffer and changes nothing (the caller grows and retries).
+	// Each row is copied consistently; training may go on concurrently (per-row consistency),
+	// and at a step barrier the whole copy is consistent.
+	CopyRaw(dst []byte, changedOnly, newBase bool) (int, error)
+	// LoadRaw applies records in order — inserting or replacing rows, deletion records remove
+	// them — skipping records whose id keep rejects (nil keeps all). It returns the number of
+	// records applied. Malformed input returns an error and changes nothing.
+	LoadRaw(src []byte, keep func(id uint64) bool) (int, error)
+}
+
+// DeletionMark is the little-endian uint32 at bytes [8:12) of a deletion record.
+const DeletionMark = 0xFFFFFFFF
+
+// minRowSize is the smallest raw record: an 8-byte id and a 4-byte mark.
+const minRowSize = 12
+
+// recordID returns the row id of the raw record that starts at rec[0].
+func recordID(rec []byte) uint64 { return binary.LittleEndian.Uint64(rec) }
