@@ -49,7 +49,9 @@ type PersistError struct {
 	Err  error
 }
 
-func (e *PersistError) Error() string { return fmt.Sprintf("checkpoint: persist step %d: %v", e.Step, e.Err) }
+func (e *PersistError) Error() string {
+	return fmt.Sprintf("checkpoint: persist step %d: %v", e.Step, e.Err)
+}
 func (e *PersistError) Unwrap() error { return e.Err }
 
 // corruptf returns an error wrapping ErrCorrupt.

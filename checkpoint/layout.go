@@ -21,9 +21,9 @@ const coordinatorNode = "_coordinator"
 
 func stepName(step uint64) string { return fmt.Sprintf("%020d", step) }
 
-func commitsPrefix(job string) string         { return job + "/commits/" }
+func commitsPrefix(job string) string           { return job + "/commits/" }
 func commitName(job string, step uint64) string { return commitsPrefix(job) + stepName(step) }
-func dataPrefix(job string) string             { return job + "/data/" }
+func dataPrefix(job string) string              { return job + "/data/" }
 
 func persistDir(job string, step uint64, node string, id uint64) string {
 	return fmt.Sprintf("%s/data/%s/%s/%016x", job, stepName(step), node, id)
@@ -31,8 +31,10 @@ func persistDir(job string, step uint64, node string, id uint64) string {
 
 func manifestName(dir string) string { return dir + "/manifest" }
 
-func chunkObject(table, slotLo, part int) string { return fmt.Sprintf("t%d-s%d-p%d", table, slotLo, part) }
-func blobObject(i int) string                    { return fmt.Sprintf("b%d", i) }
+func chunkObject(table, slotLo, part int) string {
+	return fmt.Sprintf("t%d-s%d-p%d", table, slotLo, part)
+}
+func blobObject(i int) string { return fmt.Sprintf("b%d", i) }
 
 // parseStep parses a 20-digit step component.
 func parseStep(s string) (uint64, bool) {
