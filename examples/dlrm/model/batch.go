@@ -63,8 +63,8 @@ func (m *Model) check(b *Batch, labels bool) error {
 		return fmt.Errorf("%w: nil batch", ErrBatch)
 	}
 	n, f, d := b.Size, m.cfg.Fields, m.cfg.EmbeddingDim
-	if n < 1 {
-		return fmt.Errorf("%w: size %d, want ≥ 1", ErrBatch, n)
+	if n < 1 || n > len(b.Dense) { // every sample has ≥ 1 dense value; also keeps n*f from overflowing
+		return fmt.Errorf("%w: size %d, want 1 ≤ size ≤ %d dense values / %d features", ErrBatch, n, len(b.Dense), m.cfg.DenseFeatures)
 	}
 	if len(b.Dense) != n*m.cfg.DenseFeatures {
 		return fmt.Errorf("%w: %d dense values, want size %d × %d features", ErrBatch, len(b.Dense), n, m.cfg.DenseFeatures)

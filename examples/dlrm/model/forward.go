@@ -140,6 +140,17 @@ func (m *Model) Predict(dst []float32, b *Batch) ([]float32, error) {
 	return dst, nil
 }
 
+// Logits appends to dst the logit (log-odds of a click) of every sample of
+// b, in order, and returns the extended slice. Unlike probabilities,
+// logits do not saturate in float32, so they rank confident predictions
+// exactly (for AUC) and feed LogLossLogits. Labels are ignored.
+func (m *Model) Logits(dst []float32, b *Batch) ([]float32, error) {
+	if err := m.check(b, false); err != nil {
+		return dst, err
+	}
+	return append(dst, m.forward(b)...), nil
+}
+
 // sigmoid is the logistic function, accurate for large |z|.
 func sigmoid(z float64) float64 {
 	if z >= 0 {

@@ -197,7 +197,14 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logits, err := m.Logits(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for s, z := range refLogits {
+		if logits[s] != g.Logits[s] {
+			t.Errorf("logit %d: Logits %v, ComputeGradients %v", s, logits[s], g.Logits[s])
+		}
 		if math.Abs(float64(g.Logits[s])-z) > 1e-5*math.Max(1, math.Abs(z)) {
 			t.Errorf("logit %d: %v, reference %v", s, g.Logits[s], z)
 		}

@@ -2,7 +2,7 @@ package model
 
 import "math"
 
-// rng is a small counter-free generator (SplitMix64). Its output is a fixed
+// rng is a small generator (SplitMix64). Its output is a fixed
 // function of its seed on every platform and Go release, which the
 // deterministic initialisation and the synthetic data rely on. The zero value
 // is a valid generator (seed 0).
@@ -29,9 +29,6 @@ func hash2(a, b uint64) uint64 {
 
 // newRNG returns a generator whose stream is a pure function of (a, b).
 func newRNG(a, b uint64) rng { return rng{s: hash2(a, b)} }
-
-// reset restarts r as newRNG(a, b) in place.
-func (r *rng) reset(a, b uint64) { *r = rng{s: hash2(a, b)} }
 
 func (r *rng) uint64() uint64 {
 	r.s += 0x9e3779b97f4a7c15
