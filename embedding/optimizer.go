@@ -7,7 +7,7 @@ import "math"
 // OptimizerKind.
 func (t *Table) update(w, st, g []float32) {
 	o := &t.cfg.Optimizer
-	lr := o.LearningRate
+	lr, eps := o.LearningRate, o.Eps
 	switch o.Kind {
 	case SGD:
 		for j := range w {
@@ -18,7 +18,7 @@ func (t *Table) update(w, st, g []float32) {
 		g = g[:len(w)]
 		for j := range w {
 			a[j] += g[j] * g[j]
-			w[j] -= lr * g[j] / (sqrt32(a[j]) + o.Eps)
+			w[j] -= lr * g[j] / (sqrt32(a[j]) + eps)
 		}
 	case RowWiseAdagrad:
 		var s float32
@@ -26,7 +26,7 @@ func (t *Table) update(w, st, g []float32) {
 			s += v * v
 		}
 		st[0] += s / float32(len(g))
-		step := lr / (sqrt32(st[0]) + o.Eps)
+		step := lr / (sqrt32(st[0]) + eps)
 		for j := range w {
 			w[j] -= step * g[j]
 		}
@@ -41,7 +41,7 @@ func (t *Table) update(w, st, g []float32) {
 		for j := range w {
 			m[j] = b1*m[j] + (1-b1)*g[j]
 			v[j] = b2*v[j] + (1-b2)*g[j]*g[j]
-			w[j] -= lr * (m[j] / c1) / (sqrt32(v[j]/c2) + o.Eps)
+			w[j] -= lr * (m[j] / c1) / (sqrt32(v[j]/c2) + eps)
 		}
 	case FTRL:
 		d := len(w)

@@ -49,6 +49,7 @@ const (
 // shard is one independently locked part of a table. Every field is guarded by mu.
 type shard struct {
 	mu sync.RWMutex
+	_  [64]byte // readers' lock traffic must not evict the fields below from other cores' caches
 
 	words [][]uint32  // chunks, as words
 	flts  [][]float32 // the same chunks, as float32
@@ -90,6 +91,48 @@ func (s *shard) rowID(r uint32, stride int) uint64 {
 	o := int(r&chunkMask) * stride
 	w := s.words[r>>chunkShift]
 	return uint64(w[o]) | uint64(w[o+1])<<32
+}
+
+// touchLocked loads one word of every cache line of row r's first upto words, so the row is
+// on its way into the cache while the caller works on earlier rows (Go has no prefetch
+// instruction; independent loads get the memory system working in parallel the same way).
+func (s *shard) touchLocked(r uint32, stride, upto int) uint32 {
+	w := s.rowWords(r, stride)[:upto]
+	var x uint32
+	for k := 0; k < len(w); k += 16 {
+		x += w[k]
+	}
+	return x + w[len(w)-1]
+}
+
+// touchIndex loads the index entry where a probe for hash h starts.
+func (s *shard) touchIndex(h uint64) uint32 {
+	if len(s.idx) == 0 {
+		return 0
+	}
+	return s.idx[s.pos(h)]
+}
+
+// candidateLocked returns the row of the first index entry in the probe run of h whose tag
+// matches, without reading any row: almost always id's row, if id is present.
+func (s *shard) candidateLocked(h uint64) int {
+	n := len(s.idx)
+	if n == 0 {
+		return -1
+	}
+	tag := tagOf(h)
+	for i := s.pos(h); ; {
+		e := s.idx[i]
+		if e == 0 {
+			return -1
+		}
+		if e&tagMask == tag {
+			return int(e&entryRowMask - 1)
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
 }
 
 // findLocked returns the row of id, or -1.

@@ -97,6 +97,8 @@ type scratch struct {
 	order []int32
 	start []int32
 	miss  []int32
+	rows  []int32
+	sink  uint32 // keeps the cache-warming loads alive
 	// Apply: duplicate folding
 	keys []uint64
 	grp  []int32
@@ -116,6 +118,7 @@ func (t *Table) getScratch(n int) *scratch {
 		sc.next = make([]int32, n)
 		sc.uniq = make([]int32, 0, n)
 		sc.miss = make([]int32, 0, n)
+		sc.rows = make([]int32, 0, n)
 	}
 	sc.h, sc.order, sc.next = sc.h[:n], sc.order[:n], sc.next[:n]
 	if len(sc.start) != len(t.shards)+1 {
@@ -177,15 +180,27 @@ func (t *Table) Lookup(ids []uint64, dst []float32) error {
 	}
 	t.groupByShard(sc, nil, len(ids))
 	stride := t.stride
+	var sink uint32
 	for si := range t.shards {
 		lo, hi := sc.start[si], sc.start[si+1]
 		if lo == hi {
 			continue
 		}
 		s := &t.shards[si]
+		grp := sc.order[lo:hi]
 		sc.miss = sc.miss[:0]
 		s.mu.RLock()
-		for _, p := range sc.order[lo:hi] {
+		// Three passes, so the cache misses of a whole group are in flight together: index
+		// entries, then the rows their tags point to, then the verified copies.
+		for _, p := range grp {
+			sink += s.touchIndex(sc.h[p])
+		}
+		for _, p := range grp {
+			if r := s.candidateLocked(sc.h[p]); r >= 0 {
+				sink += s.touchLocked(uint32(r), stride, hdrWords+d)
+			}
+		}
+		for _, p := range grp {
 			r := s.findLocked(ids[p], sc.h[p], stride)
 			if r < 0 {
 				sc.miss = append(sc.miss, p)
@@ -200,6 +215,7 @@ func (t *Table) Lookup(ids []uint64, dst []float32) error {
 			}
 		}
 	}
+	sc.sink += sink
 	return nil
 }
 
@@ -267,11 +283,9 @@ func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 	if len(grads) != len(ids)*d {
 		return fmt.Errorf("%w: %s: apply of %d ids needs %d gradient floats, got %d", ErrLength, t.name(), len(ids), len(ids)*d, len(grads))
 	}
-	for i, g := range grads {
-		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
-			t.rejected.Add(1)
-			return fmt.Errorf("%w: %s: gradient %d of id %d is %v", ErrNonFinite, t.name(), i%d, ids[i/d], g)
-		}
+	if i := firstNonFinite(grads); i >= 0 {
+		t.rejected.Add(1)
+		return fmt.Errorf("%w: %s: gradient %d of id %d is %v", ErrNonFinite, t.name(), i%d, ids[i/d], grads[i])
 	}
 	if len(ids) == 0 {
 		return nil
@@ -287,21 +301,34 @@ func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 	if cap(sc.sum) < d {
 		sc.sum = make([]float32, d)
 	}
-	sum := sc.sum[:d]
-	stride := t.stride
+	// With a row cap, creating a row may evict one resolved earlier in the batch, so rows are
+	// then updated as soon as they are resolved.
+	late := t.cfg.Eviction.MaxRows == 0
+	var sink uint32
 	for si := range t.shards {
 		lo, hi := sc.start[si], sc.start[si+1]
 		if lo == hi {
 			continue
 		}
 		s := &t.shards[si]
+		grp := sc.order[lo:hi]
+		rows := sc.rows[:0]
 		s.mu.Lock()
-		for _, p := range sc.order[lo:hi] {
+		for _, p := range grp {
+			sink += s.touchIndex(sc.h[p])
+		}
+		for _, p := range grp {
+			if r := s.candidateLocked(sc.h[p]); r >= 0 {
+				sink += s.touchLocked(uint32(r), t.stride, t.stride)
+			}
+		}
+		for _, p := range grp {
 			id := ids[p]
-			r := s.findLocked(id, sc.h[p], stride)
+			r := s.findLocked(id, sc.h[p], t.stride)
 			if r < 0 {
 				if !t.admitAtApply(id) {
 					t.dropped.Add(1)
+					rows = append(rows, -1)
 					continue
 				}
 				var err error
@@ -310,29 +337,69 @@ func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 					return err
 				}
 			}
-			g := grads[int(p)*d : int(p+1)*d]
-			if q := sc.next[p]; q >= 0 {
-				copy(sum, g)
-				for ; q >= 0; q = sc.next[q] {
-					gq := grads[int(q)*d : int(q+1)*d]
-					for j := range sum {
-						sum[j] += gq[j]
-					}
+			if late {
+				rows = append(rows, int32(r))
+			} else {
+				t.applyRowLocked(s, uint32(r), p, grads, sc, step)
+			}
+		}
+		if late {
+			for k, p := range grp {
+				if r := rows[k]; r >= 0 {
+					t.applyRowLocked(s, uint32(r), p, grads, sc, step)
 				}
-				g = sum
 			}
-			row := s.rowFloats(uint32(r), stride)
-			t.update(row[hdrWords:hdrWords+d], row[hdrWords+d:], g)
-			w := s.rowWords(uint32(r), stride)
-			w[wordStep] = step
-			if w[wordFreq] != math.MaxUint32 {
-				w[wordFreq]++
-			}
-			s.markLocked(uint32(r))
 		}
 		s.mu.Unlock()
+		sc.rows = rows
 	}
+	sc.sink += sink
 	return nil
+}
+
+// applyRowLocked applies the gradient of the id at position p (summed over its repeats) to row r.
+func (t *Table) applyRowLocked(s *shard, r uint32, p int32, grads []float32, sc *scratch, step uint32) {
+	d := t.dim
+	g := grads[int(p)*d : int(p+1)*d]
+	if q := sc.next[p]; q >= 0 {
+		sum := sc.sum[:d]
+		copy(sum, g)
+		for ; q >= 0; q = sc.next[q] {
+			gq := grads[int(q)*d : int(q+1)*d]
+			for j := range sum {
+				sum[j] += gq[j]
+			}
+		}
+		g = sum
+	}
+	row := s.rowFloats(r, t.stride)
+	t.update(row[hdrWords:hdrWords+d], row[hdrWords+d:], g)
+	w := s.rowWords(r, t.stride)
+	w[wordStep] = step
+	if w[wordFreq] != math.MaxUint32 {
+		w[wordFreq]++
+	}
+	s.markLocked(r)
+}
+
+// firstNonFinite returns the index of the first NaN or infinite value in v, or -1. A float32 is
+// not finite exactly when its exponent bits are all ones; four values are tested per step.
+func firstNonFinite(v []float32) int {
+	const exp = 0x7f800000
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a, b := math.Float32bits(v[i])&exp, math.Float32bits(v[i+1])&exp
+		c, e := math.Float32bits(v[i+2])&exp, math.Float32bits(v[i+3])&exp
+		if a == exp || b == exp || c == exp || e == exp {
+			break
+		}
+	}
+	for ; i < len(v); i++ {
+		if math.Float32bits(v[i])&exp == exp {
+			return i
+		}
+	}
+	return -1
 }
 
 // foldDuplicates fills sc.uniq with the first position of each distinct id and sc.next with a

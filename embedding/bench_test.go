@@ -1,0 +1,100 @@
+package embedding
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// benchTable returns a filled Adagrad table and a Zipf(1.1) id stream over it.
+func benchTable(b *testing.B, rows int) (*Table, []uint64) {
+	b.Helper()
+	tab, err := New(Config{Dim: 64, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 4096
+	ids := make([]uint64, batch)
+	w := make([]float32, batch*64)
+	for base := 0; base < rows; base += batch {
+		for i := range ids {
+			ids[i] = mix64(uint64(base + i))
+		}
+		if err := tab.Lookup(ids, w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, uint64(rows-1))
+	stream := make([]uint64, batch*64)
+	for i := range stream {
+		stream[i] = mix64(z.Uint64())
+	}
+	return tab, stream
+}
+
+// BenchmarkLookup measures batched lookups of 4096 Zipf-distributed ids, with a Go map of slices
+// doing the same lookups as the baseline.
+func BenchmarkLookup(b *testing.B) {
+	const rows, batch = 1 << 20, 4096
+	tab, stream := benchTable(b, rows)
+	dst := make([]float32, batch*64)
+	b.Run("table", func(b *testing.B) {
+		b.SetBytes(batch * 256)
+		for i := 0; i < b.N; i++ {
+			o := (i * batch) % len(stream)
+			if err := tab.Lookup(stream[o:o+batch], dst); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
+	})
+	b.Run("flatgather", func(b *testing.B) {
+		// The memory limit: the same stream gathered from one flat slice at random row offsets.
+		flat := make([]float32, rows*64)
+		perm := rand.New(rand.NewPCG(3, 4)).Perm(rows)
+		off := make([]int, len(stream))
+		for i, id := range stream {
+			off[i] = perm[id%rows] * 64
+		}
+		b.SetBytes(batch * 256)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			o := (i * batch) % len(stream)
+			for k, x := range off[o : o+batch] {
+				copy(dst[k*64:(k+1)*64], flat[x:x+64])
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
+	})
+	b.Run("gomap", func(b *testing.B) {
+		m := make(map[uint64][]float32, rows)
+		tab.Range(func(v RowView) bool { m[v.ID] = append([]float32(nil), v.Weights...); return true })
+		b.SetBytes(batch * 256)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			o := (i * batch) % len(stream)
+			for k, id := range stream[o : o+batch] {
+				copy(dst[k*64:(k+1)*64], m[id])
+			}
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
+	})
+}
+
+// BenchmarkApplyAdagrad measures batched Adagrad updates of 4096 Zipf-distributed ids.
+func BenchmarkApplyAdagrad(b *testing.B) {
+	const rows, batch = 1 << 20, 4096
+	tab, stream := benchTable(b, rows)
+	g := make([]float32, batch*64)
+	for i := range g {
+		g[i] = 1e-3
+	}
+	b.SetBytes(batch * 256)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		o := (i * batch) % len(stream)
+		if err := tab.Apply(stream[o:o+batch], g, uint32(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
+}

@@ -1,0 +1,151 @@
+// Command bench runs the elasticps benchmark suites.
+//
+//	go run ./examples/bench [flags] SUITE [SUITE...]
+//
+// Each suite measures the library against a baseline or a physical limit in the same run, prints a
+// table and writes bench-SUITE.json of the form {"suite":NAME,"metrics":{NAME: number, ...}}.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// suite is one named benchmark program.
+type suite struct {
+	about string
+	run   func(ctx context.Context, opt options, r *report) error
+}
+
+// options are the flags shared by every suite.
+type options struct {
+	quick bool   // smaller sizes, for a smoke run
+	out   string // directory for bench-SUITE.json
+	dir   string // scratch directory on disk (suites that write files)
+}
+
+// allSuites lists the suites by name. Each suite lives in its own file.
+func allSuites() map[string]suite {
+	return map[string]suite{
+		"embedding": {about: "embedding table lookups and updates vs a flat gather and a Go map", run: runEmbedding},
+	}
+}
+
+func main() {
+	var opt options
+	flag.BoolVar(&opt.quick, "quick", false, "run with small sizes (a smoke run; the figures mean little)")
+	flag.StringVar(&opt.out, "out", ".", "directory to write bench-SUITE.json into")
+	flag.StringVar(&opt.dir, "dir", "", "scratch directory on disk for suites that write files (default: the OS temp dir)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: bench [flags] SUITE [SUITE...]\n\nsuites:\n")
+		s := allSuites()
+		for _, n := range sortedNames(s) {
+			fmt.Fprintf(flag.CommandLine.Output(), "  %-12s %s\n", n, s[n].about)
+		}
+		fmt.Fprintf(flag.CommandLine.Output(), "\nflags:\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	suites := allSuites()
+	for _, name := range flag.Args() {
+		s, ok := suites[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "bench: unknown suite %q (have %s)\n", name, strings.Join(sortedNames(suites), ", "))
+			os.Exit(2)
+		}
+		r := &report{suite: name}
+		if err := s.run(ctx, opt, r); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		r.print(os.Stdout)
+		path := filepath.Join(opt.out, "bench-"+name+".json")
+		if err := r.write(path); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		fmt.Printf("wrote %s\n\n", path)
+	}
+}
+
+func sortedNames(s map[string]suite) []string {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// report collects a suite's metrics in the order they were measured.
+type report struct {
+	suite string
+	names []string
+	vals  map[string]float64
+	notes map[string]string
+}
+
+// add records metric name = v with a short human note (unit, target, baseline).
+func (r *report) add(name string, v float64, note string) {
+	if r.vals == nil {
+		r.vals = map[string]float64{}
+		r.notes = map[string]string{}
+	}
+	if _, dup := r.vals[name]; !dup {
+		r.names = append(r.names, name)
+	}
+	r.vals[name] = v
+	r.notes[name] = note
+}
+
+// get returns a metric recorded earlier.
+func (r *report) get(name string) float64 { return r.vals[name] }
+
+func (r *report) print(w *os.File) {
+	fmt.Fprintf(w, "suite %s\n", r.suite)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, n := range r.names {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", n, formatValue(r.vals[n]), r.notes[n])
+	}
+	tw.Flush()
+}
+
+func formatValue(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.3gM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+func (r *report) write(path string) error {
+	if len(r.names) == 0 {
+		return errors.New("no metrics recorded")
+	}
+	b, err := json.MarshalIndent(struct {
+		Suite   string             `json:"suite"`
+		Metrics map[string]float64 `json:"metrics"`
+	}{r.suite, r.vals}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
