@@ -572,3 +572,34 @@ func (t *Table) MemoryBytes() int64 {
 // PayloadBytesPerRow is the bytes of weights and optimizer state in one row; MemoryBytes/Len minus
 // this is the per-row overhead.
 func (t *Table) PayloadBytesPerRow() int { return 4 * (t.dim + t.sw) }
+
+// Assign sets the weights of ids to weights (len(ids)*Dim), creating rows as needed (admission
+// does not apply). A new row starts with its initial optimizer state; an existing row keeps its
+// state. It marks the rows changed but does not count as an update (frequency and last step are
+// unchanged). Non-finite weights are refused with ErrNonFinite and nothing is changed.
+func (t *Table) Assign(ids []uint64, weights []float32) error {
+	d := t.dim
+	if len(weights) != len(ids)*d {
+		return fmt.Errorf("%w: %s: assign of %d ids needs %d floats, got %d", ErrLength, t.name(), len(ids), len(ids)*d, len(weights))
+	}
+	if i := firstNonFinite(weights); i >= 0 {
+		return fmt.Errorf("%w: %s: weight %d of id %d is %v", ErrNonFinite, t.name(), i%d, ids[i/d], weights[i])
+	}
+	for i, id := range ids {
+		h := t.hash(id)
+		s := &t.shards[t.shardOf(h)]
+		s.mu.Lock()
+		r := s.findLocked(id, h, t.stride)
+		if r < 0 {
+			var err error
+			if r, err = t.createLocked(s, id, h, 0); err != nil {
+				s.mu.Unlock()
+				return err
+			}
+		}
+		copy(s.rowFloats(uint32(r), t.stride)[hdrWords:hdrWords+d], weights[i*d:(i+1)*d])
+		s.markLocked(uint32(r))
+		s.mu.Unlock()
+	}
+	return nil
+}

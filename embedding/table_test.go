@@ -214,3 +214,16 @@ func TestFirstNonFinite(t *testing.T) {
 	v[10] = float32(math.NaN())
 	assert.Equal(t, 10, firstNonFinite(v))
 }
+
+func TestAssign(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 2, Optimizer: Optimizer{Kind: Adagrad, InitialAccumulator: 0.5}})
+	require.NoError(t, tab.Assign([]uint64{1, 2}, []float32{1, 2, 3, 4}))
+	r, _ := tab.Row(2)
+	assert.Equal(t, []float32{3, 4}, r.Weights)
+	assert.Equal(t, []float32{0.5, 0.5}, r.State)
+	assert.Equal(t, uint32(0), r.Freq)
+	require.ErrorIs(t, tab.Assign([]uint64{1}, []float32{1}), ErrLength)
+	require.ErrorIs(t, tab.Assign([]uint64{1}, []float32{1, float32(math.NaN())}), ErrNonFinite)
+	r, _ = tab.Row(1)
+	assert.Equal(t, []float32{1, 2}, r.Weights)
+}
