@@ -1,0 +1,113 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/wire"
+)
+
+func TestBadFramesCloseOnlyThatConnection(t *testing.T) {
+	e := newEnv(t, ServerConfig{MaxFrameSize: 1 << 20})
+	good := e.client(t, ClientConfig{})
+	inflight := make(chan error, 1)
+	var inflightResp []byte
+	go func() {
+		var err error
+		inflightResp, err = good.Call(context.Background(), e.addr, mBlock, []byte("in flight"))
+		inflight <- err
+	}()
+	<-e.block.started
+
+	var comp wire.Pool
+	compressed, ok := wire.Compress(&comp, bytes.Repeat([]byte("a"), 4096))
+	require.True(t, ok)
+	garbage := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 8)
+	cases := []struct {
+		name   string
+		bytes  []byte
+		close  bool // close our end after writing
+		reason string
+	}{
+		{"garbage", garbage, false, "unknown kind"},
+		{"oversized", wire.AppendHeader(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1, Size: 1<<20 + 1}), false, "frame too large"},
+		{"truncated", wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, make([]byte, 100))[:60], true, "truncated frame"},
+		{"response from client", wire.AppendFrame(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, nil), false, "unexpected response frame"},
+		{"compression not negotiated", wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Flags: wire.FlagCompressed, Method: mEcho, ID: 1}, compressed), false, "without compression"},
+		{"bad flags", append(binary.LittleEndian.AppendUint32(nil, 0), 1, 0x80, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0), false, "unknown flags"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := e.authConn(t)
+			_, err := nc.Write(tc.bytes)
+			require.NoError(t, err)
+			if tc.close {
+				require.NoError(t, nc.Close())
+			} else {
+				waitClosed(t, nc)
+			}
+			e.logs.waitLog(t, tc.reason)
+			// Everyone else is unaffected.
+			resp, err := good.Call(context.Background(), e.addr, mEcho, []byte(tc.name))
+			require.NoError(t, err)
+			assert.Equal(t, tc.name, string(resp))
+		})
+	}
+	close(e.block.release)
+	require.NoError(t, <-inflight)
+	assert.Equal(t, "in flight", string(inflightResp))
+	assert.Equal(t, len(cases), e.handlerRuns(mEcho), "no bad frame reached a handler")
+}
+
+// A well-formed request written by hand gets its answer: the frame layout
+// documented in package wire is what the server speaks.
+func TestHandWrittenRequest(t *testing.T) {
+	e := newEnv(t, ServerConfig{})
+	nc := e.authConn(t)
+	_, err := nc.Write(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 77}, []byte("by hand")))
+	require.NoError(t, err)
+	f, err := wire.NewReader(nc, wire.ReaderOptions{}).ReadFrame()
+	require.NoError(t, err)
+	assert.Equal(t, wire.KindResponse, f.Kind)
+	assert.Equal(t, uint64(77), f.ID)
+	assert.Equal(t, "by hand", string(f.Payload))
+}
+
+// FuzzServerInput writes arbitrary bytes to the server, before and after
+// authentication; the server must not crash, must not run a handler for an
+// unauthenticated peer, and must keep serving other clients.
+func FuzzServerInput(f *testing.F) {
+	f.Add([]byte{}, false)
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"), false)
+	f.Add(wire.AppendHandshake(nil, wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version}), false)
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, []byte("x")), false)
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, []byte("x")), true)
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: 999, ID: 1}, nil), true)
+	f.Add(wire.AppendHeader(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1, Size: 1 << 30}), true)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 0, 1, 0}, true)
+	f.Fuzz(func(t *testing.T, in []byte, authenticate bool) {
+		e := newEnv(t, ServerConfig{MaxFrameSize: 1 << 16})
+		good := e.client(t, ClientConfig{})
+		if authenticate {
+			nc := e.authConn(t)
+			_, _ = nc.Write(in)
+			_ = nc.Close()
+		} else {
+			nc := e.rawConn(t)
+			_, _ = nc.Write(in)
+			_ = nc.Close()
+			if len(e.calls) != 0 {
+				t.Fatalf("a handler ran for an unauthenticated peer")
+			}
+		}
+		resp, err := good.Call(context.Background(), e.addr, mEcho, []byte("alive"))
+		if err != nil || string(resp) != "alive" {
+			t.Fatalf("server stopped serving: %v", err)
+		}
+	})
+}
