@@ -217,3 +217,5 @@ func TestIndexedSource(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func mapFS(name, data string) fstest.MapFS { return fstest.MapFS{name: {Data: []byte(data)}} }

@@ -131,9 +131,9 @@ func TestErrorsSurviveTheWire(t *testing.T) {
 
 func sampleLease() shard.Lease {
 	return shard.Lease{
-		ID:    shard.LeaseID{Incarnation: 0xdeadbeef, Seq: 12345, Shard: 77},
-		Epoch: 3,
-		Shard: shard.Shard{Index: 77, Kind: shard.KindText, File: "day_0.tsv", Start: 1 << 33, End: 1<<33 + 999, Records: 10, Base: 770, Line: 7701},
+		ID:     shard.LeaseID{Incarnation: 0xdeadbeef, Seq: 12345, Shard: 77},
+		Epoch:  3,
+		Shard:  shard.Shard{Index: 77, Kind: shard.KindText, File: "day_0.tsv", Start: 1 << 33, End: 1<<33 + 999, Records: 10, Base: 770, Line: 7701},
 		Offset: 4, TTL: 30 * time.Second, ShuffleSeed: 0xfeedface,
 	}
 }
