@@ -101,3 +101,29 @@ func TestBatchBuilderRejectsBadSamples(t *testing.T) {
 		t.Errorf("nil sample: err %v", err)
 	}
 }
+
+func TestBatchBuilderDoesNotAllocate(t *testing.T) {
+	gen, err := model.NewSynth(model.SynthConfig{Seed: 1, Vocab: []int{5, 50, 500}, Hotness: []int{1, 3, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := model.NewBatchBuilder(gen.ModelConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s model.Sample
+	fill := func() {
+		bb.Reset()
+		for i := range 128 {
+			gen.Sample(uint64(i), &s)
+			if err := bb.Add(&s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bb.Rows()
+	}
+	fill()
+	if allocs := testing.AllocsPerRun(5, fill); allocs != 0 {
+		t.Errorf("%v allocations per refilled batch, want 0", allocs)
+	}
+}

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -227,5 +228,39 @@ func TestSynthConfigValidate(t *testing.T) {
 	}
 	if _, err := model.NewSynth(model.SynthConfig{Vocab: []int{}}); !errors.Is(err, model.ErrInvalidConfig) {
 		t.Errorf("no fields: err %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestSynthConcurrentReaders reads the same records from several
+// goroutines (run with -race): a Synth is safe for concurrent use.
+func TestSynthConcurrentReaders(t *testing.T) {
+	g, err := model.NewSynth(model.SynthConfig{Seed: 6, Vocab: []int{50, 500}, Hotness: []int{2, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	want := make([]float64, n)
+	var s model.Sample
+	for i := range n {
+		want[i] = g.Sample(uint64(i), &s)
+	}
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			var s model.Sample
+			for i := range n {
+				j := (i*7 + w) % n
+				if p := g.Sample(uint64(j), &s); p != want[j] {
+					errs <- fmt.Errorf("worker %d record %d: %v, want %v", w, j, p, want[j])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
