@@ -21,7 +21,7 @@ type SynthConfig struct {
 	// Vocab lists the number of distinct ids of each categorical field; its
 	// length is the number of fields. nil means the default 26 fields. The
 	// generator keeps (LatentDim+2)·4 + 8 bytes of hidden state per id
-	// (32 B by default; 22 MB for the default 695 000 ids).
+	// (32 B by default; 23 MB for the default 704 819 ids).
 	Vocab []int
 
 	// Hotness optionally lists, per field, the largest number of ids in one
