@@ -104,7 +104,7 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 				const records = 20000
 				const ttl = 2 * time.Second
 				cfg := shard.Config{Dataset: shard.IndexedDataset(records), ShardSize: 150, Epochs: 3, Shuffle: true, ShuffleRecords: seed == 2,
-					Seed: seed, LeaseTTL: ttl, MaxFailures: 1000, MaxLeasesPerWorker: 1, RetryAfter: 100 * time.Millisecond, Incarnation: seed}
+					Seed: seed, LeaseTTL: ttl, MaxFailures: 1000, RetryAfter: 100 * time.Millisecond, Incarnation: seed}
 				t0bubble := time.Now()
 				d, err := shard.New(cfg) // the bubble's clock
 				if err != nil {

@@ -60,9 +60,11 @@ type Config struct {
 	// one epoch before it goes to FAILED. Default 3. A voluntary Leave does not count.
 	MaxFailures int
 
-	// MaxLeasesPerWorker is how many shards one worker may hold at once. Default 1. When a worker
-	// holding that many asks for another, its oldest lease is revoked (and counts as a failure):
-	// a worker that asks again has lost track of what it held, typically because it restarted.
+	// MaxLeasesPerWorker is how many shards one worker may hold at once. Default 2, so that a
+	// Reader can start the next shard while the last batches of the previous one are still
+	// being trained (ReaderConfig.MaxLeases must not exceed it). When a worker holding that many
+	// asks for another, its oldest lease is revoked (and counts as a failure): a worker that
+	// asks again has lost track of what it held, typically because it restarted.
 	MaxLeasesPerWorker int
 
 	// RetryAfter is the wait suggested by a WaitError. Default 1s. It is capped by the time until
@@ -109,7 +111,7 @@ func (c *Config) fill() {
 		c.MaxFailures = 3
 	}
 	if c.MaxLeasesPerWorker == 0 {
-		c.MaxLeasesPerWorker = 1
+		c.MaxLeasesPerWorker = 2
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = time.Second

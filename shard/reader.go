@@ -30,8 +30,11 @@ type ReaderConfig struct {
 	MaxPending int
 	// MaxLeases is how many shards the reader holds at once: at a shard boundary, Next waits
 	// until a held shard is finished (all its batches done and reported) before acquiring
-	// another. Default 1. Must not exceed the dispatcher's MaxLeasesPerWorker, or the dispatcher
-	// revokes the oldest lease and its last batches count for nothing.
+	// another. Default 2: batches of the previous shard may still be in training while the next
+	// shard is read. A caller that calls Done only after its next Next returns must keep the
+	// batches it holds within fewer than MaxLeases shards, or Next waits until ctx ends. Must not
+	// exceed the dispatcher's MaxLeasesPerWorker, or the dispatcher revokes the oldest lease and
+	// its last batches count for nothing.
 	MaxLeases int
 	// ReportEvery reports progress after this many completed batches (and always at the end of a
 	// shard). Default 1. Larger means fewer dispatcher calls but more replay after a crash, and
@@ -59,7 +62,7 @@ func (c *ReaderConfig) fill() {
 		c.MaxPending = 4
 	}
 	if c.MaxLeases == 0 {
-		c.MaxLeases = 1
+		c.MaxLeases = 2
 	}
 	if c.ReportEvery == 0 {
 		c.ReportEvery = 1
@@ -371,11 +374,15 @@ func (r *Reader) fill(h *held) (*Batch, error) {
 			return nil, err
 		}
 	}
+	if !exhausted {
+		b.End = b.RecordOffsets[b.Len()-1] + 1
+		// A full batch that ends on the shard's last position exhausts it too: finish the shard
+		// now rather than with an empty batch later.
+		exhausted = b.End == h.lease.Shard.Records
+	}
 	if exhausted {
 		b.End = h.lease.Shard.Records
 		_ = h.cursor.Close()
-	} else {
-		b.End = b.RecordOffsets[b.Len()-1] + 1
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

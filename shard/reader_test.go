@@ -326,3 +326,57 @@ func TestReaderConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A single goroutine may keep a batch in flight across a shard boundary (MaxLeases 2); with
+// MaxLeases 1 the reader waits at the boundary until the previous shard's batches are done.
+func TestReaderShardBoundary(t *testing.T) {
+	ctx := context.Background()
+	d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(20), ShardSize: 10})
+	r := newReader(t, shard.ReaderConfig{Service: d, Worker: "w", Source: shard.IndexedSource{Data: labelled(20)}, BatchSize: 6, MaxPending: 2})
+	b1, err := r.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := r.Next(ctx) // the end of the first shard
+	if err != nil || b2.End != 10 {
+		t.Fatalf("%v %+v", err, b2)
+	}
+	if err := r.Done(ctx, b1); err != nil {
+		t.Fatal(err)
+	}
+	b3, err := r.Next(ctx) // b2 still in flight: the second shard starts anyway
+	if err != nil || b3.Shard.Index == b2.Shard.Index {
+		t.Fatalf("%v %+v", err, b3)
+	}
+	if err := r.Done(ctx, b2); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Done(ctx, b3); err != nil {
+		t.Fatal(err)
+	}
+	if p := d.Progress(); p.Shards.Done != 1 || p.EpochRecords[0].Done != 16 {
+		t.Fatalf("%+v", p)
+	}
+
+	d, _ = newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(20), ShardSize: 10})
+	r = newReader(t, shard.ReaderConfig{Service: d, Worker: "w", Source: shard.IndexedSource{Data: labelled(20)}, BatchSize: 10, MaxPending: 2, MaxLeases: 1})
+	b1, err = r.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := r.Next(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("boundary with MaxLeases 1 and a batch in flight: %v", err)
+	}
+	first := b1.Shard.Index
+	done := make(chan error)
+	go func() { done <- r.Done(ctx, b1) }()
+	b2, err = r.Next(ctx) // returns once the Done above has finished the first shard
+	if err != nil || b2.Start != 0 || b2.Shard.Index == first {
+		t.Fatalf("%v %+v", err, b2)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
