@@ -43,11 +43,19 @@ type Checkpointer struct {
 	idle        chan struct{} // closed when work drops to zero
 	stats       Stats
 
+	hooks testHooks // set only by tests, before the first Snapshot
+
 	sealQ    queue[stageJob]
 	persistQ queue[stageJob]
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+}
+
+// testHooks let tests stop the pipeline between phases, to take a crash image of the region.
+type testHooks struct {
+	beforeSeal func(step uint64)
+	afterSeal  func(step uint64)
 }
 
 type namedTable struct {
@@ -62,6 +70,7 @@ type durablePos struct {
 	chain    uint64
 	seg      int
 	step     uint64
+	baseStep uint64
 	manifest string
 }
 

@@ -55,7 +55,7 @@ func (c *Checkpointer) persistLoop() {
 type persistPlan struct {
 	step       uint64
 	full       bool
-	baseStep   uint64
+	baseStep   uint64 // step of the full checkpoint in storage the chain starts at
 	parent     string
 	parentStep uint64
 	segs       []*segment // the segments to carry, oldest first
@@ -71,13 +71,13 @@ func (c *Checkpointer) persistJob(job stageJob) PersistResult {
 	c.mu.Lock()
 	p := persistPlan{step: job.step, id: c.newIDLocked()}
 	first := 0
+	p.baseStep = job.step // a full checkpoint is its own base, even when it carries several segments
 	if d := c.durable; d.ok && d.gen == g.idx && d.chain == job.chain && d.seg < job.idx {
 		first = d.seg + 1
-		p.parent, p.parentStep = d.manifest, d.step
+		p.parent, p.parentStep, p.baseStep = d.manifest, d.step, d.baseStep
 	}
 	p.full = first == 0
 	p.segs = append([]*segment(nil), g.segs[first:job.idx+1]...)
-	p.baseStep = g.segs[0].Step
 	for _, s := range g.segs[:job.idx+1] {
 		p.chainIDs = append(p.chainIDs, s.ID)
 	}
@@ -101,7 +101,8 @@ func (c *Checkpointer) persistJob(job stageJob) PersistResult {
 		return res
 	}
 	c.mu.Lock()
-	c.durable = durablePos{ok: true, gen: g.idx, chain: job.chain, seg: job.idx, step: job.step, manifest: res.Manifest.Name}
+	c.durable = durablePos{ok: true, gen: g.idx, chain: job.chain, seg: job.idx, step: job.step,
+		baseStep: p.baseStep, manifest: res.Manifest.Name}
 	c.mu.Unlock()
 	return res
 }

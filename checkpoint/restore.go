@@ -93,6 +93,7 @@ type restorePlan struct {
 
 type nodePlan struct {
 	node     string
+	entry    commitNode
 	owned    slotSet // the node's slots at the step
 	relevant bool
 	src      Source
@@ -228,7 +229,7 @@ func (c *Checkpointer) plan(ctx context.Context, step uint64, o *restoreOpts) (*
 		}
 	}()
 	for _, n := range rec.Nodes {
-		np := &nodePlan{node: n.Node, ownGen: -1}
+		np := &nodePlan{node: n.Node, entry: n, ownGen: -1}
 		if !o.storageOnly {
 			c.planShm(p, np, n)
 		}
@@ -244,9 +245,6 @@ func (c *Checkpointer) plan(ctx context.Context, step uint64, o *restoreOpts) (*
 			return nil, err
 		}
 		np.relevant = p.reslot || np.owned.intersect(padTo(mine, rec.Slots)).count() > 0
-		if np.ownGen >= 0 {
-			p.own = np.ownGen
-		}
 		p.nodes = append(p.nodes, np)
 	}
 	ok = true
@@ -459,36 +457,40 @@ func (p *restorePlan) keepFor(np *nodePlan, lo, hi int, fromShm bool) func(uint6
 	}
 }
 
-// verify checks every checksum of what apply will read, in parallel, without decompressing.
+// verify checks every checksum of what apply will read, without decompressing. A node whose shared
+// memory fails its checksums falls back to storage.
 func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpts) error {
+	for _, np := range p.nodes {
+		if np.src != SourceShm {
+			continue
+		}
+		err := c.verifyShm(ctx, np, o)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "node", np.node, "err", err)
+		*np = nodePlan{node: np.node, entry: np.entry, relevant: np.relevant, ownGen: -1}
+		if err := c.planStorage(ctx, np, np.entry, p.rec); err != nil {
+			return err
+		}
+		if err := c.checkTables(np); err != nil {
+			return err
+		}
+	}
+	own := -1
+	for _, np := range p.nodes {
+		if np.ownGen >= 0 {
+			own = np.ownGen
+		}
+	}
+	p.own = own
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(c.cfg.Workers)
 	for _, np := range p.nodes {
-		wantBlob := func(name string) bool { return o.blobs == nil || o.blobs(np.node, name) }
 		if np.src == SourceShm {
-			last := np.segs[len(np.segs)-1]
-			for k, s := range np.segs {
-				if !np.relevant {
-					break
-				}
-				for ti, t := range s.Tables {
-					data := np.tdata[k][ti]
-					for pi, want := range t.Sums {
-						eg.Go(func() error {
-							lo := pi * sealPiece
-							if xxhashSum(data[lo:min(lo+sealPiece, len(data))]) != want {
-								return corruptf("node %s: shared memory of table %s at step %d, piece %d", np.node, t.Name, s.Step, pi)
-							}
-							return nil
-						})
-					}
-				}
-			}
-			for bi, b := range last.Blobs {
-				if wantBlob(b.Name) && xxhashSum(np.bdata[bi]) != b.Sum {
-					return corruptf("node %s: shared memory of blob %s", np.node, b.Name)
-				}
-			}
 			continue
 		}
 		for _, m := range np.chain {
@@ -507,10 +509,43 @@ func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpt
 		}
 		last := np.chain[len(np.chain)-1]
 		for _, b := range last.Blobs {
-			if wantBlob(b.Name) {
+			if o.blobs == nil || o.blobs(np.node, b.Name) {
 				name := last.dir() + "/" + b.Object
 				eg.Go(func() error { return c.checkObject(ctx, name, b.Size, b.Sum) })
 			}
+		}
+	}
+	return eg.Wait()
+}
+
+// verifyShm checks the piece checksums of a node's shared-memory chain.
+func (c *Checkpointer) verifyShm(ctx context.Context, np *nodePlan, o *restoreOpts) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(c.cfg.Workers)
+	for k, s := range np.segs {
+		if !np.relevant {
+			break
+		}
+		for ti, t := range s.Tables {
+			data := np.tdata[k][ti]
+			for pi, want := range t.Sums {
+				eg.Go(func() error {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					lo := pi * sealPiece
+					if xxhashSum(data[lo:min(lo+sealPiece, len(data))]) != want {
+						return corruptf("node %s: shared memory of table %s at step %d, piece %d", np.node, t.Name, s.Step, pi)
+					}
+					return nil
+				})
+			}
+		}
+	}
+	last := np.segs[len(np.segs)-1]
+	for bi, b := range last.Blobs {
+		if (o.blobs == nil || o.blobs(np.node, b.Name)) && xxhashSum(np.bdata[bi]) != b.Sum {
+			eg.Go(func() error { return corruptf("node %s: shared memory of blob %s", np.node, b.Name) })
 		}
 	}
 	return eg.Wait()

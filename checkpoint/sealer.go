@@ -13,7 +13,13 @@ func (c *Checkpointer) sealLoop() {
 		if !ok {
 			return
 		}
+		if c.hooks.beforeSeal != nil {
+			c.hooks.beforeSeal(job.step)
+		}
 		c.seal(job)
+		if c.hooks.afterSeal != nil {
+			c.hooks.afterSeal(job.step)
+		}
 		c.persistQ.push(job)
 		c.provision(job.gen)
 		c.doneWork(job.gen)
