@@ -1,0 +1,424 @@
+package ps
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/internal/rpc"
+	"golang.org/x/sync/errgroup"
+)
+
+// Client pulls and pushes rows for a worker. It routes every id by its cached owner table,
+// folds repeated ids of a batch into one row (summing their gradients on push), sends one request
+// per server in parallel, reassembles results in the caller's order, and when a server answers
+// that it no longer owns a slot, refreshes the table and resends only that server's part. A
+// client with a stale table is therefore never wrong, only slower. Safe for concurrent use.
+type Client struct {
+	cfg      ClientConfig
+	log      *slog.Logger
+	rpc      *rpc.Client
+	resolver Resolver
+	table    atomic.Pointer[OwnerTable]
+	refresh  sync.Mutex
+	pool     sync.Pool // *clientScratch
+	closed   atomic.Bool
+}
+
+// NewClient returns a client. It connects lazily.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	rc := rpc.ClientConfig{
+		Secret: cfg.Secret, Logger: cfg.Logger, ConnsPerAddr: cfg.ConnsPerAddr,
+		Compression: cfg.Compression, MaxFrameSize: 256 << 20,
+	}
+	if cfg.Transport != nil {
+		rc.Transport = cfg.Transport
+	}
+	r, err := rpc.NewClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, rpc: r, resolver: cfg.Resolver}
+	if c.resolver == nil {
+		c.resolver = &serversResolver{c: c, addrs: cfg.Servers}
+	}
+	return c, nil
+}
+
+// Close closes the client's connections. It is idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.rpc.Close()
+}
+
+// OwnerTable returns the client's owner table, fetching one if it has none.
+func (c *Client) OwnerTable(ctx context.Context) (*OwnerTable, error) {
+	if t := c.table.Load(); t != nil {
+		return t, nil
+	}
+	return c.refreshTable(ctx, 0)
+}
+
+// refreshTable asks the resolver for a table of at least minVersion and keeps the newest seen.
+func (c *Client) refreshTable(ctx context.Context, minVersion uint64) (*OwnerTable, error) {
+	c.refresh.Lock()
+	defer c.refresh.Unlock()
+	if t := c.table.Load(); t != nil && t.Version >= minVersion && minVersion > 0 {
+		return t, nil // another call refreshed meanwhile
+	}
+	t, err := c.resolver.OwnerTable(ctx, minVersion)
+	if err != nil {
+		return nil, err
+	}
+	if cur := c.table.Load(); cur == nil || t.Version >= cur.Version {
+		c.table.Store(t)
+		return t, nil
+	}
+	return c.table.Load(), nil
+}
+
+// clientScratch is per-call working memory.
+type clientScratch struct {
+	uniq []uint64  // distinct ids in first-seen order
+	pos  []int32   // caller position -> index in uniq
+	keys []uint64  // dedupe hash table
+	vals []int32   // dedupe hash table: uniq index + 1
+	rows []float32 // rows in uniq order
+}
+
+func (c *Client) scratch() *clientScratch {
+	sc, _ := c.pool.Get().(*clientScratch)
+	if sc == nil {
+		sc = &clientScratch{}
+	}
+	return sc
+}
+
+// dedupe fills sc.uniq with the distinct ids in first-seen order and sc.pos with each position's
+// index in it.
+func (sc *clientScratch) dedupe(ids []uint64) {
+	size := 16
+	for size < 2*len(ids) {
+		size <<= 1
+	}
+	if cap(sc.keys) < size {
+		sc.keys = make([]uint64, size)
+		sc.vals = make([]int32, size)
+	}
+	keys, vals := sc.keys[:size], sc.vals[:size]
+	clear(vals)
+	sc.uniq = sc.uniq[:0]
+	if cap(sc.pos) < len(ids) {
+		sc.pos = make([]int32, len(ids))
+	}
+	sc.pos = sc.pos[:len(ids)]
+	mask := uint64(size - 1)
+	for i, id := range ids {
+		for k := mix64(id) & mask; ; k = (k + 1) & mask {
+			if vals[k] == 0 {
+				keys[k] = id
+				sc.uniq = append(sc.uniq, id)
+				vals[k] = int32(len(sc.uniq))
+				sc.pos[i] = vals[k] - 1
+				break
+			}
+			if keys[k] == id {
+				sc.pos[i] = vals[k] - 1
+				break
+			}
+		}
+	}
+}
+
+func (sc *clientScratch) floats(n int) []float32 {
+	if cap(sc.rows) < n {
+		sc.rows = make([]float32, n)
+	}
+	sc.rows = sc.rows[:n]
+	return sc.rows
+}
+
+// part is one server's share of a call: indices into the distinct ids.
+type part struct {
+	node Node
+	idx  []int32
+}
+
+// split groups the distinct ids at idx by owner in t; with all, every node gets a part, empty ones
+// included (synchronous pushes must reach every server).
+func split(t *OwnerTable, uniq []uint64, idx []int32, all bool) []part {
+	by := make([][]int32, len(t.Nodes))
+	for _, i := range idx {
+		o := t.OwnerIndex(t.SlotOf(uniq[i]))
+		by[o] = append(by[o], i)
+	}
+	parts := make([]part, 0, len(t.Nodes))
+	for o, nd := range t.Nodes {
+		if all || len(by[o]) > 0 {
+			parts = append(parts, part{node: nd, idx: by[o]})
+		}
+	}
+	return parts
+}
+
+// Pull fills dst (len(ids)*dim floats; dim is the table's) with the rows of ids from table.
+func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []float32) error {
+	if len(ids) == 0 || len(dst)%len(ids) != 0 {
+		if len(ids) == 0 && len(dst) == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: pull of %d ids into %d floats", ErrBadRequest, len(ids), len(dst))
+	}
+	dim := len(dst) / len(ids)
+	sc := c.scratch()
+	defer c.pool.Put(sc)
+	sc.dedupe(ids)
+	rows := sc.floats(len(sc.uniq) * dim)
+	err := c.route(ctx, sc.uniq, false, true, func(ctx context.Context, t *OwnerTable, p part) error {
+		ids := make([]uint64, len(p.idx))
+		for k, i := range p.idx {
+			ids[k] = sc.uniq[i]
+		}
+		req := appendTableReq(nil, &tableReq{version: t.Version, dim: uint32(dim), table: table}, ids, nil, 0)
+		resp, err := c.rpc.Call(ctx, p.node.Addr, methodPull, req)
+		if err != nil {
+			return err
+		}
+		defer c.rpc.Release(resp)
+		if len(resp) != 4*dim*len(p.idx) {
+			return fmt.Errorf("%w: pull answer of %d bytes for %d rows of %d", ErrBadRequest, len(resp), len(p.idx), dim)
+		}
+		for k, i := range p.idx {
+			getFloats(rows[int(i)*dim:int(i+1)*dim], resp[4*dim*k:])
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pull %q: %w", table, err)
+	}
+	for i, u := range sc.pos {
+		copy(dst[i*dim:(i+1)*dim], rows[int(u)*dim:int(u+1)*dim])
+	}
+	return nil
+}
+
+// Push applies one optimizer step to the rows of ids in table with gradients grads
+// (len(ids)*dim). step is the worker's training step. A push that fails at any server returns an
+// error (wrapping ErrPartialPush when other servers applied their parts); it is never reported as
+// success. A NaN or infinite gradient fails the whole push before anything is sent.
+func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []float32, step uint32) error {
+	if (len(ids) == 0) != (len(grads) == 0) || (len(ids) > 0 && len(grads)%len(ids) != 0) {
+		return fmt.Errorf("%w: push of %d ids with %d gradient floats", ErrBadRequest, len(ids), len(grads))
+	}
+	if len(ids) == 0 && !c.cfg.Sync {
+		return nil
+	}
+	if i := firstNonFinite(grads); i >= 0 {
+		return fmt.Errorf("push %q: %w: gradient %d is %v", table, ErrNonFinite, i, grads[i])
+	}
+	dim := 0
+	if len(ids) > 0 {
+		dim = len(grads) / len(ids)
+	}
+	sc := c.scratch()
+	defer c.pool.Put(sc)
+	sc.dedupe(ids)
+	sum := sc.floats(len(sc.uniq) * dim)
+	clear(sum)
+	for i, u := range sc.pos {
+		g := grads[i*dim : (i+1)*dim]
+		s := sum[int(u)*dim : int(u+1)*dim]
+		for j := range s {
+			s[j] += g[j]
+		}
+	}
+	err := c.route(ctx, sc.uniq, c.cfg.Sync, false, func(ctx context.Context, t *OwnerTable, p part) error {
+		ids := make([]uint64, len(p.idx))
+		g := make([]float32, 0, len(p.idx)*dim)
+		for k, i := range p.idx {
+			ids[k] = sc.uniq[i]
+			g = append(g, sum[int(i)*dim:int(i+1)*dim]...)
+		}
+		req := appendTableReq(nil, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), dim: uint32(dim), table: table}, ids, g, 0)
+		resp, err := c.rpc.Call(ctx, p.node.Addr, methodPush, req)
+		c.rpc.Release(resp)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("push %q: %w", table, err)
+	}
+	return nil
+}
+
+// route sends each server its part of the distinct ids in parallel, and resends the parts
+// refused for a stale table after refreshing it. Idempotent calls (pulls) are also resent after
+// any transport failure and are cancelled together on the first error; other calls (pushes) are
+// resent only when the server surely did not process them, and every part runs to completion so
+// the error tells what was applied.
+func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool, send func(ctx context.Context, t *OwnerTable, p part) error) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	t, err := c.OwnerTable(ctx)
+	if err != nil {
+		return err
+	}
+	idx := make([]int32, len(uniq))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	applied := 0
+	backoff := c.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		parts := split(t, uniq, idx, all && attempt == 0)
+		errs := make([]error, len(parts))
+		var g *errgroup.Group
+		gctx := ctx
+		if idempotent {
+			g, gctx = errgroup.WithContext(ctx)
+		} else {
+			g = &errgroup.Group{}
+		}
+		g.SetLimit(c.cfg.Parallel)
+		for i, p := range parts {
+			g.Go(func() error {
+				err := send(gctx, t, p)
+				if err != nil {
+					err = mapErr(p.node.Addr, err)
+				}
+				errs[i] = err
+				if err != nil && !retryable(err, idempotent) {
+					return err
+				}
+				return nil
+			})
+		}
+		g.Wait()
+		var again []int32
+		var maxVer uint64
+		var fatal, last error
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				applied++
+			case retryable(err, idempotent):
+				again = append(again, parts[i].idx...)
+				last = err
+				var we *WrongOwnerError
+				if errors.As(err, &we) {
+					maxVer = max(maxVer, we.Version)
+				}
+			case fatal == nil || errors.Is(fatal, context.Canceled):
+				fatal = err
+			}
+		}
+		if fatal == nil && len(again) > 0 && (attempt+1 >= c.cfg.Retries || ctx.Err() != nil) {
+			fatal = last
+			if ctx.Err() != nil {
+				fatal = ctx.Err()
+			}
+		}
+		if fatal != nil {
+			if !idempotent && applied > 0 {
+				return fmt.Errorf("%w: %w", ErrPartialPush, fatal)
+			}
+			return fatal
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		idx = again
+		if maxVer == 0 {
+			// An unreachable server: wait, then take a table that may no longer list it.
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			backoff *= 2
+		}
+		if t, err = c.refreshTable(ctx, max(maxVer, t.Version+1)); err != nil {
+			return err
+		}
+		c.log.Debug("retrying with a newer owner table", "version", t.Version, "ids", len(idx))
+	}
+}
+
+// retryable says whether a failed part may be sent again: always after a wrong-owner refusal
+// or a call the server never processed; for idempotent calls also after a lost connection.
+func retryable(err error, idempotent bool) bool {
+	if errors.Is(err, ErrWrongOwner) || errors.Is(err, rpc.ErrUnavailable) {
+		return true
+	}
+	return idempotent && errors.Is(err, rpc.ErrConnClosed)
+}
+
+// mapErr turns a call's error into the package's errors, naming the server.
+func mapErr(addr string, err error) error {
+	var re *rpc.RemoteError
+	if !errors.As(err, &re) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return &ServerError{Server: addr, Err: err}
+	}
+	switch re.Code {
+	case codeWrongOwner:
+		we := &WrongOwnerError{Server: addr}
+		if len(re.Data) >= 12 {
+			we.Version = binary.LittleEndian.Uint64(re.Data)
+			we.Slot = int(binary.LittleEndian.Uint32(re.Data[8:]))
+		}
+		return we
+	case codeUnknownTable:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrUnknownTable, re.Message)}
+	case codeNonFinite:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrNonFinite, re.Message)}
+	case codeClosed:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", rpc.ErrUnavailable, re.Message)}
+	case codeBadRequest:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrBadRequest, re.Message)}
+	}
+	return &ServerError{Server: addr, Err: err}
+}
+
+// firstNonFinite returns the index of the first NaN or infinite value, or -1.
+func firstNonFinite(v []float32) int {
+	for i, x := range v {
+		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
+			return i
+		}
+	}
+	return -1
+}
+
+// Stats returns the report of the server at addr; withRows also counts rows per slot.
+func (c *Client) Stats(ctx context.Context, addr string, withRows bool) (ServerStats, error) {
+	var st ServerStats
+	req := []byte{0}
+	if withRows {
+		req[0] = 1
+	}
+	resp, err := c.rpc.Call(ctx, addr, methodStats, req)
+	if err != nil {
+		return st, mapErr(addr, err)
+	}
+	defer c.rpc.Release(resp)
+	if err := json.Unmarshal(resp, &st); err != nil {
+		return st, fmt.Errorf("%w: stats from %s: %w", ErrCorrupt, addr, err)
+	}
+	return st, nil
+}

@@ -1,0 +1,184 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+)
+
+// Transport opens connections between clients and servers. Real deployments leave it nil for
+// TCP; tests pass an in-memory network with fault injection. Listen's listener must return an
+// error wrapping net.ErrClosed from Accept once closed; Dial honours ctx during set-up only.
+type Transport interface {
+	Listen(addr string) (net.Listener, error)
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// TableSpec names an embedding table a server hosts.
+type TableSpec struct {
+	Name   string
+	Config embedding.Config
+}
+
+// ServerConfig configures a Server. ID and Secret are required.
+type ServerConfig struct {
+	// ID is the server's stable identity in owner tables.
+	ID string
+	// Secret is the cluster secret every client must prove it knows.
+	Secret []byte
+	// Slots is the job's slot count. Default DefaultSlots (4096). It must match the owner tables
+	// the server is given.
+	Slots int
+	// Tables are the embedding tables hosted from the start; CreateTable adds more.
+	Tables []TableSpec
+	// SyncWorkers > 0 makes training synchronous: the pushes of a step are held until every one of
+	// that many workers has pushed the step, then applied in worker order, and a pull for step s
+	// waits until step s-1 is applied. Results are then independent of timing. Default 0:
+	// asynchronous, every push applied on arrival.
+	SyncWorkers int
+	// MaxConcurrent bounds requests served at once. Default 256.
+	MaxConcurrent int
+	// Compression offers s2 compression of large responses (used when the client offers it too).
+	Compression bool
+	// Logger receives refused requests and connection problems. Nil discards.
+	Logger *slog.Logger
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with c in one error wrapping ErrBadConfig, or nil.
+func (c ServerConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("ID is empty"))
+	}
+	if len(c.Secret) == 0 {
+		errs = append(errs, errors.New("Secret is empty"))
+	}
+	if c.Slots < 1 || c.Slots > 1<<20 {
+		errs = append(errs, fmt.Errorf("Slots %d not in 1..2^20", c.Slots))
+	}
+	if c.SyncWorkers < 0 {
+		errs = append(errs, fmt.Errorf("SyncWorkers %d is negative", c.SyncWorkers))
+	}
+	if c.MaxConcurrent < 0 {
+		errs = append(errs, fmt.Errorf("MaxConcurrent %d is negative", c.MaxConcurrent))
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Tables {
+		if err := validTableName(t.Name); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[t.Name] {
+			errs = append(errs, fmt.Errorf("table %q listed twice", t.Name))
+		}
+		seen[t.Name] = true
+		if err := t.Config.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("table %q: %w", t.Name, err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+}
+
+func validTableName(name string) error {
+	if name == "" || len(name) > 200 {
+		return fmt.Errorf("table name %q must be 1..200 bytes", name)
+	}
+	return nil
+}
+
+// ClientConfig configures a Client. Secret is required, and either Resolver or Servers.
+type ClientConfig struct {
+	// Secret is the cluster secret.
+	Secret []byte
+	// Transport dials servers. Nil means TCP.
+	Transport Transport
+	// Resolver supplies owner tables. Nil means asking the Servers for theirs and taking the
+	// newest.
+	Resolver Resolver
+	// Servers are addresses of servers to ask for the owner table when Resolver is nil.
+	Servers []string
+	// Parallel bounds the requests one call sends at once. Default 8.
+	Parallel int
+	// ConnsPerAddr is the number of persistent connections to each server. Default 2.
+	ConnsPerAddr int
+	// Retries bounds how often one call refreshes a stale owner table and retries. Default 8.
+	Retries int
+	// RetryBackoff is the first pause before retrying after a server was unreachable (doubling
+	// each time). Default 20 ms.
+	RetryBackoff time.Duration
+	// Worker is this client's worker index in synchronous mode (0..SyncWorkers-1).
+	Worker int
+	// Sync must be set when the servers run synchronously (ServerConfig.SyncWorkers > 0): every
+	// push then reaches every server, empty where the worker has no rows for it, so each server's
+	// step barrier hears from every worker.
+	Sync bool
+	// Compression offers s2 compression of large requests.
+	Compression bool
+	// Logger receives retries. Nil discards.
+	Logger *slog.Logger
+}
+
+func (c ClientConfig) withDefaults() ClientConfig {
+	if c.Parallel == 0 {
+		c.Parallel = 8
+	}
+	if c.ConnsPerAddr == 0 {
+		c.ConnsPerAddr = 2
+	}
+	if c.Retries == 0 {
+		c.Retries = 8
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 20 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with c in one error wrapping ErrBadConfig, or nil.
+func (c ClientConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if len(c.Secret) == 0 {
+		errs = append(errs, errors.New("Secret is empty"))
+	}
+	if c.Resolver == nil && len(c.Servers) == 0 {
+		errs = append(errs, errors.New("neither Resolver nor Servers is set"))
+	}
+	if c.Parallel < 1 || c.Parallel > 1024 {
+		errs = append(errs, fmt.Errorf("Parallel %d not in 1..1024", c.Parallel))
+	}
+	if c.ConnsPerAddr < 1 || c.ConnsPerAddr > 64 {
+		errs = append(errs, fmt.Errorf("ConnsPerAddr %d not in 1..64", c.ConnsPerAddr))
+	}
+	if c.Retries < 1 {
+		errs = append(errs, fmt.Errorf("Retries %d must be positive", c.Retries))
+	}
+	if c.Worker < 0 {
+		errs = append(errs, fmt.Errorf("Worker %d is negative", c.Worker))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+}

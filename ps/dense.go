@@ -1,0 +1,171 @@
+package ps
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/rpc"
+)
+
+// A dense tensor of length L is stored as an embedding table of ceil(L/D) rows of D = min(L,
+// denseRow) floats, ids 0, 1, ..., so it shares the tables' optimizers, checkpoints and moves.
+// The whole tensor lives on the owner of the slot of its name.
+const denseRow = 1024
+
+func denseShape(length int) (dim, rows int) {
+	dim = min(length, denseRow)
+	return dim, (length + dim - 1) / dim
+}
+
+func denseIDs(rows int) []uint64 {
+	ids := make([]uint64, rows)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	return ids
+}
+
+// optimizer block in an init request: kind u32 then 8 float32 (lr, eps, initial accumulator,
+// beta1, beta2, beta, l1, l2).
+const optBlock = 36
+
+func appendOptimizer(dst []byte, o embedding.Optimizer) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(o.Kind))
+	for _, v := range []float32{o.LearningRate, o.Eps, o.InitialAccumulator, o.Beta1, o.Beta2, o.Beta, o.L1, o.L2} {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
+	}
+	return dst
+}
+
+func decodeOptimizer(b []byte) embedding.Optimizer {
+	f := func(i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4+4*i:])) }
+	return embedding.Optimizer{
+		Kind: embedding.OptimizerKind(binary.LittleEndian.Uint32(b)), LearningRate: f(0), Eps: f(1),
+		InitialAccumulator: f(2), Beta1: f(3), Beta2: f(4), Beta: f(5), L1: f(6), L2: f(7),
+	}
+}
+
+// checkDenseLocked verifies that this server owns the tensor's slot.
+func (s *Server) checkDenseLocked(name string) error {
+	slot := s.denseSlot(name)
+	if !s.own.slots.Has(slot) {
+		return s.wrongOwnerLocked(slot)
+	}
+	return nil
+}
+
+func (s *Server) denseSlot(name string) int {
+	return (&OwnerTable{Slots: s.cfg.Slots}).NameSlot(name)
+}
+
+// handleInitDense creates a dense tensor with initial values and an optimizer if it does not
+// exist yet; a tensor that exists is left as it is (the first worker to start initialises it).
+func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, err := decodeTableReq(req, false)
+	if err != nil || len(r.floats) != optBlock+4*r.n || r.n < 1 {
+		return remote(codeBadRequest, "malformed dense init")
+	}
+	if err := validTableName(r.table); err != nil {
+		return remote(codeBadRequest, "%v", err)
+	}
+	s.own.Lock()
+	defer s.own.Unlock()
+	if err := s.checkDenseLocked(r.table); err != nil {
+		return err
+	}
+	if h, ok := s.own.tables[r.table]; ok {
+		if !h.dense || h.length != r.n {
+			return remote(codeBadRequest, "%q exists with another shape", r.table)
+		}
+		return nil
+	}
+	dim, rows := denseShape(r.n)
+	t, err := embedding.New(embedding.Config{
+		Name: r.table, Dim: dim, Shards: 1, Optimizer: decodeOptimizer(r.floats),
+		Init: embedding.Init{Kind: embedding.InitZeros},
+	})
+	if err != nil {
+		return remote(codeBadRequest, "dense %q: %v", r.table, err)
+	}
+	vals := make([]float32, dim*rows)
+	getFloats(vals[:r.n], r.floats[optBlock:])
+	if err := t.Assign(denseIDs(rows), vals); err != nil {
+		return remote(codeBadRequest, "dense %q: %v", r.table, err)
+	}
+	s.own.tables[r.table] = &hosted{name: r.table, t: t, dense: true, length: r.n, slot: s.denseSlot(r.table), bar: s.newBarrier()}
+	return nil
+}
+
+func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, err := decodeTableReq(req, false)
+	if err != nil {
+		return remote(codeBadRequest, "malformed dense pull")
+	}
+	s.own.RLock()
+	defer s.own.RUnlock()
+	if err := s.checkDenseLocked(r.table); err != nil {
+		return err
+	}
+	h, err := s.lookupTableLocked(r.table, true)
+	if err != nil {
+		return err
+	}
+	if r.n != h.length {
+		return remote(codeBadRequest, "dense %q has %d values, request %d", r.table, h.length, r.n)
+	}
+	dim, rows := denseShape(h.length)
+	sc := s.scratch()
+	defer s.pool.Put(sc)
+	all := sc.floatsN(dim * rows)
+	if err := h.t.Lookup(denseIDs(rows), all); err != nil {
+		return remote(codeBadRequest, "%v", err)
+	}
+	putFloats(resp.Extend(4*h.length), all[:h.length])
+	return nil
+}
+
+func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, err := decodeTableReq(req, false)
+	if err != nil {
+		return remote(codeBadRequest, "malformed dense push")
+	}
+	s.own.RLock()
+	if err := s.checkDenseLocked(r.table); err != nil {
+		s.own.RUnlock()
+		return err
+	}
+	h, err := s.lookupTableLocked(r.table, true)
+	if err != nil {
+		s.own.RUnlock()
+		return err
+	}
+	if r.n != h.length || len(r.floats) != 4*r.n {
+		s.own.RUnlock()
+		return remote(codeBadRequest, "dense %q has %d values, push %d", r.table, h.length, r.n)
+	}
+	dim, rows := denseShape(h.length)
+	g := make([]float32, dim*rows)
+	getFloats(g[:h.length], r.floats)
+	ids := denseIDs(rows)
+	if h.bar != nil {
+		s.own.RUnlock()
+		return h.bar.push(ctx, r.worker, r.step, ids, g, func(ids []uint64, g []float32, step uint32) error {
+			return s.applyLocking(h, ids, g, step)
+		})
+	}
+	defer s.own.RUnlock()
+	return applyErr(h.t.Apply(ids, g, r.step))
+}
+
+// DenseLength returns the length of the dense tensor name hosted here, or false.
+func (s *Server) DenseLength(name string) (int, bool) {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	h, ok := s.own.tables[name]
+	if !ok || !h.dense {
+		return 0, false
+	}
+	return h.length, true
+}

@@ -1,0 +1,99 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+)
+
+// InitDense creates the dense tensor name on its server with initial values and an optimizer,
+// unless it exists already (then the call changes nothing: the first worker initialises a
+// tensor, the others pull what it holds).
+func (c *Client) InitDense(ctx context.Context, name string, values []float32, opt embedding.Optimizer) error {
+	if len(values) == 0 {
+		return fmt.Errorf("%w: dense %q has no values", ErrBadRequest, name)
+	}
+	if i := firstNonFinite(values); i >= 0 {
+		return fmt.Errorf("%w: dense %q value %d is %v", ErrBadRequest, name, i, values[i])
+	}
+	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
+		req := appendTableReq(nil, &tableReq{version: t.Version, table: name}, nil, nil, len(values))
+		req = appendOptimizer(req, opt)
+		req = appendFloats(req, values)
+		resp, err := c.rpc.Call(ctx, addr, methodInitDense, req)
+		c.rpc.Release(resp)
+		return err
+	}, false)
+}
+
+// PullDense fills dst with the dense tensor name (len(dst) must be its length).
+func (c *Client) PullDense(ctx context.Context, name string, dst []float32) error {
+	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
+		req := appendTableReq(nil, &tableReq{version: t.Version, table: name}, nil, nil, len(dst))
+		resp, err := c.rpc.Call(ctx, addr, methodPullDense, req)
+		if err != nil {
+			return err
+		}
+		defer c.rpc.Release(resp)
+		if len(resp) != 4*len(dst) {
+			return fmt.Errorf("%w: dense answer of %d bytes for %d values", ErrBadRequest, len(resp), len(dst))
+		}
+		getFloats(dst, resp)
+		return nil
+	}, true)
+}
+
+// PushDense applies one optimizer step to the dense tensor name with gradients grads.
+func (c *Client) PushDense(ctx context.Context, name string, grads []float32, step uint32) error {
+	if i := firstNonFinite(grads); i >= 0 {
+		return fmt.Errorf("push dense %q: %w: gradient %d is %v", name, ErrNonFinite, i, grads[i])
+	}
+	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
+		req := appendTableReq(nil, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), table: name}, nil, grads, len(grads))
+		resp, err := c.rpc.Call(ctx, addr, methodPushDense, req)
+		c.rpc.Release(resp)
+		return err
+	}, false)
+}
+
+// dense sends one call to the owner of name's slot, refreshing the owner table and retrying when
+// refused or (for idempotent calls, and calls the server never processed) unreachable.
+func (c *Client) dense(ctx context.Context, name string, call func(ctx context.Context, t *OwnerTable, addr string) error, idempotent bool) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	t, err := c.OwnerTable(ctx)
+	if err != nil {
+		return err
+	}
+	backoff := c.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		addr := t.Owner(t.NameSlot(name)).Addr
+		err := call(ctx, t, addr)
+		if err == nil {
+			return nil
+		}
+		err = mapErr(addr, err)
+		if !retryable(err, idempotent) || attempt+1 >= c.cfg.Retries || ctx.Err() != nil {
+			return fmt.Errorf("dense %q: %w", name, err)
+		}
+		min := t.Version + 1
+		var we *WrongOwnerError
+		if errors.As(err, &we) {
+			min = max(min, we.Version)
+		} else {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			backoff *= 2
+		}
+		if t, err = c.refreshTable(ctx, min); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,47 @@
+// Package ps implements parameter servers and their clients.
+//
+// # Placement
+//
+// A feature id belongs to slot embedding.Slot(id, S) = xxhash64(id) mod S, where S is fixed per
+// job (DefaultSlots, 4096). An OwnerTable maps every slot to one server and carries a version.
+// NewOwnerTable fills it by weighted rendezvous hashing with a load bound: no server holds more
+// than LoadBound (1.1) times its weighted share, and given the previous table, only the slots
+// whose top choice is a new server, the slots of departed servers, and what the bound forces,
+// change owner. Going from n to n+1 servers moves about S/(n+1) slots; removing a server moves
+// only its slots. A dense tensor lives on the owner of the slot of its name (OwnerTable.NameSlot).
+//
+// # Servers
+//
+// A Server hosts named embedding tables (each with its own dimension, optimizer, initialiser,
+// admission and eviction) and dense tensors, and serves Pull, Push, PullDense, PushDense,
+// InitDense and Stats over the internal RPC layer: length-prefixed frames over persistent,
+// multiplexed, mutually authenticated connections (the cluster secret never crosses the wire),
+// with float payloads as raw little-endian bytes. A server refuses any request that touches a
+// slot it does not own with a *WrongOwnerError carrying its owner-table version; requests hold the
+// ownership state for reading while they run, so a new table takes effect between requests and a
+// server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving
+// time per slot, so hot slots and hot servers can be found.
+//
+// Training is asynchronous by default: every push is applied on arrival. With
+// ServerConfig.SyncWorkers the servers hold each step's pushes until every worker has pushed it
+// and apply them in worker order; a push returns once its step is applied, so results do not
+// depend on timing (for deterministic tests).
+//
+// # Clients
+//
+// A Client routes by its cached owner table, folds repeated ids of a batch into one (summing
+// their gradients on push), sends each server its part in parallel (at most Parallel at once),
+// and reassembles rows in the caller's order. A server's wrong-owner answer makes the client
+// fetch a newer table from its Resolver and resend only that server's part, so a stale client is
+// never wrong, only briefly slower. Context deadlines and cancellation are honoured. An error
+// names the failing server (*ServerError); a push is never reported as success unless every
+// part was applied, and a push that failed after some servers applied their parts says so
+// (ErrPartialPush). A push with a NaN or infinite gradient is refused before anything is sent.
+//
+// # Concurrency and ownership
+//
+// Server, Client, OwnerTable and TableHolder are safe for concurrent use; an OwnerTable is
+// immutable. Slices passed to Client methods are read or written only during the call.
+//
+// Package pstest runs whole clusters in memory, with fault injection, for tests.
+package ps

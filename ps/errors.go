@@ -1,0 +1,55 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrBadConfig is returned by constructors and Validate for an invalid configuration; the
+	// wrapped error lists every problem.
+	ErrBadConfig = errors.New("ps: bad config")
+	// ErrWrongOwner is matched by a *WrongOwnerError: a server was asked for a slot it does not
+	// own. The client refreshes its owner table and retries; callers see it only when retries run
+	// out.
+	ErrWrongOwner = errors.New("ps: wrong owner")
+	// ErrUnknownTable is returned when a request names a table the server does not host.
+	ErrUnknownTable = errors.New("ps: unknown table")
+	// ErrBadRequest is returned for a request that is malformed or does not fit the table (wrong
+	// dimension, slice lengths that do not match).
+	ErrBadRequest = errors.New("ps: bad request")
+	// ErrNonFinite is returned when a push holds a NaN or infinite gradient; nothing is applied.
+	ErrNonFinite = errors.New("ps: non-finite gradient")
+	// ErrCorrupt is returned by decoders for malformed input.
+	ErrCorrupt = errors.New("ps: corrupt encoding")
+	// ErrNoTable is returned by a client that has no owner table and cannot get one.
+	ErrNoTable = errors.New("ps: no owner table")
+	// ErrClosed is returned by a closed Server or Client.
+	ErrClosed = errors.New("ps: closed")
+	// ErrPartialPush is returned when a push reached some servers but failed at another: the
+	// parts named in the error were not confirmed. It is never reported as success.
+	ErrPartialPush = errors.New("ps: push partly applied")
+)
+
+// WrongOwnerError is a server's refusal of a slot it does not own. It matches ErrWrongOwner.
+type WrongOwnerError struct {
+	Server  string // the refusing server's address
+	Slot    int    // the first slot it refused
+	Version uint64 // the server's owner-table version
+}
+
+func (e *WrongOwnerError) Error() string {
+	return fmt.Sprintf("ps: server %s does not own slot %d (its owner table is version %d)", e.Server, e.Slot, e.Version)
+}
+
+// Is reports whether target is ErrWrongOwner.
+func (e *WrongOwnerError) Is(target error) bool { return target == ErrWrongOwner }
+
+// ServerError names the server a call failed at.
+type ServerError struct {
+	Server string
+	Err    error
+}
+
+func (e *ServerError) Error() string { return fmt.Sprintf("ps: server %s: %v", e.Server, e.Err) }
+func (e *ServerError) Unwrap() error { return e.Err }

@@ -1,0 +1,356 @@
+package ps_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/rpc"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/ps/pstest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const dim = 4
+
+func spec(name string) ps.TableSpec {
+	return ps.TableSpec{Name: name, Config: embedding.Config{Dim: dim, Seed: 5, Optimizer: embedding.Optimizer{Kind: embedding.Adagrad, LearningRate: 0.1}}}
+}
+
+// reference is the same table held locally: the cluster must match it row for row.
+func reference(t *testing.T) *embedding.Table {
+	tab, err := embedding.New(spec("x").Config)
+	require.NoError(t, err)
+	return tab
+}
+
+func randomBatch(rng *rand.Rand, n, vocab int) ([]uint64, []float32) {
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = uint64(rng.IntN(vocab)) * 0x9e3779b97f4a7c15
+	}
+	g := make([]float32, n*dim)
+	for i := range g {
+		g[i] = float32(rng.NormFloat64())
+	}
+	return ids, g
+}
+
+func TestPullPushMatchesLocalTable(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("worker-0", ps.ClientConfig{})
+	ref := reference(t)
+	ctx := pstest.Context(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := uint32(1); step <= 30; step++ {
+		ids, g := randomBatch(rng, 50, 200)
+		got := make([]float32, len(ids)*dim)
+		want := make([]float32, len(ids)*dim)
+		require.NoError(t, cl.Pull(ctx, "emb", ids, got))
+		require.NoError(t, ref.Lookup(ids, want))
+		require.Equal(t, want, got, "step %d", step)
+		require.NoError(t, cl.Push(ctx, "emb", ids, g, step))
+		require.NoError(t, ref.Apply(ids, g, step))
+	}
+	// The rows are spread over all three servers, each holding only slots it owns.
+	total := 0
+	for _, s := range c.Servers {
+		tab, ok := s.Table("emb")
+		require.True(t, ok)
+		owned := s.OwnerTable().SlotsOf(s.ID())
+		tab.Range(func(v embedding.RowView) bool {
+			assert.True(t, owned.Contains(v.ID), "server %s holds a row of a slot it does not own", s.ID())
+			return true
+		})
+		assert.Positive(t, tab.Len())
+		total += tab.Len()
+	}
+	assert.Equal(t, ref.Len(), total)
+}
+
+func TestBadRequestsGetClearErrors(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{})
+	ctx := pstest.Context(t)
+	err := cl.Pull(ctx, "nope", []uint64{1}, make([]float32, dim))
+	require.ErrorIs(t, err, ps.ErrUnknownTable)
+	var se *ps.ServerError
+	require.ErrorAs(t, err, &se)
+	assert.Contains(t, c.Addrs, se.Server)
+	require.ErrorIs(t, cl.Pull(ctx, "emb", []uint64{1}, make([]float32, dim+1)), ps.ErrBadRequest)
+	require.ErrorIs(t, cl.Pull(ctx, "emb", []uint64{1, 2}, make([]float32, 3*dim)), ps.ErrBadRequest)
+	// A NaN fails the whole push before anything is sent: no server changes.
+	ids := []uint64{1, 2, 3, 4, 5, 6}
+	g := make([]float32, len(ids)*dim)
+	g[len(g)-1] = float32(nanValue())
+	require.ErrorIs(t, cl.Push(ctx, "emb", ids, g, 1), ps.ErrNonFinite)
+	for _, s := range c.Servers {
+		tab, _ := s.Table("emb")
+		assert.Equal(t, 0, tab.Len())
+	}
+}
+
+func nanValue() float64 { var z float64; return z / z }
+
+// TestStaleClientIsNeverWrong moves slots to a new server while a client still routes by the old
+// table: the servers refuse what they no longer own, the client refreshes and retries, and every
+// result equals the local reference.
+func TestStaleClientIsNeverWrong(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	ctx := pstest.Context(t)
+	stale := c.Client("w-stale", ps.ClientConfig{Servers: c.Addrs}) // resolves by asking servers
+	ref := reference(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids, g := randomBatch(rng, 64, 100)
+	require.NoError(t, stale.Push(ctx, "emb", ids, g, 1))
+	require.NoError(t, ref.Apply(ids, g, 1))
+
+	// Version 2 drops ps-2: its rows move (by export/import) to their new owners.
+	old := c.Holder.Get()
+	next, err := ps.NewOwnerTable(2, c.Slots, old.Nodes[:2], old)
+	require.NoError(t, err)
+	moveSlots(t, c, old, next)
+	c.Publish(next)
+
+	got := make([]float32, len(ids)*dim)
+	want := make([]float32, len(ids)*dim)
+	require.NoError(t, stale.Pull(ctx, "emb", ids, got))
+	require.NoError(t, ref.Lookup(ids, want))
+	assert.Equal(t, want, got)
+	tab, _ := stale.OwnerTable(ctx)
+	assert.Equal(t, uint64(2), tab.Version, "the client refreshed its table")
+	gone, _ := c.Servers[2].Table("emb")
+	before := gone.Len()
+	require.NoError(t, stale.Push(ctx, "emb", ids, g, 2))
+	assert.Equal(t, before, gone.Len(), "the old owner served nothing after the change")
+}
+
+// moveSlots copies the rows of every slot that changes owner from its old server to its new one.
+func moveSlots(t *testing.T, c *pstest.Cluster, from, to *ps.OwnerTable) {
+	byID := map[string]*ps.Server{}
+	for _, s := range c.Servers {
+		byID[s.ID()] = s
+	}
+	for _, m := range from.Moves(to) {
+		src, _ := byID[m.From].Table("emb")
+		dst, _ := byID[m.To].Table("emb")
+		set := embedding.NewSlotSet(c.Slots, m.Slot)
+		buf := make([]byte, src.RawSize(false))
+		n, err := src.CopyRawSlots(buf, set.Contains)
+		require.NoError(t, err)
+		_, err = dst.LoadRaw(buf[:n], nil)
+		require.NoError(t, err)
+	}
+}
+
+func TestServerKilledMidRequest(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{Retries: 2, RetryBackoff: time.Millisecond})
+	ctx := pstest.Context(t)
+	ids := make([]uint64, 200)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	rows := make([]float32, len(ids)*dim)
+	require.NoError(t, cl.Pull(ctx, "emb", ids, rows))
+	// Hold ps-1's answers, then kill it while the pull waits: the pull fails promptly, naming it.
+	c.Net.Partition("w", "ps-1")
+	done := make(chan error, 1)
+	go func() { done <- cl.Pull(ctx, "emb", ids, rows) }()
+	c.Net.Kill("ps-1")
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		var se *ps.ServerError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, c.Addrs[1], se.Server)
+	case <-time.After(20 * time.Second):
+		t.Fatal("pull hung after its server died")
+	}
+	// A push to a dead server is an error, never success; ps-0's part may have been applied.
+	err := cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), 2)
+	require.Error(t, err)
+	require.ErrorAs(t, err, new(*ps.ServerError))
+}
+
+func TestWrongSecretRefused(t *testing.T) {
+	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl, err := ps.NewClient(ps.ClientConfig{Secret: []byte("not the secret"), Transport: c.Net.Host("intruder"), Resolver: c.Holder, Retries: 1})
+	require.NoError(t, err)
+	defer cl.Close()
+	err = cl.Pull(pstest.Context(t), "emb", []uint64{1}, make([]float32, dim))
+	require.ErrorIs(t, err, rpc.ErrAuth)
+	st := c.Servers[0].Stats(false)
+	assert.Zero(t, st.Pulls, "the server read no request")
+}
+
+func TestConcurrentClients(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	ctx := pstest.Context(t)
+	// SGD with a constant gradient is order-independent: the final rows are exact.
+	var wg sync.WaitGroup
+	const workers, steps = 4, 25
+	for w := 0; w < workers; w++ {
+		cl := c.Client("w"+string(rune('a'+w)), ps.ClientConfig{})
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for s := 0; s < steps; s++ {
+				ids, _ := randomBatch(rng, 40, 300)
+				rows := make([]float32, len(ids)*dim)
+				if !assert.NoError(t, cl.Pull(ctx, "emb", ids, rows)) {
+					return
+				}
+				if !assert.NoError(t, cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), uint32(s))) {
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	var rows, pushes uint64
+	for _, s := range c.Servers {
+		st := s.Stats(true)
+		pushes += st.Pushes
+		for _, sl := range st.Slots {
+			if sl.Rows > 0 {
+				assert.True(t, sl.Owned)
+			}
+			rows += uint64(sl.Rows)
+		}
+	}
+	assert.Positive(t, pushes)
+	assert.Positive(t, rows)
+}
+
+// TestSyncModeIsDeterministic runs two workers against synchronous servers twice with different
+// timing; the tables come out identical, and equal to applying worker 0 then worker 1 each step.
+func TestSyncModeIsDeterministic(t *testing.T) {
+	run := func(delay time.Duration) map[uint64][]float32 {
+		c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, SyncWorkers: 2})
+		ctx := pstest.Context(t)
+		var wg sync.WaitGroup
+		for w := 0; w < 2; w++ {
+			cl := c.Client("w"+string(rune('0'+w)), ps.ClientConfig{Sync: true, Worker: w})
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for s := uint32(1); s <= 10; s++ {
+					ids, g := randomBatch(rng, 20, 60)
+					if w == 1 && delay > 0 {
+						time.Sleep(delay) // worker 1 is slow: ordering on the wire changes, results must not
+					}
+					rows := make([]float32, len(ids)*dim)
+					if !assert.NoError(t, cl.Pull(ctx, "emb", ids, rows)) {
+						return
+					}
+					if !assert.NoError(t, cl.Push(ctx, "emb", ids, g, s)) {
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		out := map[uint64][]float32{}
+		for _, s := range c.Servers {
+			tab, _ := s.Table("emb")
+			tab.Range(func(v embedding.RowView) bool {
+				out[v.ID] = append([]float32(nil), v.Weights...)
+				return true
+			})
+		}
+		return out
+	}
+	a := run(0)
+	b := run(2 * time.Millisecond)
+	require.Equal(t, a, b)
+
+	ref := reference(t)
+	rngs := []*rand.Rand{rand.New(rand.NewPCG(0, 7)), rand.New(rand.NewPCG(1, 7))}
+	for s := uint32(1); s <= 10; s++ {
+		for w := 0; w < 2; w++ {
+			ids, g := randomBatch(rngs[w], 20, 60)
+			require.NoError(t, ref.Apply(ids, g, s))
+		}
+	}
+	ref.Range(func(v embedding.RowView) bool {
+		assert.Equal(t, v.Weights, a[v.ID])
+		return true
+	})
+}
+
+func TestDenseTensors(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{})
+	ctx := pstest.Context(t)
+	a := c.Client("wa", ps.ClientConfig{})
+	b := c.Client("wb", ps.ClientConfig{})
+	init := make([]float32, 2500) // more than one dense row
+	for i := range init {
+		init[i] = float32(i)
+	}
+	opt := embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.5}
+	require.NoError(t, a.InitDense(ctx, "mlp", init, opt))
+	require.NoError(t, b.InitDense(ctx, "mlp", make([]float32, 2500), opt), "a second init keeps the first values")
+	got := make([]float32, 2500)
+	require.NoError(t, b.PullDense(ctx, "mlp", got))
+	assert.Equal(t, init, got)
+	g := make([]float32, 2500)
+	g[2499] = 2
+	require.NoError(t, a.PushDense(ctx, "mlp", g, 1))
+	require.NoError(t, b.PullDense(ctx, "mlp", got))
+	assert.Equal(t, float32(2498), got[2499])
+	require.ErrorIs(t, b.PullDense(ctx, "mlp", make([]float32, 10)), ps.ErrBadRequest)
+	owners := 0
+	for _, s := range c.Servers {
+		if n, ok := s.DenseLength("mlp"); ok {
+			owners++
+			assert.Equal(t, 2500, n)
+		}
+	}
+	assert.Equal(t, 1, owners, "a dense tensor lives on one server")
+}
+
+func TestContextCancel(t *testing.T) {
+	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{})
+	require.NoError(t, cl.Pull(pstest.Context(t), "emb", []uint64{1}, make([]float32, dim)))
+	c.Net.Partition("w", "ps-0") // answers are held: the call can only end by its context
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	err := cl.Pull(ctx, "emb", []uint64{1}, make([]float32, dim))
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
+}
+
+// TestGarbageConnectionDoesNotHurtOthers writes junk on a raw connection to a server; the server
+// drops that connection and keeps serving a real client.
+func TestGarbageConnectionDoesNotHurtOthers(t *testing.T) {
+	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{})
+	ctx := pstest.Context(t)
+	require.NoError(t, cl.Pull(ctx, "emb", []uint64{1}, make([]float32, dim)))
+	for _, junk := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		make([]byte, 1<<16),
+	} {
+		conn, err := c.Net.Host("junk").Dial(ctx, c.Addrs[0])
+		require.NoError(t, err)
+		conn.Write(junk)
+		buf := make([]byte, 1<<10)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for { // the server closes the connection
+			if _, err := conn.Read(buf); err != nil {
+				break
+			}
+		}
+		conn.Close()
+		require.NoError(t, cl.Pull(ctx, "emb", []uint64{2}, make([]float32, dim)))
+	}
+}

@@ -1,0 +1,117 @@
+// Package pstest runs parameter-server clusters in memory for tests: servers on an in-memory
+// network with fault injection, an owner table, and clients.
+package pstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/elasticps/elasticps/internal/transport/memnet"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// Secret is the cluster secret of test clusters.
+var Secret = []byte("pstest cluster secret")
+
+// Cluster is n servers on one in-memory network.
+type Cluster struct {
+	T       testing.TB
+	Net     *memnet.Network
+	Servers []*ps.Server
+	Addrs   []string
+	Holder  *ps.TableHolder
+	Slots   int
+
+	wg sync.WaitGroup
+	ls []net.Listener
+}
+
+// Options adjust a cluster.
+type Options struct {
+	Slots       int            // default 64: small tables keep tests fast
+	Tables      []ps.TableSpec // hosted by every server
+	SyncWorkers int
+}
+
+// New starts n servers "ps-0".."ps-(n-1)" (hosts of the same names), publishes an owner table of
+// version 1 to them and to Holder, and stops everything at the end of the test.
+func New(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
+	if o.Slots == 0 {
+		o.Slots = 64
+	}
+	c := &Cluster{T: t, Net: memnet.New(memnet.Config{}), Holder: &ps.TableHolder{}, Slots: o.Slots}
+	var nodes []ps.Node
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("ps-%d", i)
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret, Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Net.Host(id).Listen(id + ":1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Servers = append(c.Servers, srv)
+		c.Addrs = append(c.Addrs, l.Addr().String())
+		c.ls = append(c.ls, l)
+		nodes = append(nodes, ps.Node{ID: id, Addr: l.Addr().String()})
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			srv.Serve(l)
+		}()
+	}
+	table, err := ps.NewOwnerTable(1, o.Slots, nodes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Publish(table)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Publish gives table to every server and to Holder.
+func (c *Cluster) Publish(table *ps.OwnerTable) {
+	for _, s := range c.Servers {
+		if _, err := s.SetOwnerTable(table); err != nil {
+			c.T.Fatal(err)
+		}
+	}
+	c.Holder.Set(table)
+}
+
+// Client returns a client on host name ("worker-0", ...) resolving tables through Holder
+// (or, with fromServers, by asking the servers). It is closed at the end of the test.
+func (c *Cluster) Client(name string, cfg ps.ClientConfig) *ps.Client {
+	c.T.Helper()
+	cfg.Secret = Secret
+	cfg.Transport = c.Net.Host(name)
+	if cfg.Resolver == nil && len(cfg.Servers) == 0 {
+		cfg.Resolver = c.Holder
+	}
+	cl, err := ps.NewClient(cfg)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.T.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Close stops every server and waits for them.
+func (c *Cluster) Close() {
+	for _, s := range c.Servers {
+		s.Close()
+	}
+	c.wg.Wait()
+}
+
+// Context returns a context for test calls.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}

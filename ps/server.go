@@ -1,0 +1,396 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/rpc"
+)
+
+// Server is a parameter server: it hosts named embedding tables and dense tensors for the slots
+// an owner table gives it, and serves pulls and pushes over the network. It refuses, with a
+// *WrongOwnerError, every request that touches a slot it does not own, so it never serves one.
+// All methods are safe for concurrent use.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+	rpc *rpc.Server
+
+	// own guards ownership and the table map: requests hold it for reading while they run, so a
+	// new owner table takes effect between requests, never during one.
+	own struct {
+		sync.RWMutex
+		table  *OwnerTable
+		slots  *embedding.SlotSet
+		tables map[string]*hosted
+	}
+	stats   slotStats
+	started time.Time
+	closed  atomic.Bool
+	pool    sync.Pool // *reqScratch
+}
+
+// hosted is one table on this server.
+type hosted struct {
+	name   string
+	t      *embedding.Table
+	dense  bool
+	length int // dense: number of floats
+	slot   int // dense: the slot of its name
+	bar    *barrier
+}
+
+// NewServer returns a server hosting cfg.Tables. It owns no slot until SetOwnerTable.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger.With("ps", cfg.ID), started: time.Now()}
+	s.own.tables = map[string]*hosted{}
+	s.own.slots = embedding.NewSlotSet(cfg.Slots)
+	s.stats.init(cfg.Slots)
+	for _, spec := range cfg.Tables {
+		if err := s.CreateTable(spec); err != nil {
+			return nil, err
+		}
+	}
+	r, err := rpc.NewServer(rpc.ServerConfig{
+		Secret: cfg.Secret, Logger: s.log, MaxConcurrent: cfg.MaxConcurrent, Compression: cfg.Compression,
+		MaxFrameSize: 256 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	s.rpc = r
+	for m, h := range map[uint16]rpc.Handler{
+		methodPull: s.handlePull, methodPush: s.handlePush, methodPullDense: s.handlePullDense,
+		methodPushDense: s.handlePushDense, methodInitDense: s.handleInitDense,
+		methodStats: s.handleStats, methodTable: s.handleTable,
+	} {
+		if err := r.Register(m, h); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ID returns the server's ID.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// Serve serves requests on l until Close. It returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.rpc.Serve(l)
+	if s.closed.Load() {
+		return nil
+	}
+	return err
+}
+
+// Close stops serving, cancelling requests in flight, and waits for them. It is idempotent.
+func (s *Server) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	err := s.rpc.Close()
+	s.own.RLock()
+	for _, h := range s.own.tables {
+		if h.bar != nil {
+			h.bar.close()
+		}
+	}
+	s.own.RUnlock()
+	return err
+}
+
+// CreateTable adds an embedding table. Adding a name that exists is an error.
+func (s *Server) CreateTable(spec TableSpec) error {
+	if err := validTableName(spec.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	t, err := embedding.New(spec.Config)
+	if err != nil {
+		return fmt.Errorf("table %q: %w", spec.Name, err)
+	}
+	s.own.Lock()
+	defer s.own.Unlock()
+	if _, dup := s.own.tables[spec.Name]; dup {
+		return fmt.Errorf("%w: table %q exists", ErrBadConfig, spec.Name)
+	}
+	s.own.tables[spec.Name] = &hosted{name: spec.Name, t: t, bar: s.newBarrier()}
+	return nil
+}
+
+func (s *Server) newBarrier() *barrier {
+	if s.cfg.SyncWorkers == 0 {
+		return nil
+	}
+	return newBarrier(s.cfg.SyncWorkers)
+}
+
+// SetOwnerTable makes t the server's owner table. Requests in flight finish under the old table
+// first. A table with a lower version than the current one is ignored (returns false).
+func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
+	if t.Slots != s.cfg.Slots {
+		return false, fmt.Errorf("%w: owner table has %d slots, server %d", ErrBadConfig, t.Slots, s.cfg.Slots)
+	}
+	set := t.SlotsOf(s.cfg.ID)
+	s.own.Lock()
+	defer s.own.Unlock()
+	if s.own.table != nil && t.Version < s.own.table.Version {
+		return false, nil
+	}
+	s.own.table, s.own.slots = t, set
+	return true, nil
+}
+
+// OwnerTable returns the server's current owner table (nil before the first).
+func (s *Server) OwnerTable() *OwnerTable {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	return s.own.table
+}
+
+// Table returns the embedding table (or dense tensor's table) called name.
+func (s *Server) Table(name string) (*embedding.Table, bool) {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	h, ok := s.own.tables[name]
+	if !ok {
+		return nil, false
+	}
+	return h.t, true
+}
+
+// TableNames returns the names of the hosted tables and dense tensors, sorted.
+func (s *Server) TableNames() []string {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	names := make([]string, 0, len(s.own.tables))
+	for n := range s.own.tables {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func remote(code uint32, format string, a ...any) error {
+	return &rpc.RemoteError{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) version() uint64 {
+	if s.own.table == nil {
+		return 0
+	}
+	return s.own.table.Version
+}
+
+// wrongOwner builds the refusal of slot; the data is the server's version.
+func (s *Server) wrongOwnerLocked(slot int) error {
+	v := s.version()
+	var d [12]byte
+	putU64(d[:], v)
+	putU32(d[8:], uint32(slot))
+	return &rpc.RemoteError{Code: codeWrongOwner, Message: fmt.Sprintf("server %s does not own slot %d (version %d)", s.cfg.ID, slot, v), Data: d[:]}
+}
+
+// reqScratch is per-request working memory.
+type reqScratch struct {
+	floats []float32
+	count  []uint32 // per slot, for stats
+	slots  []int32  // slots with a count
+}
+
+func (s *Server) scratch() *reqScratch {
+	sc, _ := s.pool.Get().(*reqScratch)
+	if sc == nil {
+		sc = &reqScratch{count: make([]uint32, s.cfg.Slots)}
+	}
+	return sc
+}
+
+func (sc *reqScratch) floatsN(n int) []float32 {
+	if cap(sc.floats) < n {
+		sc.floats = make([]float32, n)
+	}
+	return sc.floats[:n]
+}
+
+// checkIDsLocked verifies that this server owns every id's slot and counts ids per slot.
+func (s *Server) checkIDsLocked(ids []uint64, sc *reqScratch) error {
+	S := s.cfg.Slots
+	for _, id := range ids {
+		slot := embedding.Slot(id, S)
+		if !s.own.slots.Has(slot) {
+			for _, x := range sc.slots {
+				sc.count[x] = 0
+			}
+			sc.slots = sc.slots[:0]
+			return s.wrongOwnerLocked(slot)
+		}
+		if sc.count[slot] == 0 {
+			sc.slots = append(sc.slots, int32(slot))
+		}
+		sc.count[slot]++
+	}
+	return nil
+}
+
+// lookupTable resolves a request's table; dense says which kind the method expects.
+func (s *Server) lookupTableLocked(name string, dense bool) (*hosted, error) {
+	h, ok := s.own.tables[name]
+	if !ok || h.dense != dense {
+		kind := "table"
+		if dense {
+			kind = "dense tensor"
+		}
+		return nil, remote(codeUnknownTable, "server %s hosts no %s %q", s.cfg.ID, kind, name)
+	}
+	return h, nil
+}
+
+func (s *Server) handlePull(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, err := decodeTableReq(req, true)
+	if err != nil {
+		return remote(codeBadRequest, "malformed pull")
+	}
+	start := time.Now()
+	s.own.RLock()
+	defer s.own.RUnlock()
+	h, err := s.lookupTableLocked(r.table, false)
+	if err != nil {
+		return err
+	}
+	d := h.t.Dim()
+	if int(r.dim) != d {
+		return remote(codeBadRequest, "table %q has dimension %d, request %d", r.table, d, r.dim)
+	}
+	sc := s.scratch()
+	defer s.pool.Put(sc)
+	if err := s.checkIDsLocked(r.ids, sc); err != nil {
+		return err
+	}
+	if len(r.floats) != 0 {
+		return remote(codeBadRequest, "pull carries %d stray bytes", len(r.floats))
+	}
+	out := resp.Extend(4 * d * len(r.ids))
+	if dst := floatView(out); dst != nil {
+		err = h.t.Lookup(r.ids, dst)
+	} else {
+		tmp := sc.floatsN(d * len(r.ids))
+		if err = h.t.Lookup(r.ids, tmp); err == nil {
+			putFloats(out, tmp)
+		}
+	}
+	if err != nil {
+		return remote(codeBadRequest, "%v", err)
+	}
+	s.stats.record(sc, len(r.ids), time.Since(start), false)
+	return nil
+}
+
+func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, err := decodeTableReq(req, true)
+	if err != nil {
+		return remote(codeBadRequest, "malformed push")
+	}
+	start := time.Now()
+	s.own.RLock()
+	h, err := s.lookupTableLocked(r.table, false)
+	if err != nil {
+		s.own.RUnlock()
+		return err
+	}
+	d := h.t.Dim()
+	if int(r.dim) != d {
+		s.own.RUnlock()
+		return remote(codeBadRequest, "table %q has dimension %d, request %d", r.table, d, r.dim)
+	}
+	sc := s.scratch()
+	defer s.pool.Put(sc)
+	if err := s.checkIDsLocked(r.ids, sc); err != nil {
+		s.own.RUnlock()
+		return err
+	}
+	grads, err := s.gradsOf(r, len(r.ids)*d, sc)
+	if err != nil {
+		s.own.RUnlock()
+		return err
+	}
+	if h.bar != nil {
+		// Synchronous: hold the push until the step is complete. The barrier copies what it keeps.
+		s.own.RUnlock()
+		return h.bar.push(ctx, r.worker, r.step, r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
+			return s.applyLocking(h, ids, g, step)
+		})
+	}
+	err = h.t.Apply(r.ids, grads, r.step)
+	s.own.RUnlock()
+	if err != nil {
+		return applyErr(err)
+	}
+	s.stats.record(sc, len(r.ids), time.Since(start), true)
+	return nil
+}
+
+// applyLocking applies a completed synchronous step, under the ownership lock.
+func (s *Server) applyLocking(h *hosted, ids []uint64, g []float32, step uint32) error {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	return applyErr(h.t.Apply(ids, g, step))
+}
+
+func applyErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, embedding.ErrNonFinite):
+		return remote(codeNonFinite, "%v", err)
+	default:
+		return remote(codeBadRequest, "%v", err)
+	}
+}
+
+// gradsOf returns the request's floats (n of them) as []float32, copying only when unaligned.
+func (s *Server) gradsOf(r tableReq, n int, sc *reqScratch) ([]float32, error) {
+	if len(r.floats) != 4*n {
+		return nil, remote(codeBadRequest, "%d gradient bytes for %d floats", len(r.floats), n)
+	}
+	if v := floatView(r.floats); v != nil {
+		return v, nil
+	}
+	g := sc.floatsN(n)
+	getFloats(g, r.floats)
+	return g, nil
+}
+
+func (s *Server) handleTable(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	s.own.RLock()
+	t := s.own.table
+	s.own.RUnlock()
+	if t == nil {
+		return nil
+	}
+	resp.Write(AppendOwnerTable(nil, t))
+	return nil
+}
+
+func putU64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func putU32(b []byte, v uint32) {
+	for i := 0; i < 4; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}

@@ -1,0 +1,139 @@
+package ps
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/rpc"
+)
+
+// slotStats counts, per slot, the rows served and the time spent serving them, so hot slots and
+// hot servers can be found.
+type slotStats struct {
+	accesses []atomic.Uint64 // rows pulled or pushed
+	requests []atomic.Uint64 // requests touching the slot
+	busy     []atomic.Uint64 // nanoseconds of serving, split over slots by rows
+	pulls    atomic.Uint64
+	pushes   atomic.Uint64
+	rowsIn   atomic.Uint64
+	rowsOut  atomic.Uint64
+}
+
+func (st *slotStats) init(slots int) {
+	st.accesses = make([]atomic.Uint64, slots)
+	st.requests = make([]atomic.Uint64, slots)
+	st.busy = make([]atomic.Uint64, slots)
+}
+
+// record adds one request's per-slot counts (in sc, which it clears).
+func (st *slotStats) record(sc *reqScratch, rows int, d time.Duration, push bool) {
+	if push {
+		st.pushes.Add(1)
+		st.rowsIn.Add(uint64(rows))
+	} else {
+		st.pulls.Add(1)
+		st.rowsOut.Add(uint64(rows))
+	}
+	per := uint64(0)
+	if rows > 0 {
+		per = uint64(d.Nanoseconds()) / uint64(rows)
+	}
+	for _, s := range sc.slots {
+		c := uint64(sc.count[s])
+		st.accesses[s].Add(c)
+		st.requests[s].Add(1)
+		st.busy[s].Add(c * per)
+		sc.count[s] = 0
+	}
+	sc.slots = sc.slots[:0]
+}
+
+// ServerStats is a server's report. Counters are totals since the server started; two reports
+// give rates.
+type ServerStats struct {
+	ID      string
+	Version uint64 // owner-table version
+	Uptime  time.Duration
+	// Pulls and Pushes count requests; RowsOut and RowsIn the rows they carried.
+	Pulls, Pushes, RowsOut, RowsIn uint64
+	Tables                         []TableStats
+	// Slots lists every owned slot and every slot with activity or rows.
+	Slots []SlotStats
+}
+
+// TableStats describes one hosted table.
+type TableStats struct {
+	Name        string
+	Dense       bool
+	Dim         int
+	Rows        int
+	MemoryBytes int64
+}
+
+// SlotStats describes one slot on one server.
+type SlotStats struct {
+	Slot  int
+	Owned bool
+	// Rows and Bytes held (over all tables); filled only when asked for, since counting them
+	// visits every row.
+	Rows  int
+	Bytes int64
+	// Accesses counts rows pulled or pushed, Requests the requests that touched the slot.
+	Accesses, Requests uint64
+	// BusyNanos is the time spent serving the slot's rows: the request's serving time split
+	// over its slots by rows. Serving is in-memory work, so this is close to CPU time.
+	BusyNanos uint64
+}
+
+// Stats returns the server's report; withRows also counts rows and bytes per slot.
+func (s *Server) Stats(withRows bool) ServerStats {
+	s.own.RLock()
+	out := ServerStats{ID: s.cfg.ID, Version: s.version(), Uptime: time.Since(s.started)}
+	owned := s.own.slots
+	hs := make([]*hosted, 0, len(s.own.tables))
+	for _, h := range s.own.tables {
+		hs = append(hs, h)
+	}
+	s.own.RUnlock()
+	sort.Slice(hs, func(i, j int) bool { return hs[i].name < hs[j].name })
+	st := &s.stats
+	out.Pulls, out.Pushes, out.RowsOut, out.RowsIn = st.pulls.Load(), st.pushes.Load(), st.rowsOut.Load(), st.rowsIn.Load()
+	rows := make([]int, s.cfg.Slots)
+	bytes := make([]int64, s.cfg.Slots)
+	for _, h := range hs {
+		out.Tables = append(out.Tables, TableStats{Name: h.name, Dense: h.dense, Dim: h.t.Dim(), Rows: h.t.Len(), MemoryBytes: h.t.MemoryBytes()})
+		if !withRows {
+			continue
+		}
+		if h.dense {
+			rows[h.slot] += h.t.Len()
+			bytes[h.slot] += int64(h.t.Len() * h.t.PayloadBytesPerRow())
+			continue
+		}
+		per := int64(h.t.PayloadBytesPerRow())
+		h.t.Range(func(v embedding.RowView) bool {
+			sl := embedding.Slot(v.ID, s.cfg.Slots)
+			rows[sl]++
+			bytes[sl] += per
+			return true
+		})
+	}
+	for sl := 0; sl < s.cfg.Slots; sl++ {
+		a, r, b := st.accesses[sl].Load(), st.requests[sl].Load(), st.busy[sl].Load()
+		if !owned.Has(sl) && a == 0 && rows[sl] == 0 {
+			continue
+		}
+		out.Slots = append(out.Slots, SlotStats{Slot: sl, Owned: owned.Has(sl), Rows: rows[sl], Bytes: bytes[sl], Accesses: a, Requests: r, BusyNanos: b})
+	}
+	return out
+}
+
+// handleStats answers a Stats request; the request is one byte, 1 to count rows per slot.
+func (s *Server) handleStats(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	st := s.Stats(len(req) == 1 && req[0] == 1)
+	return json.NewEncoder(resp).Encode(st)
+}
