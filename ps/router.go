@@ -216,7 +216,9 @@ func mix64(x uint64) uint64 {
 func (t *OwnerTable) SlotOf(id uint64) int { return embedding.Slot(id, t.Slots) }
 
 // NameSlot returns the slot of a dense parameter: xxhash64 of its name, mod the slot count.
-func (t *OwnerTable) NameSlot(name string) int { return int(xxhash.Sum64String(name) % uint64(t.Slots)) }
+func (t *OwnerTable) NameSlot(name string) int {
+	return int(xxhash.Sum64String(name) % uint64(t.Slots))
+}
 
 // OwnerIndex returns the index in Nodes of slot's owner.
 func (t *OwnerTable) OwnerIndex(slot int) int { return int(t.owner[slot]) }
