@@ -220,6 +220,12 @@ func (c *Checkpointer) Close() error {
 	return c.reg.close()
 }
 
+func (c *Checkpointer) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Stats returns a copy of the counters.
 func (c *Checkpointer) Stats() Stats {
 	c.mu.Lock()

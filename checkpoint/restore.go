@@ -166,6 +166,9 @@ func (c *Checkpointer) Restore(ctx context.Context, opts ...RestoreOption) (*Res
 	}
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
 	steps, err := commitSteps(ctx, c.cfg.Storage, c.cfg.Job)
 	if err != nil {
 		return nil, err
@@ -203,10 +206,7 @@ func (p *restorePlan) close() {
 // plan reads the commit record of step and resolves each node to shared memory (a sealed generation on
 // this host whose chain matches) or to its chain of manifests in storage.
 func (c *Checkpointer) plan(ctx context.Context, step uint64, o *restoreOpts) (*restorePlan, error) {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	S := c.cfg.Slots

@@ -1,0 +1,132 @@
+package checkpoint
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func sampleManifest() *manifest {
+	owned := newSlotSet(70)
+	owned.add(3)
+	owned.add(69)
+	return &manifest{Job: "job", Node: "ps-1", Step: 20, ID: 0xabc, Slots: 70, Owned: owned, Full: false,
+		BaseStep: 10, Parent: "job/data/00000000000000000010/ps-1/0000000000000001/manifest", ParentStep: 10,
+		Segments: []uint64{1, 2},
+		Tables: []manifestTable{{Name: "t", Schema: []byte{1, 2}, RowSize: 16, Records: 3, Chunks: []chunkRef{
+			{Object: "t0-s0-p0", SlotLo: 0, SlotHi: 10, Records: 1, RawLen: 16, Size: 90, Sum: 7},
+			{Object: "t0-s10-p0", SlotLo: 10, SlotHi: 70, Records: 2, RawLen: 32, Size: 100, Sum: 8}}}},
+		Blobs: []blobRef{{Name: "dense", Object: "b0", RawLen: 4, Size: 80, Sum: 9}}}
+}
+
+func FuzzDecodeChunk(f *testing.F) {
+	cs := newCodecs(1)
+	raw := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	for _, codec := range []Codec{CodecS2, CodecZstd, CodecNone} {
+		f.Add(appendChunk(nil, chunkInfo{kind: chunkKindRows, rowSize: 16, slotLo: 1, slotHi: 9, records: 64}, raw, codec, cs))
+		f.Add(appendChunk(nil, chunkInfo{kind: chunkKindBlob}, raw[:100], codec, cs))
+	}
+	f.Add([]byte("EPSCHUNK"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ci, out, err := decodeChunk(b, nil, 1<<20, cs)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		// A chunk that decodes re-encodes (uncompressed) to one that decodes to the same bytes.
+		again := appendChunk(nil, ci, out, CodecNone, cs)
+		ci2, out2, err := decodeChunk(again, nil, 1<<20, cs)
+		require.NoError(t, err)
+		assert.Equal(t, out, out2)
+		ci.codec, ci2.codec = 0, 0
+		assert.Equal(t, ci, ci2)
+	})
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	m := sampleManifest()
+	f.Add(appendManifest(nil, m))
+	m.Full, m.Parent, m.ParentStep, m.BaseStep = true, "", 0, 20
+	f.Add(appendManifest(nil, m))
+	f.Add([]byte("EPSMANIF\x01\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeManifest(b)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		m2, err := decodeManifest(appendManifest(nil, m))
+		require.NoError(t, err)
+		assert.Equal(t, m, m2)
+	})
+}
+
+func FuzzDecodeCommit(f *testing.F) {
+	rec := &commitRecord{Job: "job", Step: 5, Seq: 2, Slots: 4096,
+		Nodes: []commitNode{{Node: "a", Manifest: "job/data/x/a/1/manifest", Size: 10, Sum: 3, Segments: []uint64{1}},
+			{Node: "b", Manifest: "job/data/x/b/1/manifest", Size: 11, Sum: 4, Segments: []uint64{5, 6}}},
+		BlobDir: "job/data/x/_coordinator/2", Blobs: []blobRef{{Name: "state", Object: "b0", RawLen: 3, Size: 80, Sum: 1}}}
+	f.Add(appendCommit(nil, rec))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := decodeCommit(b)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		rec2, err := decodeCommit(appendCommit(nil, rec))
+		require.NoError(t, err)
+		assert.Equal(t, rec, rec2)
+	})
+}
+
+func FuzzDecodeSeal(f *testing.F) {
+	s := &sealFile{Job: "job", Node: "n", Gen: 1, Slots: 8, Piece: sealPiece,
+		Extents: []extentRef{{Name: "g1-0", Size: 1 << 20}, {Name: "g1-3", Size: 1 << 21}},
+		Segments: []*segment{
+			{ID: 1, Step: 10, Full: true, BaseStep: 10, Owned: allSlots(8),
+				Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 0, Off: 64, Len: 160, Sums: []uint64{42}}},
+				Blobs:  []segBlob{{Name: "d", Extent: 1, Off: 0, Len: 3, Sum: 5}}},
+			{ID: 2, Step: 11, BaseStep: 10, Owned: allSlots(8),
+				Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 1, Off: 64, Len: 0, Sums: []uint64{}}}},
+		}}
+	f.Add(appendSeal(nil, s))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decodeSeal(b)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		s2, err := decodeSeal(appendSeal(nil, s))
+		require.NoError(t, err)
+		assert.Equal(t, s, s2)
+	})
+}
+
+func TestCodecRoundTripAndRatio(t *testing.T) {
+	cs := newCodecs(2)
+	raw := bytes.Repeat([]byte("embedding rows compress "), 1000)
+	for _, codec := range []Codec{CodecS2, CodecZstd, CodecNone} {
+		file := appendChunk(nil, chunkInfo{kind: chunkKindBlob}, raw, codec, cs)
+		ci, out, err := decodeChunk(file, nil, len(raw), cs)
+		require.NoError(t, err)
+		assert.Equal(t, raw, out)
+		assert.Equal(t, codec, ci.codec)
+		if codec != CodecNone {
+			assert.Less(t, len(file), len(raw)/4, codec.String())
+		}
+		_, _, err = decodeChunk(file, nil, len(raw)-1, cs)
+		assert.ErrorIs(t, err, ErrCorrupt, "a chunk larger than the caller allows")
+	}
+	// Incompressible data is stored as it is.
+	noise := make([]byte, 4096)
+	for i := range noise {
+		noise[i] = byte(i*7919 + i*i*31)
+	}
+	file := appendChunk(nil, chunkInfo{kind: chunkKindBlob}, noise, CodecS2, cs)
+	ci, _, err := checkChunk(file)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(file), len(noise)+chunkHeader+8)
+	_ = ci
+}
