@@ -1,0 +1,124 @@
+// Package checkpoint implements flash checkpoints of parameter-server tables: a blocking copy into
+// pre-faulted shared memory, background persistence to storage with checksums and compression,
+// a two-phase job-level commit, incremental checkpoints, retention, and bit-exact restore onto any
+// number of servers.
+//
+// The package imports nothing else of the project. It sees a table only through the Table
+// interface (packed raw records out, records in), places rows by SlotOf (xxhash64 of the id's 8
+// little-endian bytes, mod S), and saves anything else that must be restored with the tables —
+// dense parameters, the data-shard dispatcher's snapshot, the coordinator's state — as opaque
+// named blobs in the same commit.
+//
+// # The flow
+//
+// Each parameter server runs a Checkpointer; the coordinator runs a Committer:
+//
+//	ck, _ := checkpoint.New(checkpoint.Config{Job: "ctr", Node: "ps-3", Tables: tables, Storage: st})
+//	defer ck.Close()
+//	ck.Reserve(ctx, expectedBytes)                  // fault in shared memory once, at start-up
+//	...
+//	ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(owned), checkpoint.SnapshotBlob("dense", d))
+//	ref, err := ck.WaitPersisted(ctx, step)         // sent to the coordinator
+//	...
+//	m.Commit(ctx, step, refsOfEveryNode, checkpoint.Blob{Name: "dispatcher", Data: s}) // coordinator
+//
+// Snapshot blocks only while the tables' rows are copied into shared memory (all rows, or for a
+// delta only the rows changed since the previous checkpoint); training then goes on. Call it at a
+// step barrier for a consistent checkpoint; otherwise each row is consistent. In the background a
+// sealer checksums the copy and seals it, and a persister streams it to Storage. Restore:
+//
+//	info, _ := m.Choose(ctx, verifyOnEveryNode)     // newest commit every node can read
+//	ck.Load(ctx, info.Step, checkpoint.RestoreSlots(ownedNow))
+//
+// or, for a single node, ck.Restore(ctx), which picks the newest commit itself.
+//
+// # Shared-memory tier
+//
+// A node's region is the directory ShmDir/JOB/NODE (default /dev/shm/elasticps/JOB/NODE): a lock
+// file held by the owning process (flock), extent files of two generations ("g0-N", "g1-N") that
+// are fallocated (a full tmpfs fails cleanly instead of with SIGBUS later), mapped with
+// MAP_POPULATE so every page is faulted in once when created, and never remapped; and one seal file
+// per generation ("g0.seal", "g1.seal"). A generation holds a chain: a full snapshot followed by the
+// deltas taken after it, appended behind it. Its seal lists each segment (job, node, step, slot set,
+// base step, where each table's records lie) with an xxhash64 per 4 MiB piece, and is replaced as a
+// whole by rename; a generation about to receive a new full snapshot loses its seal first. A
+// crash at any point therefore leaves each generation sealed at some complete prefix of its chain.
+//
+// A full snapshot goes into the generation that does not hold the newest chain, and only if no
+// seal or persist work on it is pending (else Snapshot returns ErrBusy and copies nothing). A delta
+// is appended to the newest chain's generation, behind bytes the persister may still be reading; a
+// snapshot never writes bytes a persist is reading. Appending deltas (rather than alternating
+// generations on every snapshot) keeps a whole chain, base included, in one generation, so the
+// newest commit can be restored from shared memory even when it is a delta; the price is that a
+// generation holds the base plus up to FullEvery-1 deltas.
+//
+// Shared memory grows when needed (Headroom sizes the growth), by adding extents; the sealer also
+// grows it ahead of time — room for another delta as large as the largest seen, and room for the
+// next full snapshot in the other generation — so faulting memory in stays off the blocking path.
+// Reserve does it up front. A restarted process of the same node reattaches to its region in New.
+//
+// # Storage tier and the commit protocol
+//
+// Storage is a small interface (create-then-commit writer, open, list, delete) with an atomic,
+// durable Commit; FSStorage (temporary file, fsync, rename, fsync of the directory), MemStorage and
+// FaultStorage (failing chosen operations, short writes, a full disk, operations held mid-way) are
+// provided. The layout of a job in storage:
+//
+//	JOB/commits/STEP                      commit record (phase two, by the coordinator)
+//	JOB/data/STEP/NODE/ID/manifest        a node's manifest (phase one ends by writing it)
+//	JOB/data/STEP/NODE/ID/tT-sLO-pP       chunk: table T's records for a slot range, part P
+//	JOB/data/STEP/NODE/ID/bI              a node's blob
+//	JOB/data/STEP/_coordinator/ID/bI      a blob saved by Commit
+//
+// STEP has 20 digits; ID is unique per persist attempt, so nothing a commit points to is ever
+// overwritten. Phase one: the persister partitions the records of a sealed snapshot by slot into
+// chunks of about ChunkBytes (a slot range per chunk; a slot too large for one chunk is split in
+// parts), drops rows of slots the node does not own, compresses each chunk (S2 by default, zstd or
+// none; a chunk that does not shrink is stored as it is), frames it with an xxhash64, writes the
+// chunks and blobs, and writes the manifest last. Phase two: the coordinator calls Commit with the
+// manifests of every node (ManifestRef from WaitPersisted). Commit checks each manifest's checksum,
+// that they agree on the job, step and slot count, that every slot has exactly one owner, and that
+// every chunk and every delta's parent chain exists; then it writes its blobs and the commit record.
+// Nothing without a commit record is ever restored.
+//
+// Incremental checkpoints: every FullEvery-th checkpoint is full; the others hold only the rows
+// changed (and deletion records for rows removed) since the previous one, and point to it; restore
+// applies the base and then the deltas in order. A snapshot whose slot set differs from its base's
+// is taken in full. When a persist fails, the next persist of the same generation also carries the
+// rows of the failed one (so the chain in storage has no hole), and a persist that cannot chain
+// onto a durable predecessor is written as a full checkpoint.
+//
+// Retention (Committer.Prune, run after each Commit): keep the newest KeepLast commits and every
+// commit whose sequence number is a multiple of KeepEvery; commit records go first, then every
+// object older than the newest commit that no kept commit's chain needs. The newest commit, the
+// bases and deltas a kept delta needs, and persists newer than the newest commit are never deleted.
+//
+// # Restore
+//
+// Verify and Load take a committed step; Restore tries commits newest first. Each old node's part
+// comes from shared memory on this host when a sealed generation of that node's region (its own, or
+// another node's region that no live process holds) holds exactly the committed chain — checked by
+// segment ids recorded in the commit — and from storage otherwise; shared memory that fails its
+// checksums falls back to storage. Each node loads only the slots it owns now (RestoreSlots): from
+// storage it reads only the chunks whose slot range meets them; with another slot count S it reads
+// every chunk and places rows by id. Everything is verified before any table is changed: a corrupt,
+// truncated or uncommitted checkpoint fails Verify or Load with an error wrapping ErrCorrupt,
+// ErrNotFound or ErrNotCommitted, and Restore and Committer.Choose log the reason and move to the
+// previous commit. Several nodes must agree on one step: the coordinator calls Choose with a
+// function that asks every node to Verify, then has every node Load the chosen step. Tables should
+// be empty before a restore (rows the checkpoint does not hold are left alone); the next snapshot
+// after a restore is full.
+//
+// A failed persist (full disk, I/O error) is reported by WaitPersisted and OnPersist as a
+// *PersistError, counted in Stats, logged, and removes what it wrote; earlier commits are untouched
+// and snapshots go on.
+//
+// # Concurrency and ownership
+//
+// Checkpointer, Committer and the Storage implementations are safe for concurrent use; a
+// Checkpointer runs Snapshot, Reserve, Verify, Load and Restore one at a time. Table must be safe
+// for concurrent use (training goes on during CopyRaw); the Checkpointer never calls LoadRaw on one
+// table from two goroutines at once. Slices passed in (blob data, slot lists) are copied or only
+// read during the call; returned blobs belong to the caller. Close stops and joins the background
+// goroutines and keeps the region's files for a later process; DeleteRegion removes them.
+package checkpoint
