@@ -258,12 +258,19 @@ func (c *Client) forget(cc *clientConn) {
 // call is one outstanding request; its result arrives on ch (capacity 1).
 type call struct {
 	ch        chan result
+	cc        *clientConn
+	id        uint64      // set when queued
 	abandoned atomic.Bool // the caller gave up; set only on calls never reused
 }
 
 type result struct {
 	resp []byte
 	err  error
+}
+
+func (c *Client) putCall(cl *call) {
+	cl.cc, cl.id = nil, 0
+	c.calls.Put(cl)
 }
 
 func (c *Client) getCall() *call {

@@ -23,10 +23,8 @@ type clientConn struct {
 	w    *frameWriter
 	rd   *wire.Reader
 
-	nextID   uint64        // guarded by the write lock: ids go out in increasing order
-	broken   atomic.Bool   // failed: take no new calls
-	draining atomic.Bool   // the server sent goaway: take no new calls
-	dead     chan struct{} // closed when the reader has exited
+	broken   atomic.Bool // failed: take no new calls
+	draining atomic.Bool // the server sent goaway: take no new calls
 
 	mu      sync.Mutex
 	pending map[uint64]*call // nil once the connection failed
@@ -34,17 +32,16 @@ type clientConn struct {
 }
 
 func newClientConn(c *Client, addr string, nc net.Conn, sess session) *clientConn {
-	return &clientConn{
+	cc := &clientConn{
 		c:       c,
 		addr:    addr,
 		nc:      nc,
 		sess:    sess,
-		w:       newFrameWriter(nc, c.cfg.writeTimeout),
 		rd:      wire.NewReader(nc, wire.ReaderOptions{Pool: &c.pool, MaxFrameSize: c.cfg.maxFrame, Decompress: sess.compress}),
-		nextID:  1,
-		dead:    make(chan struct{}),
 		pending: make(map[uint64]*call),
 	}
+	cc.w = newFrameWriter(nc, c.cfg.writeTimeout, cc.fail)
+	return cc
 }
 
 func (cc *clientConn) usable() bool { return !cc.broken.Load() && !cc.draining.Load() }
@@ -80,52 +77,29 @@ func (cc *clientConn) call(ctx context.Context, method uint16, req []byte) (resp
 			h.Flags, payload = wire.FlagCompressed, comp
 		}
 	}
-	if err := cc.w.lock(ctx, cc.dead); err != nil {
+	cl := c.getCall()
+	cl.cc = cc
+	if err := cc.w.send(ctx, h, payload, cl); err != nil {
+		// The frame was not (completely) written: the server cannot have
+		// processed it.
+		if cl.id != 0 && !cc.unregister(cl.id) {
+			cl.abandoned.Store(true)
+		} else {
+			c.putCall(cl)
+		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr, false
 		}
 		return nil, cc.notSent(err), true
 	}
-	h.ID = cc.nextID
-	cl := c.getCall()
-	cc.mu.Lock()
-	if cc.pending == nil || cc.draining.Load() {
-		cause := cc.err
-		cc.mu.Unlock()
-		cc.w.unlock()
-		c.calls.Put(cl)
-		if cause == nil {
-			cause = errors.New("server is shutting down")
-		}
-		return nil, cc.notSent(cause), true
-	}
-	cc.pending[h.ID] = cl
-	cc.mu.Unlock()
-	cc.nextID++
-	n, werr := cc.w.write(ctx, h, payload)
-	cc.w.unlock()
-	if werr != nil {
-		// The frame is incomplete, so the server cannot have processed it.
-		if n > 0 || ctx.Err() == nil {
-			cc.fail(fmt.Errorf("write: %w", werr))
-		}
-		if cc.unregister(h.ID) {
-			c.calls.Put(cl)
-		} else {
-			cl.abandoned.Store(true)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxErr, false
-		}
-		return nil, cc.notSent(werr), true
-	}
+	id := cl.id
 	select {
 	case r := <-cl.ch:
-		c.calls.Put(cl)
+		c.putCall(cl)
 		return r.resp, r.err, false
 	case <-ctx.Done():
-		if cc.unregister(h.ID) {
-			c.calls.Put(cl)
+		if cc.unregister(id) {
+			c.putCall(cl)
 		} else {
 			// The reader owns the call now and will deliver into cl.ch,
 			// which nobody reads: never reuse cl.
@@ -134,6 +108,32 @@ func (cc *clientConn) call(ctx context.Context, method uint16, req []byte) (resp
 		return nil, ctx.Err(), false
 	}
 }
+
+// queued registers the call under id as its request is queued for writing
+// (called by the frame writer with its lock held). A connection that failed
+// or is draining takes no new calls.
+func (cl *call) queued(id uint64) error {
+	cc := cl.cc
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.pending == nil || cc.broken.Load() {
+		if cc.err != nil {
+			return cc.err
+		}
+		return errConnDead
+	}
+	if cc.draining.Load() {
+		return errDraining
+	}
+	cl.id = id
+	cc.pending[id] = cl
+	return nil
+}
+
+var (
+	errDraining = errors.New("server is shutting down")
+	errConnDead = errors.New("connection is closed")
+)
 
 // unregister removes a pending call and reports whether it was still there.
 func (cc *clientConn) unregister(id uint64) bool {
@@ -179,7 +179,7 @@ func (cc *clientConn) readLoop() {
 	cc.mu.Unlock()
 	cc.broken.Store(true)
 	_ = cc.nc.Close()
-	close(cc.dead)
+	cc.w.stop()
 	c.forget(cc)
 	for _, cl := range pending {
 		cc.deliver(cl, result{err: fmt.Errorf("rpc: call %s: %w: %w", cc.addr, ErrConnClosed, cause)})

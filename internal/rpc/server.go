@@ -32,6 +32,7 @@ type Server struct {
 	handshakeTimeout time.Duration
 	pool             wire.Pool
 	sem              chan struct{} // one slot per running handler
+	jobs             chan job      // to idle workers; unbuffered
 	bufs             sync.Pool     // of *Buffer
 
 	hmu      sync.Mutex // serialises Register
@@ -76,6 +77,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		n = DefaultMaxConcurrent
 	}
 	s.sem = make(chan struct{}, n)
+	s.jobs = make(chan job)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	empty := map[uint16]Handler{}
 	s.handlers.Store(&empty)
@@ -151,7 +153,7 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		sc := &serverConn{s: s, nc: nc, w: newFrameWriter(nc, s.cfg.writeTimeout), dead: make(chan struct{})}
+		sc := &serverConn{s: s, nc: nc}
 		s.mu.Lock()
 		if s.state.Load() != stateRunning {
 			s.mu.Unlock()
@@ -243,7 +245,6 @@ type serverConn struct {
 	w    *frameWriter
 	sess session
 
-	dead     chan struct{} // closed when the connection is torn down without grace
 	handlers sync.WaitGroup
 	lastID   uint64 // the last request id dispatched; owned by the reading goroutine
 }
@@ -273,6 +274,8 @@ func (sc *serverConn) serve() {
 		return
 	}
 	sc.sess = sess
+	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, func(error) { _ = sc.nc.Close() })
+	defer sc.w.stop()
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	rd := wire.NewReader(sc.nc, wire.ReaderOptions{Pool: &s.pool, MaxFrameSize: s.cfg.maxFrame, Decompress: sess.compress})
@@ -280,15 +283,13 @@ func (sc *serverConn) serve() {
 	if graceful {
 		// Tell the client which requests were read, let the handlers
 		// finish and write their answers, then close.
-		sc.writeGoAway()
+		_ = sc.w.send(nil, wire.Header{Kind: wire.KindGoAway, ID: sc.lastID}, nil, nil)
 		sc.handlers.Wait()
 		_ = sc.nc.Close()
-		close(sc.dead)
 		log.Debug("rpc: connection closed by shutdown")
 		return
 	}
 	_ = sc.nc.Close()
-	close(sc.dead)
 	cancel()
 	sc.handlers.Wait()
 	if reason != nil {
@@ -339,7 +340,7 @@ func (sc *serverConn) readLoop(ctx context.Context, rd *wire.Reader) (graceful b
 		}
 		sc.lastID = f.ID
 		sc.handlers.Add(1)
-		go sc.handle(ctx, f)
+		s.dispatch(job{sc: sc, ctx: ctx, f: f})
 	}
 }
 
@@ -381,15 +382,44 @@ func (sc *serverConn) handle(ctx context.Context, f wire.Frame) {
 			h.Flags, payload = wire.FlagCompressed, c
 		}
 	}
-	if err := sc.w.lock(nil, sc.dead); err != nil {
+	// A failed write closes the connection; the reader then tears it down.
+	_ = sc.w.send(nil, h, payload, nil)
+}
+
+// job is one request for a worker.
+type job struct {
+	sc  *serverConn
+	ctx context.Context
+	f   wire.Frame
+}
+
+// dispatch hands j to an idle worker, or starts one. Workers outlive their
+// job and wait for the next, so that steady traffic neither starts
+// goroutines nor grows fresh stacks; at most MaxConcurrent exist, as each
+// runs one job at a time under s.sem, and idle ones exit when the server
+// stops.
+func (s *Server) dispatch(j job) {
+	select {
+	case s.jobs <- j:
 		return
+	default:
 	}
-	_, werr := sc.w.write(nil, h, payload)
-	sc.w.unlock()
-	if werr != nil {
-		// The peer is gone or stopped reading; the reader notices the
-		// closed connection and tears it down.
-		_ = sc.nc.Close()
+	s.mu.Lock()
+	s.active++
+	s.mu.Unlock()
+	go s.worker(j)
+}
+
+func (s *Server) worker(j job) {
+	defer s.done()
+	for {
+		j.sc.handle(j.ctx, j.f)
+		j = job{}
+		select {
+		case j = <-s.jobs:
+		case <-s.stopping:
+			return
+		}
 	}
 }
 
@@ -406,15 +436,4 @@ func (sc *serverConn) invoke(ctx context.Context, method uint16, req []byte, res
 		}
 	}()
 	return h(ctx, req, resp)
-}
-
-func (sc *serverConn) writeGoAway() {
-	if err := sc.w.lock(nil, sc.dead); err != nil {
-		return
-	}
-	_, err := sc.w.write(nil, wire.Header{Kind: wire.KindGoAway, ID: sc.lastID}, nil)
-	sc.w.unlock()
-	if err != nil {
-		_ = sc.nc.Close()
-	}
 }

@@ -2,94 +2,221 @@ package rpc
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/internal/wire"
 )
 
-// coalesceMax is the largest payload copied next to its header so that the
-// frame goes out in one Write; larger payloads are written from the caller's
-// slice with a vectored write (writev on TCP), without copying.
+// coalesceMax is the largest payload copied into the write batch next to its
+// header; larger payloads are written from the sender's slice by a vectored
+// write (writev on TCP), without copying.
 const coalesceMax = 8 << 10
 
-var errConnDead = errors.New("connection is closed")
+// maxKeptBatch is the largest batch buffer kept for reuse after a flush.
+const maxKeptBatch = 1 << 20
 
-// frameWriter serialises whole frames onto a connection. Exactly one
-// goroutine writes at a time: the one holding the lock (a channel, so that
-// waiting for it can be abandoned). The fields below sem are guarded by it.
+// queuer is told, under the writer's lock, the id its frame is about to be
+// queued with; an error keeps the frame out.
+type queuer interface {
+	queued(id uint64) error
+}
+
+// batch is frames waiting to be written: headers and small payloads copied
+// into buf, large payloads referenced, large[i] going right after
+// buf[:cuts[i]].
+type batch struct {
+	buf   []byte
+	cuts  []int
+	large [][]byte
+	vec   net.Buffers
+	wv    net.Buffers // consumed by WriteTo; a field so that it does not escape
+}
+
+func (b *batch) empty() bool { return len(b.buf) == 0 }
+
+func (b *batch) reset() {
+	if cap(b.buf) > maxKeptBatch {
+		b.buf = nil
+	}
+	b.buf = b.buf[:0]
+	b.cuts = b.cuts[:0]
+	clear(b.large)
+	b.large = b.large[:0]
+	clear(b.vec[:cap(b.vec)])
+	b.vec = b.vec[:0]
+}
+
+// frameWriter puts whole frames on a connection. Senders append their frame
+// to the current batch; whoever finds no flush in progress becomes the
+// flusher and writes batches until none is left, so frames sent
+// concurrently leave in one system call. A frame with a large payload waits
+// to become the flusher itself, so that its payload is written before send
+// returns and never copied.
+//
+// A write that is still in progress after between timeout and twice that
+// (checked by a timer, so that writes need no clock reads) fails the
+// connection; so does any write error. Either is reported once through
+// onFail, which must close the connection.
 type frameWriter struct {
 	nc      net.Conn
+	onFail  func(error)
 	timeout time.Duration
-	sem     chan struct{}
 
-	small []byte // header and a small payload, coalesced
-	hdr   [wire.HeaderSize]byte
-	pair  [2][]byte
-	vec   net.Buffers
+	mu       sync.Mutex
+	flushing bool
+	idle     chan struct{} // closed when the current flush ends; nil if nobody waits
+	err      error         // sticky: the first write error
+	nextID   uint64        // ids for senders with a queuer
+	cur, out batch         // out is owned by the flusher while it writes
 
-	// imu guards active, the token of the write a context may interrupt.
-	imu    sync.Mutex
-	active uint64
-	seq    uint64
+	// interruption of a flush by its flusher's context
+	imu     sync.Mutex
+	active  uint64 // token of the interruptible flush in progress, 0 if none
+	tokens  uint64
+	dirtyDL bool // the write deadline was set to the past: clear it before writing
+
+	// watchdog
+	writing  atomic.Uint64 // sequence number of the write in progress, 0 if none
+	wseq     uint64        // owned by the flusher
+	lastSeen uint64        // owned by the timer callback
+	tmu      sync.Mutex
+	timer    *time.Timer
+	stopped  bool
 }
 
-func newFrameWriter(nc net.Conn, timeout time.Duration) *frameWriter {
-	return &frameWriter{nc: nc, timeout: timeout, sem: make(chan struct{}, 1)}
+func newFrameWriter(nc net.Conn, timeout time.Duration, onFail func(error)) *frameWriter {
+	w := &frameWriter{nc: nc, onFail: onFail, timeout: timeout, nextID: 1}
+	if timeout > 0 {
+		w.timer = time.AfterFunc(timeout, w.watch)
+	}
+	return w
 }
 
-// lock waits for the write lock, giving up when ctx is done (if ctx is not
-// nil) or when dead is closed.
-func (w *frameWriter) lock(ctx context.Context, dead <-chan struct{}) error {
-	select {
-	case w.sem <- struct{}{}:
-		return nil
-	default:
-	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	select {
-	case w.sem <- struct{}{}:
-		return nil
-	case <-done:
-		return ctx.Err()
-	case <-dead:
-		return errConnDead
+// stop ends the watchdog. Call it when the connection is closed.
+func (w *frameWriter) stop() {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	w.stopped = true
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }
 
-func (w *frameWriter) unlock() { <-w.sem }
+func (w *frameWriter) watch() {
+	cur := w.writing.Load()
+	if cur != 0 && cur == w.lastSeen {
+		w.fail(fmt.Errorf("write made no progress for %v", w.timeout))
+		return
+	}
+	w.lastSeen = cur
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !w.stopped {
+		w.timer.Reset(w.timeout)
+	}
+}
 
-// write sends one frame; the caller holds the lock. payload is read until
-// write returns and never kept. It returns how many bytes of the frame were
-// written: any error with n > 0 leaves a partial frame on the wire, and the
-// connection must be closed. If ctx is done while the frame is being
-// written, the write is interrupted.
-func (w *frameWriter) write(ctx context.Context, h wire.Header, payload []byte) (int64, error) {
+// fail records err as the writer's sticky error, if it is the first, and
+// reports it.
+func (w *frameWriter) fail(err error) {
+	w.mu.Lock()
+	first := w.err == nil
+	if first {
+		w.err = err
+	}
+	w.mu.Unlock()
+	if first {
+		w.onFail(err)
+	}
+}
+
+// send writes one frame. If q is not nil the frame gets the next id of this
+// connection (ids leave in increasing order), and q.queued is called with it
+// before the frame is queued. payload is not used after send returns. A
+// small frame may still be waiting in the batch when send returns nil (a
+// concurrent flusher writes it); a later failure then surfaces as the
+// connection's failure. An error means the frame was not (completely)
+// written: the connection's sticky error, q's error, or ctx's error if ctx
+// ended while the frame waited for its turn or was being written. ctx may
+// be nil.
+func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q queuer) error {
 	h.Size = uint32(len(payload))
-	var dl time.Time
-	if w.timeout > 0 {
-		dl = time.Now().Add(w.timeout)
+	small := len(payload) <= coalesceMax
+	w.mu.Lock()
+	for !small && w.flushing && w.err == nil {
+		if w.idle == nil {
+			w.idle = make(chan struct{})
+		}
+		ch := w.idle
+		w.mu.Unlock()
+		if err := waitCtx(ctx, ch); err != nil {
+			return err
+		}
+		w.mu.Lock()
 	}
-	if err := w.nc.SetWriteDeadline(dl); err != nil {
-		return 0, err
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
 	}
+	if q != nil {
+		if err := q.queued(w.nextID); err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		h.ID = w.nextID
+		w.nextID++
+	}
+	w.cur.buf = wire.AppendHeader(w.cur.buf, h)
+	if small {
+		w.cur.buf = append(w.cur.buf, payload...)
+	} else {
+		w.cur.cuts = append(w.cur.cuts, len(w.cur.buf))
+		w.cur.large = append(w.cur.large, payload)
+	}
+	if w.flushing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.flushing = true
+	w.mu.Unlock()
+	return w.flush(ctx)
+}
+
+func waitCtx(ctx context.Context, ch <-chan struct{}) error {
+	if ctx == nil {
+		<-ch
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush writes batches until none is left. The caller has set w.flushing.
+// It returns the error of the first batch, the one holding the caller's
+// frame.
+func (w *frameWriter) flush(ctx context.Context) error {
 	if ctx != nil && ctx.Done() != nil {
 		w.imu.Lock()
-		w.seq++
-		tok := w.seq
+		w.tokens++
+		tok := w.tokens
 		w.active = tok
 		w.imu.Unlock()
 		stop := context.AfterFunc(ctx, func() {
 			w.imu.Lock()
+			defer w.imu.Unlock()
 			if w.active == tok {
+				w.dirtyDL = true
 				_ = w.nc.SetWriteDeadline(time.Unix(1, 0))
 			}
-			w.imu.Unlock()
 		})
 		defer func() {
 			w.imu.Lock()
@@ -98,18 +225,65 @@ func (w *frameWriter) write(ctx context.Context, h wire.Header, payload []byte) 
 			stop()
 		}()
 	}
-	if len(payload) <= coalesceMax {
-		b := wire.AppendHeader(w.small[:0], h)
-		b = append(b, payload...)
-		w.small = b
-		n, err := w.nc.Write(b)
-		return int64(n), err
+	var first error
+	for round := 0; ; round++ {
+		w.mu.Lock()
+		if w.err != nil || w.cur.empty() {
+			if round == 0 && w.err != nil {
+				first = w.err
+			}
+			w.cur.reset()
+			w.flushing = false
+			if w.idle != nil {
+				close(w.idle)
+				w.idle = nil
+			}
+			w.mu.Unlock()
+			return first
+		}
+		w.cur, w.out = w.out, w.cur
+		w.mu.Unlock()
+		err := w.writeOut()
+		w.out.reset()
+		if err != nil {
+			if round == 0 {
+				first = err
+				if ctx != nil && ctx.Err() != nil {
+					first = ctx.Err()
+				}
+			}
+			w.fail(fmt.Errorf("write: %w", err))
+		}
 	}
-	wire.PutHeader(w.hdr[:], h)
-	w.pair = [2][]byte{w.hdr[:], payload}
-	w.vec = w.pair[:]
-	n, err := w.vec.WriteTo(w.nc)
-	w.pair = [2][]byte{}
-	w.vec = nil
-	return n, err
+}
+
+// writeOut writes w.out in one vectored write.
+func (w *frameWriter) writeOut() error {
+	w.imu.Lock()
+	if w.dirtyDL {
+		w.dirtyDL = false
+		_ = w.nc.SetWriteDeadline(time.Time{})
+	}
+	w.imu.Unlock()
+	b := &w.out
+	prev := 0
+	for i, cut := range b.cuts {
+		b.vec = append(b.vec, b.buf[prev:cut], b.large[i])
+		prev = cut
+	}
+	if prev < len(b.buf) {
+		b.vec = append(b.vec, b.buf[prev:])
+	}
+	w.wseq++
+	w.writing.Store(w.wseq)
+	var err error
+	if len(b.vec) == 1 {
+		_, err = w.nc.Write(b.vec[0])
+	} else {
+		b.wv = b.vec
+		_, err = b.wv.WriteTo(w.nc)
+		b.wv = nil
+	}
+	w.writing.Store(0)
+	return err
 }

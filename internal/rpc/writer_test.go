@@ -1,0 +1,195 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/transport/memnet"
+	"github.com/elasticps/elasticps/internal/wire"
+)
+
+func memPair(t *testing.T, window int) (a, b net.Conn) {
+	t.Helper()
+	n := memnet.New(memnet.Config{Window: window})
+	l, err := n.Host("b").Listen("b:1")
+	require.NoError(t, err)
+	a, err = n.Host("a").Dial(context.Background(), "b:1")
+	require.NoError(t, err)
+	b, err = l.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close(); _ = l.Close() })
+	return a, b
+}
+
+// payloadFor is a deterministic payload for a frame id, small or large.
+func payloadFor(id uint64) []byte {
+	n := int(id*7919) % (3 * coalesceMax)
+	if id%5 == 0 {
+		n += 100 << 10
+	}
+	p := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], id*1_000_003+uint64(i))
+	}
+	return p
+}
+
+func TestFrameWriterConcurrentSenders(t *testing.T) {
+	a, b := memPair(t, 64<<10)
+	failed := make(chan error, 1)
+	w := newFrameWriter(a, time.Minute, func(err error) { failed <- err })
+	defer w.stop()
+	const senders, each = 8, 40
+	got := make(chan wire.Frame, senders*each)
+	go func() {
+		rd := wire.NewReader(b, wire.ReaderOptions{})
+		for range senders * each {
+			f, err := rd.ReadFrame()
+			if err != nil {
+				return
+			}
+			got <- f
+		}
+	}()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := uint64(s*each + i + 1)
+				p := payloadFor(id)
+				if !assert.NoError(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: id}, p, nil)) {
+					return
+				}
+				clear(p) // the writer must be done with it
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for range senders * each {
+		f := <-got
+		require.False(t, seen[f.ID], "frame %d twice", f.ID)
+		seen[f.ID] = true
+		require.True(t, bytes.Equal(payloadFor(f.ID), f.Payload), "frame %d corrupted", f.ID)
+	}
+	assert.Empty(t, failed)
+}
+
+type idRecorder struct {
+	mu  *sync.Mutex
+	ids *[]uint64
+}
+
+func (r idRecorder) queued(id uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.ids = append(*r.ids, id)
+	return nil
+}
+
+func TestFrameWriterIDsLeaveInOrder(t *testing.T) {
+	a, b := memPair(t, 1<<20)
+	w := newFrameWriter(a, 0, func(error) {})
+	defer w.stop()
+	var mu sync.Mutex
+	var queued []uint64
+	const total = 200
+	done := make(chan []uint64)
+	go func() {
+		rd := wire.NewReader(b, wire.ReaderOptions{})
+		var ids []uint64
+		for range total {
+			f, err := rd.ReadFrame()
+			if err != nil {
+				break
+			}
+			ids = append(ids, f.ID)
+		}
+		done <- ids
+	}()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range total / 4 {
+				p := payloadFor(uint64(g*1000 + i))
+				if !assert.NoError(t, w.send(context.Background(), wire.Header{Kind: wire.KindRequest, Method: 1}, p, idRecorder{&mu, &queued})) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ids := <-done
+	require.Len(t, ids, total)
+	for i := range ids {
+		assert.Equal(t, uint64(i+1), ids[i])
+	}
+	assert.Equal(t, ids, queued)
+}
+
+type refuse struct{}
+
+func (refuse) queued(uint64) error { return errDraining }
+
+func TestFrameWriterQueuerRefuses(t *testing.T) {
+	a, _ := memPair(t, 1<<20)
+	w := newFrameWriter(a, 0, func(error) {})
+	defer w.stop()
+	assert.ErrorIs(t, w.send(nil, wire.Header{Kind: wire.KindRequest}, []byte("x"), refuse{}), errDraining)
+	assert.True(t, w.cur.empty())
+}
+
+func TestFrameWriterWatchdog(t *testing.T) {
+	a, _ := memPair(t, 1024) // nobody reads: writes block once 1 KiB is buffered
+	failed := make(chan error, 1)
+	w := newFrameWriter(a, 20*time.Millisecond, func(err error) {
+		failed <- err
+		_ = a.Close()
+	})
+	defer w.stop()
+	err := w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil)
+	require.Error(t, err)
+	assert.Contains(t, (<-failed).Error(), "no progress")
+	// The error is sticky.
+	assert.Error(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 2}, []byte("x"), nil))
+}
+
+func TestFrameWriterContextInterrupts(t *testing.T) {
+	a, _ := memPair(t, 1024)
+	failed := make(chan error, 1)
+	w := newFrameWriter(a, 0, func(err error) { failed <- err; _ = a.Close() })
+	defer w.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := w.send(ctx, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Error(t, <-failed)
+
+	// A large frame waiting for its turn behind a stuck flush gives up on
+	// its own context without breaking anything further.
+	a2, _ := memPair(t, 1024)
+	w2 := newFrameWriter(a2, 0, func(error) { _ = a2.Close() })
+	defer w2.stop()
+	stuck := make(chan error, 1)
+	go func() { stuck <- w2.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil) }()
+	waitFor(t, func() bool { return w2.writing.Load() != 0 }, "the first write to block")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	err = w2.send(ctx2, wire.Header{Kind: wire.KindResponse, ID: 2}, make([]byte, 64<<10), nil)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	_ = a2.Close()
+	assert.True(t, errors.Is(<-stuck, net.ErrClosed))
+}
