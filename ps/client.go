@@ -29,6 +29,7 @@ type Client struct {
 	table    atomic.Pointer[OwnerTable]
 	refresh  sync.Mutex
 	pool     sync.Pool // *clientScratch
+	bufs     sync.Pool // *[]byte request buffers
 	closed   atomic.Bool
 }
 
@@ -92,11 +93,12 @@ func (c *Client) refreshTable(ctx context.Context, minVersion uint64) (*OwnerTab
 
 // clientScratch is per-call working memory.
 type clientScratch struct {
-	uniq []uint64  // distinct ids in first-seen order
-	pos  []int32   // caller position -> index in uniq
-	keys []uint64  // dedupe hash table
-	vals []int32   // dedupe hash table: uniq index + 1
-	rows []float32 // rows in uniq order
+	uniq  []uint64 // distinct ids in first-seen order
+	first []int32  // uniq index -> first caller position
+	last  []int32  // uniq index -> last caller position (while deduplicating)
+	next  []int32  // caller position -> next position of the same id, or -1
+	keys  []uint64 // dedupe hash table
+	vals  []int32  // dedupe hash table: uniq index + 1
 }
 
 func (c *Client) scratch() *clientScratch {
@@ -107,8 +109,8 @@ func (c *Client) scratch() *clientScratch {
 	return sc
 }
 
-// dedupe fills sc.uniq with the distinct ids in first-seen order and sc.pos with each position's
-// index in it.
+// dedupe fills sc.uniq with the distinct ids in first-seen order, sc.first with the first
+// position of each and sc.next with the next position of the same id (-1 ends the list).
 func (sc *clientScratch) dedupe(ids []uint64) {
 	size := 16
 	for size < 2*len(ids) {
@@ -120,35 +122,45 @@ func (sc *clientScratch) dedupe(ids []uint64) {
 	}
 	keys, vals := sc.keys[:size], sc.vals[:size]
 	clear(vals)
-	sc.uniq = sc.uniq[:0]
-	if cap(sc.pos) < len(ids) {
-		sc.pos = make([]int32, len(ids))
+	sc.uniq, sc.first, sc.last = sc.uniq[:0], sc.first[:0], sc.last[:0]
+	if cap(sc.next) < len(ids) {
+		sc.next = make([]int32, len(ids))
 	}
-	sc.pos = sc.pos[:len(ids)]
+	sc.next = sc.next[:len(ids)]
 	mask := uint64(size - 1)
 	for i, id := range ids {
+		sc.next[i] = -1
 		for k := mix64(id) & mask; ; k = (k + 1) & mask {
 			if vals[k] == 0 {
 				keys[k] = id
 				sc.uniq = append(sc.uniq, id)
+				sc.first = append(sc.first, int32(i))
+				sc.last = append(sc.last, int32(i))
 				vals[k] = int32(len(sc.uniq))
-				sc.pos[i] = vals[k] - 1
 				break
 			}
 			if keys[k] == id {
-				sc.pos[i] = vals[k] - 1
+				u := vals[k] - 1
+				sc.next[sc.last[u]] = int32(i)
+				sc.last[u] = int32(i)
 				break
 			}
 		}
 	}
 }
 
-func (sc *clientScratch) floats(n int) []float32 {
-	if cap(sc.rows) < n {
-		sc.rows = make([]float32, n)
+// buffer returns a request buffer from the client's pool; put it back with putBuffer.
+func (c *Client) buffer() *[]byte {
+	if b, ok := c.bufs.Get().(*[]byte); ok {
+		return b
 	}
-	sc.rows = sc.rows[:n]
-	return sc.rows
+	b := make([]byte, 0, 1<<16)
+	return &b
+}
+
+func (c *Client) putBuffer(b *[]byte) {
+	*b = (*b)[:0]
+	c.bufs.Put(b)
 }
 
 // part is one server's share of a call: indices into the distinct ids.
@@ -186,31 +198,34 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 	sc := c.scratch()
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
-	rows := sc.floats(len(sc.uniq) * dim)
+	rowBytes := 4 * dim
 	err := c.route(ctx, sc.uniq, false, true, func(ctx context.Context, t *OwnerTable, p part) error {
-		ids := make([]uint64, len(p.idx))
-		for k, i := range p.idx {
-			ids[k] = sc.uniq[i]
+		buf := c.buffer()
+		defer c.putBuffer(buf)
+		req := appendReqHeader(*buf, &tableReq{version: t.Version, dim: uint32(dim), table: table}, len(p.idx))
+		for _, i := range p.idx {
+			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
 		}
-		req := appendTableReq(nil, &tableReq{version: t.Version, dim: uint32(dim), table: table}, ids, nil, 0)
+		*buf = req
 		resp, err := c.rpc.Call(ctx, p.node.Addr, methodPull, req)
 		if err != nil {
 			return err
 		}
 		defer c.rpc.Release(resp)
-		if len(resp) != 4*dim*len(p.idx) {
+		if len(resp) != rowBytes*len(p.idx) {
 			return fmt.Errorf("%w: pull answer of %d bytes for %d rows of %d", ErrBadRequest, len(resp), len(p.idx), dim)
 		}
+		// Each row goes straight to every caller position that asked for it.
 		for k, i := range p.idx {
-			getFloats(rows[int(i)*dim:int(i+1)*dim], resp[4*dim*k:])
+			row := resp[rowBytes*k : rowBytes*(k+1)]
+			for q := sc.first[i]; q >= 0; q = sc.next[q] {
+				getFloats(dst[int(q)*dim:int(q+1)*dim], row)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("pull %q: %w", table, err)
-	}
-	for i, u := range sc.pos {
-		copy(dst[i*dim:(i+1)*dim], rows[int(u)*dim:int(u+1)*dim])
 	}
 	return nil
 }
@@ -236,23 +251,36 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	sc := c.scratch()
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
-	sum := sc.floats(len(sc.uniq) * dim)
-	clear(sum)
-	for i, u := range sc.pos {
-		g := grads[i*dim : (i+1)*dim]
-		s := sum[int(u)*dim : int(u+1)*dim]
-		for j := range s {
-			s[j] += g[j]
-		}
-	}
+	rowBytes := 4 * dim
 	err := c.route(ctx, sc.uniq, c.cfg.Sync, false, func(ctx context.Context, t *OwnerTable, p part) error {
-		ids := make([]uint64, len(p.idx))
-		g := make([]float32, 0, len(p.idx)*dim)
-		for k, i := range p.idx {
-			ids[k] = sc.uniq[i]
-			g = append(g, sum[int(i)*dim:int(i+1)*dim]...)
+		buf := c.buffer()
+		defer c.putBuffer(buf)
+		req := appendReqHeader(*buf, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), dim: uint32(dim), table: table}, len(p.idx))
+		for _, i := range p.idx {
+			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
 		}
-		req := appendTableReq(nil, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), dim: uint32(dim), table: table}, ids, g, 0)
+		req, out := grow(req, rowBytes*len(p.idx))
+		*buf = req
+		// The gradients of repeated ids are summed into the request.
+		var sum []float32
+		for k, i := range p.idx {
+			dstRow := out[rowBytes*k : rowBytes*(k+1)]
+			q := sc.first[i]
+			g := grads[int(q)*dim : int(q+1)*dim]
+			if sc.next[q] >= 0 {
+				if sum == nil {
+					sum = make([]float32, dim)
+				}
+				copy(sum, g)
+				for q = sc.next[q]; q >= 0; q = sc.next[q] {
+					for j, v := range grads[int(q)*dim : int(q+1)*dim] {
+						sum[j] += v
+					}
+				}
+				g = sum
+			}
+			putFloats(dstRow, g)
+		}
 		resp, err := c.rpc.Call(ctx, p.node.Addr, methodPush, req)
 		c.rpc.Release(resp)
 		return err
@@ -395,10 +423,20 @@ func mapErr(addr string, err error) error {
 	return &ServerError{Server: addr, Err: err}
 }
 
-// firstNonFinite returns the index of the first NaN or infinite value, or -1.
+// firstNonFinite returns the index of the first NaN or infinite value, or -1. A float32 is not
+// finite exactly when its exponent bits are all ones; four values are tested per step.
 func firstNonFinite(v []float32) int {
-	for i, x := range v {
-		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
+	const exp = 0x7f800000
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a, b := math.Float32bits(v[i])&exp, math.Float32bits(v[i+1])&exp
+		c, d := math.Float32bits(v[i+2])&exp, math.Float32bits(v[i+3])&exp
+		if a == exp || b == exp || c == exp || d == exp {
+			break
+		}
+	}
+	for ; i < len(v); i++ {
+		if math.Float32bits(v[i])&exp == exp {
 			return i
 		}
 	}

@@ -107,6 +107,17 @@ type tableReq struct {
 }
 
 func appendTableReq(dst []byte, r *tableReq, ids []uint64, floats []float32, nFloats int) []byte {
+	n := len(ids)
+	if ids == nil {
+		n = nFloats
+	}
+	dst = appendReqHeader(dst, r, n)
+	dst = appendIDs(dst, ids)
+	return appendFloats(dst, floats)
+}
+
+// appendReqHeader appends a request's header and its count n; ids and floats follow.
+func appendReqHeader(dst []byte, r *tableReq, n int) []byte {
 	start := len(dst)
 	dst = binary.LittleEndian.AppendUint64(dst, r.version)
 	dst = binary.LittleEndian.AppendUint32(dst, r.step)
@@ -114,16 +125,25 @@ func appendTableReq(dst []byte, r *tableReq, ids []uint64, floats []float32, nFl
 	dst = binary.LittleEndian.AppendUint32(dst, r.dim)
 	dst = appendString(dst, r.table)
 	dst = pad8(dst, start)
-	n := len(ids)
-	if ids == nil {
-		n = nFloats
-	}
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
-	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	return binary.LittleEndian.AppendUint32(dst, 0)
+}
+
+func appendIDs(dst []byte, ids []uint64) []byte {
+	if littleEndian() && len(ids) > 0 {
+		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ids))), 8*len(ids))...)
+	}
 	for _, id := range ids {
 		dst = binary.LittleEndian.AppendUint64(dst, id)
 	}
-	return appendFloats(dst, floats)
+	return dst
+}
+
+// grow extends b by n bytes and returns the new bytes.
+func grow(b []byte, n int) ([]byte, []byte) {
+	l := len(b)
+	b = append(b, make([]byte, n)...)
+	return b, b[l:]
 }
 
 // decodeTableReq decodes a request. With withIDs, n ids follow the header; the rest of the

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,7 @@ type options struct {
 func allSuites() map[string]suite {
 	return map[string]suite{
 		"embedding": {about: "embedding table lookups and updates vs a flat gather and a Go map", run: runEmbedding},
+		"ps":        {about: "pulls and pushes over TCP vs in-process lookups and Redis MGET", run: runPS},
 	}
 }
 
@@ -45,6 +47,7 @@ func main() {
 	flag.BoolVar(&opt.quick, "quick", false, "run with small sizes (a smoke run; the figures mean little)")
 	flag.StringVar(&opt.out, "out", ".", "directory to write bench-SUITE.json into")
 	flag.StringVar(&opt.dir, "dir", "", "scratch directory on disk for suites that write files (default: the OS temp dir)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: bench [flags] SUITE [SUITE...]\n\nsuites:\n")
 		s := allSuites()
@@ -58,6 +61,15 @@ func main() {
 	if flag.NArg() == 0 {
 		flag.Usage()
 		os.Exit(2)
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
