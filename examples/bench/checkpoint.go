@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/embedding"
+)
+
+// runCheckpoint measures flash checkpoints of one parameter server holding a dim-64 Adagrad table of
+// more than 2 GiB: the blocking copy into pre-faulted shared memory against a plain memcpy of the same
+// bytes, a 10% incremental snapshot against a full one, the background persist to a directory on
+// disk against a plain sequential write + fsync of the same bytes to the same directory, and a
+// restore from shared memory against the memcpy. Baselines and subjects alternate in rounds so that
+// machine noise hits both alike; figures are medians over the rounds.
+func runCheckpoint(ctx context.Context, opt options, r *report) error {
+	const dim, batch = 64, 4096
+	rows, rounds := 4_200_000, 3
+	if opt.quick {
+		rows, rounds = 200_000, 2
+	}
+	shmRoot := "/dev/shm"
+	if st, err := os.Stat(shmRoot); err != nil || !st.IsDir() {
+		shmRoot = os.TempDir()
+	}
+	shmDir, err := os.MkdirTemp(shmRoot, "elasticps-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(shmDir)
+	diskRoot := opt.dir
+	if diskRoot == "" {
+		diskRoot = os.TempDir()
+	}
+	diskDir, err := os.MkdirTemp(diskRoot, "elasticps-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(diskDir)
+
+	tcfg := embedding.Config{Name: "emb", Dim: dim, Seed: 1, Optimizer: embedding.Optimizer{Kind: embedding.Adagrad}}
+	tab, err := embedding.New(tcfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("checkpoint: filling and training a %d-row dim-%d Adagrad table...\n", rows, dim)
+	ids := make([]uint64, rows)
+	for i := range ids {
+		ids[i] = ckID(uint64(i))
+	}
+	out := make([]float32, batch*dim)
+	grads := make([]float32, batch*dim)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range grads {
+		grads[i] = float32(rng.NormFloat64()) * 1e-2
+	}
+	for b := 0; b < rows; b += batch {
+		part := ids[b:min(b+batch, rows)]
+		if err := tab.Lookup(part, out[:len(part)*dim]); err != nil {
+			return err
+		}
+		if err := tab.Apply(part, grads[:len(part)*dim], 1); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	raw := tab.RawSize(false)
+	fmt.Printf("checkpoint: %d rows, %.2f GiB of records (%d B/row)\n", tab.Len(), float64(raw)/(1<<30), tab.RawRowSize())
+
+	store, err := checkpoint.NewFSStorage(filepath.Join(diskDir, "store"))
+	if err != nil {
+		return err
+	}
+	ccfg := checkpoint.Config{Job: "bench", Node: "ps0", Tables: map[string]checkpoint.Table{"emb": tab},
+		Storage: store, ShmDir: shmDir, FullEvery: 1000, Headroom: 0.25}
+	ck, err := checkpoint.New(ccfg)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	committer, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "bench", Storage: store, KeepLast: 2})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("checkpoint: reserving and faulting in shared memory for two generations...\n")
+	start := time.Now()
+	if err := ck.Reserve(ctx, int64(raw)+int64(raw)/4); err != nil {
+		return err
+	}
+	r.add("shm_reserve_s", time.Since(start).Seconds(), "one-off: fault in both generations (start-up, not per checkpoint)")
+
+	// Baseline buffers: src holds the table's records, dst is written through once so both are faulted in.
+	src := make([]byte, raw)
+	if _, err := tab.CopyRaw(src, false, false); err != nil {
+		return err
+	}
+	dst := make([]byte, raw)
+	for i := 0; i < len(dst); i += os.Getpagesize() {
+		dst[i] = 1
+	}
+	memcpy := func() time.Duration {
+		t0 := time.Now()
+		copy(dst, src)
+		return time.Since(t0)
+	}
+	plainWrite := func() (time.Duration, error) {
+		t0 := time.Now()
+		name := filepath.Join(diskDir, "plain")
+		f, err := os.Create(name)
+		if err != nil {
+			return 0, err
+		}
+		for off := 0; off < len(src); off += 4 << 20 {
+			if _, err := f.Write(src[off:min(off+4<<20, len(src))]); err != nil {
+				f.Close()
+				return 0, err
+			}
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		d := time.Since(t0)
+		os.Remove(name)
+		return d, err
+	}
+	persistAndCommit := func(step uint64, t0 time.Time) (time.Duration, checkpoint.PersistResult, error) {
+		ref, err := ck.WaitPersisted(ctx, step)
+		d := time.Since(t0)
+		if err != nil {
+			return 0, checkpoint.PersistResult{}, err
+		}
+		var res checkpoint.PersistResult
+		res.Manifest = ref
+		if _, err := committer.Commit(ctx, step, []checkpoint.ManifestRef{ref}); err != nil {
+			return 0, res, err
+		}
+		return d, res, ck.Flush(ctx)
+	}
+
+	// Warm-up: the first snapshot creates the table's change tracker and the persist path's buffers.
+	step := uint64(1)
+	if _, err := ck.Snapshot(ctx, step); err != nil {
+		return err
+	}
+	if _, _, err := persistAndCommit(step, time.Now()); err != nil {
+		return err
+	}
+
+	var memT, fullT, deltaT, persistT, diskT []float64
+	var changed int
+	var deltaFrac float64
+	for round := range rounds {
+		fmt.Printf("checkpoint: round %d/%d\n", round+1, rounds)
+		memT = append(memT, ckMillis(memcpy()))
+		step++
+		info, err := ck.Snapshot(ctx, step, checkpoint.SnapshotFull())
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		fullT = append(fullT, ckMillis(info.Blocked))
+		pd, _, err := persistAndCommit(step, t0)
+		if err != nil {
+			return err
+		}
+		persistT = append(persistT, pd.Seconds())
+		dd, err := plainWrite()
+		if err != nil {
+			return err
+		}
+		diskT = append(diskT, dd.Seconds())
+
+		// Train 10% of the rows, then take an incremental snapshot.
+		pick := rand.New(rand.NewPCG(uint64(round), 9))
+		changed = rows / 10
+		sel := make([]uint64, 0, batch)
+		for i := 0; i < changed; i += len(sel) {
+			sel = sel[:0]
+			for len(sel) < min(batch, changed-i) {
+				sel = append(sel, ids[pick.IntN(rows)])
+			}
+			slices.Sort(sel)
+			sel = slices.Compact(sel)
+			if err := tab.Apply(sel, grads[:len(sel)*dim], uint32(step)); err != nil {
+				return err
+			}
+		}
+		step++
+		dinfo, err := ck.Snapshot(ctx, step)
+		if err != nil {
+			return err
+		}
+		if dinfo.Full {
+			return errors.New("checkpoint bench: expected an incremental snapshot")
+		}
+		deltaT = append(deltaT, ckMillis(dinfo.Blocked))
+		deltaFrac = float64(dinfo.Bytes) / float64(raw)
+		if _, _, err := persistAndCommit(step, time.Now()); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	st := ck.Stats()
+	mem, full, delta := ckMedian(memT), ckMedian(fullT), ckMedian(deltaT)
+	mb := float64(raw) / 1e6
+	persistRate, diskRate := mb/ckMedian(persistT), mb/ckMedian(diskT)
+	r.add("table_gib", float64(raw)/(1<<30), fmt.Sprintf("%d rows x %d B", tab.Len(), tab.RawRowSize()))
+	r.add("memcpy_ms", mem, "baseline: copy of the same bytes between two pre-faulted buffers")
+	r.add("snapshot_block_ms", full, "full snapshot: time training waits (copy into pre-faulted shm)")
+	r.add("snapshot_vs_memcpy", full/mem, "target <= 1.3")
+	r.add("incremental_fraction", deltaFrac, "bytes of the incremental snapshot / bytes of the full one")
+	r.add("incremental10_block_ms", delta, "snapshot of the ~10% of rows changed since the previous one")
+	r.add("incremental10_vs_full", delta/full, "target <= 0.3")
+	r.add("persist_mb_per_s", persistRate, "seal + chunk + S2 + write + fsync + manifest, raw MB per second, background")
+	r.add("disk_write_mb_per_s", diskRate, "baseline: one sequential write + fsync of the same bytes, same directory")
+	r.add("persist_vs_disk", persistRate/diskRate, "target >= 0.7")
+	r.add("compressed_ratio_s2_persisted", float64(st.PersistedStored)/float64(st.PersistedRaw), "bytes stored / raw, every persist of the run")
+
+	// Codec ratios on the table bytes: every 16th 8 MiB span (the whole table with zstd takes minutes here).
+	s2r, zr, err := ckCodecRatios(src)
+	if err != nil {
+		return err
+	}
+	r.add("compressed_ratio_s2", s2r, "S2 compressed / raw table bytes (1/16 sample)")
+	r.add("compressed_ratio_zstd", zr, "zstd (fastest) compressed / raw table bytes (1/16 sample)")
+
+	// Restore from shared memory in a restarted process: reattach the region, then Load the newest
+	// commit (the last full checkpoint and the 10% delta after it) into an empty table. The first load
+	// also faults in the new table's memory (cold); later loads go into the same table emptied, its
+	// memory already faulted (warm), like the memcpy baseline.
+	if err := ck.Close(); err != nil {
+		return err
+	}
+	tab2, err := embedding.New(tcfg)
+	if err != nil {
+		return err
+	}
+	ccfg.Tables = map[string]checkpoint.Table{"emb": tab2}
+	start = time.Now()
+	ck2, err := checkpoint.New(ccfg)
+	if err != nil {
+		return err
+	}
+	defer ck2.Close()
+	r.add("shm_reattach_ms", ckMillis(time.Since(start)), "a restarted process maps its region again (MAP_POPULATE)")
+	var coldMs float64
+	var restoreT, memT2 []float64
+	for round := range rounds + 1 {
+		if round > 0 {
+			ids2 := make([]uint64, 0, tab2.Len())
+			tab2.Range(func(v embedding.RowView) bool { ids2 = append(ids2, v.ID); return true })
+			for _, id := range ids2 {
+				tab2.Delete(id)
+			}
+			memT2 = append(memT2, ckMillis(memcpy()))
+		}
+		t0 := time.Now()
+		res, err := ck2.Load(ctx, step)
+		if err != nil {
+			return err
+		}
+		d := ckMillis(time.Since(t0))
+		if res.Sources["ps0"] != checkpoint.SourceShm {
+			return fmt.Errorf("checkpoint bench: restored from %v, want shm", res.Sources["ps0"])
+		}
+		if round == 0 {
+			coldMs = d
+			if err := ckSameRows(tab, tab2, ids, step); err != nil {
+				return err
+			}
+		} else {
+			restoreT = append(restoreT, d)
+		}
+	}
+	restore, mem2 := ckMedian(restoreT), ckMedian(memT2)
+	r.add("restore_shm_cold_ms", coldMs, "first restore: includes faulting in the new table's memory")
+	r.add("restore_shm_ms", restore, "verify checksums + LoadRaw of base and delta into an empty, already faulted table")
+	r.add("memcpy_restore_ms", mem2, "baseline measured alongside the restores")
+	r.add("restore_shm_vs_memcpy", restore/mem2, "target <= 2.0")
+	return nil
+}
+
+// ckID spreads row ids over the id space (a splitmix64 step), as hashed feature ids are.
+func ckID(i uint64) uint64 {
+	x := i + 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+func ckMillis(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func ckMedian(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// ckCodecRatios compresses every 16th 8 MiB span of b with S2 and with zstd (fastest level).
+func ckCodecRatios(b []byte) (s2Ratio, zstdRatio float64, err error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer enc.Close()
+	const span = 8 << 20
+	var rawN, s2N, zN int
+	var buf []byte
+	for off := 0; off < len(b); off += 16 * span {
+		part := b[off:min(off+span, len(b))]
+		rawN += len(part)
+		buf = s2.Encode(buf[:cap(buf)], part)
+		s2N += len(buf)
+		buf = enc.EncodeAll(part, buf[:0])
+		zN += len(buf)
+	}
+	return float64(s2N) / float64(rawN), float64(zN) / float64(rawN), nil
+}
+
+// ckSameRows checks that the restored table holds the saved table's rows bit-exactly: every row count,
+// and a sample of rows compared field by field.
+func ckSameRows(a, b *embedding.Table, ids []uint64, step uint64) error {
+	if a.Len() != b.Len() {
+		return fmt.Errorf("checkpoint bench: restored %d rows, saved %d", b.Len(), a.Len())
+	}
+	rng := rand.New(rand.NewPCG(step, 3))
+	for range 2000 {
+		id := ids[rng.IntN(len(ids))]
+		x, okx := a.Row(id)
+		y, oky := b.Row(id)
+		if !okx || !oky {
+			return fmt.Errorf("checkpoint bench: row %d missing (saved %v, restored %v)", id, okx, oky)
+		}
+		if x.Freq != y.Freq || x.LastStep != y.LastStep || !slices.Equal(x.Weights, y.Weights) || !slices.Equal(x.State, y.State) {
+			return fmt.Errorf("checkpoint bench: row %d differs after restore", id)
+		}
+	}
+	return nil
+}
