@@ -53,8 +53,10 @@ type ServerConfig struct {
 	// Default 5 s. Connections that have not authenticated in time are
 	// closed without any request being read.
 	HandshakeTimeout time.Duration
-	// WriteTimeout bounds writing one response; a connection whose peer
-	// stops reading for this long is closed. Default 30 s.
+	// WriteTimeout bounds one write on a connection: a write still blocked
+	// after between WriteTimeout and twice that (a peer that stopped
+	// reading) closes the connection. Default 30 s. It is checked by a timer,
+	// not by per-write deadlines, which would cost a clock read per frame.
 	WriteTimeout time.Duration
 }
 
@@ -85,9 +87,8 @@ type ClientConfig struct {
 	// CompressThreshold is the smallest request compressed on connections
 	// that negotiated compression. Default 32 KiB.
 	CompressThreshold int
-	// WriteTimeout bounds writing one request; a connection whose peer stops
-	// reading for this long is closed. Default 30 s. A call's own context
-	// interrupts its write sooner.
+	// WriteTimeout bounds one write, as ServerConfig.WriteTimeout. Default
+	// 30 s. A call's own context interrupts a write it is blocked in sooner.
 	WriteTimeout time.Duration
 }
 

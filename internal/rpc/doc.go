@@ -34,10 +34,16 @@
 // fails at once with an error naming the address and wrapping
 // ErrConnClosed and the cause, so a server that crashes mid-call gives a
 // prompt error, never a hang. A call whose context ends returns ctx.Err()
-// immediately; its late answer is read and dropped. The context also
-// interrupts the call's own write; if that leaves half a frame on the
-// connection, the connection is closed (other calls on it fail with
-// ErrConnClosed).
+// immediately; its late answer is read and dropped.
+//
+// Frames sent concurrently on a connection are combined into one vectored
+// write: small payloads (up to 8 KiB) are copied into a batch, larger ones
+// are written straight from the caller's slice, so Call with a large request
+// returns only once the request is on the connection. The sender that finds
+// the connection idle writes the batch; if its context ends while that
+// write is blocked (a peer that stopped reading), or a write makes no
+// progress for WriteTimeout, the connection is closed and every call on it
+// fails with ErrConnClosed. A healthy connection never blocks a small write.
 //
 // A Server reads each connection in one goroutine and runs each request in
 // its own goroutine, at most ServerConfig.MaxConcurrent at once; responses

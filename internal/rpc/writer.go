@@ -82,7 +82,7 @@ type frameWriter struct {
 	// watchdog
 	writing  atomic.Uint64 // sequence number of the write in progress, 0 if none
 	wseq     uint64        // owned by the flusher
-	lastSeen uint64        // owned by the timer callback
+	lastSeen atomic.Uint64 // the write in progress at the previous check
 	tmu      sync.Mutex
 	timer    *time.Timer
 	stopped  bool
@@ -108,11 +108,11 @@ func (w *frameWriter) stop() {
 
 func (w *frameWriter) watch() {
 	cur := w.writing.Load()
-	if cur != 0 && cur == w.lastSeen {
+	if cur != 0 && cur == w.lastSeen.Load() {
 		w.fail(fmt.Errorf("write made no progress for %v", w.timeout))
 		return
 	}
-	w.lastSeen = cur
+	w.lastSeen.Store(cur)
 	w.tmu.Lock()
 	defer w.tmu.Unlock()
 	if !w.stopped {
@@ -146,6 +146,13 @@ func (w *frameWriter) fail(err error) {
 func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q queuer) error {
 	h.Size = uint32(len(payload))
 	small := len(payload) <= coalesceMax
+	if ctx != nil {
+		// A sender whose context already ended must not become the
+		// flusher: its context would interrupt other senders' frames.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 	w.mu.Lock()
 	for !small && w.flushing && w.err == nil {
 		if w.idle == nil {
