@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/internal/wire"
 )
 
@@ -109,5 +113,55 @@ func FuzzServerInput(f *testing.F) {
 		if err != nil || string(resp) != "alive" {
 			t.Fatalf("server stopped serving: %v", err)
 		}
+	})
+}
+
+// FuzzClientInput has an authenticated server answer with arbitrary bytes;
+// the client must neither crash nor hang, and must classify the outcome.
+func FuzzClientInput(f *testing.F) {
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, []byte("ok")))
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindError, ID: 1}, wire.AppendError(nil, 100, "no", []byte{1})))
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindError, ID: 1}, []byte{1, 2, 3}))
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindGoAway}, nil))
+	f.Add(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: 1, ID: 1}, nil))
+	f.Add(wire.AppendHeader(nil, wire.Header{Kind: wire.KindResponse, ID: 1, Size: 1000}))
+	f.Add([]byte("garbage garbage garbage"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		n := memnet.New(memnet.Config{})
+		l, err := n.Host("fake").Listen("fake:1")
+		require.NoError(t, err)
+		defer l.Close()
+		cfg := newCommon(testSecret, nil, 1<<16, false, 0, 0)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				nc, err := l.Accept()
+				if err != nil {
+					return
+				}
+				if _, err := serverHandshake(nc, &cfg, 5*time.Second); err == nil {
+					_, _ = nc.Write(in)
+				}
+				_ = nc.Close()
+			}
+		}()
+		c, err := NewClient(ClientConfig{Secret: testSecret, Transport: n.Host("cli"), MaxFrameSize: 1 << 16})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := c.Call(ctx, "fake:1", mEcho, []byte("x"))
+		var re *RemoteError
+		switch {
+		case err == nil:
+			c.Release(resp)
+		case errors.As(err, &re), errors.Is(err, ErrConnClosed), errors.Is(err, ErrUnavailable):
+		default:
+			t.Fatalf("unexpected error class: %v", err)
+		}
+		require.NoError(t, c.Close())
+		_ = l.Close()
+		wg.Wait()
 	})
 }
