@@ -42,6 +42,11 @@ var (
 	ErrStreamSealed = errors.New("shard: stream is sealed")
 	// ErrBadPartition is returned by GrowStream for an unknown partition or a shrinking end offset.
 	ErrBadPartition = errors.New("shard: bad stream partition or offset")
+	// ErrPermanent is matched by the errors of a Service that retrying cannot cure: a network
+	// client refused for a wrong cluster secret, talking to something that is not a dispatcher
+	// of its protocol version, or closed. A Reader returns such an error at once instead of
+	// retrying it; every other error that is not a sentinel of this package is retried.
+	ErrPermanent = errors.New("shard: permanent service failure")
 )
 
 // Worker-side errors.

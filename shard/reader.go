@@ -319,7 +319,7 @@ func (r *Reader) acquire(ctx context.Context) (Lease, error) {
 		}
 		var wait *WaitError
 		switch {
-		case errors.Is(err, ErrNoMoreWork), errors.Is(err, ErrBadWorker), isCtxErr(err) && ctx.Err() != nil:
+		case errors.Is(err, ErrNoMoreWork), errors.Is(err, ErrBadWorker), errors.Is(err, ErrPermanent), isCtxErr(err) && ctx.Err() != nil:
 			return Lease{}, err
 		case errors.As(err, &wait):
 			failures = 0
@@ -534,7 +534,7 @@ func (r *Reader) report(ctx context.Context, h *held, offset int64, complete boo
 			r.mu.Unlock()
 			r.cfg.Logger.Info("shard: lease lost", "worker", r.cfg.Worker, "lease", h.lease.ID.String(), "reported", reported, "done", offset)
 			return nil
-		case errors.Is(err, ErrBadOffset), errors.Is(err, ErrBadWorker), isCtxErr(err) && ctx.Err() != nil:
+		case errors.Is(err, ErrBadOffset), errors.Is(err, ErrBadWorker), errors.Is(err, ErrPermanent), isCtxErr(err) && ctx.Err() != nil:
 			return err
 		default:
 			if err := r.retryWait(ctx, &failures, "report", err); err != nil {
@@ -564,7 +564,7 @@ func (r *Reader) Leave(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrBadWorker) || isCtxErr(err) && ctx.Err() != nil {
+		if errors.Is(err, ErrBadWorker) || errors.Is(err, ErrPermanent) || isCtxErr(err) && ctx.Err() != nil {
 			return err
 		}
 		if err := r.retryWait(ctx, &failures, "leave", err); err != nil {

@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -164,6 +165,65 @@ func TestReaderRetriesUnavailableDispatcher(t *testing.T) {
 		Sleep: func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }})
 	if _, err := r3.Next(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
+	}
+}
+
+// refusing fails every call of the kinds set with an error matching shard.ErrPermanent.
+type refusing struct {
+	shard.Service
+	acquire, report, leave bool
+	calls                  int
+}
+
+var errRefused = fmt.Errorf("refused by the test: %w", shard.ErrPermanent)
+
+func (r *refusing) Acquire(ctx context.Context, w string) (shard.Lease, error) {
+	r.calls++
+	if r.acquire {
+		return shard.Lease{}, errRefused
+	}
+	return r.Service.Acquire(ctx, w)
+}
+
+func (r *refusing) Report(ctx context.Context, w string, id shard.LeaseID, off int64, done bool) error {
+	r.calls++
+	if r.report {
+		return errRefused
+	}
+	return r.Service.Report(ctx, w, id, off, done)
+}
+
+func (r *refusing) Leave(ctx context.Context, w string) error {
+	r.calls++
+	if r.leave {
+		return errRefused
+	}
+	return r.Service.Leave(ctx, w)
+}
+
+func TestReaderStopsOnPermanentError(t *testing.T) {
+	d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(100), ShardSize: 50})
+	ctx := context.Background()
+	svc := &refusing{Service: d, acquire: true}
+	r := newReader(t, shard.ReaderConfig{Service: svc, Worker: "w", Source: shard.IndexedSource{Data: labelled(100)}, BatchSize: 25})
+	if _, err := r.Next(ctx); !errors.Is(err, errRefused) || svc.calls != 1 {
+		t.Fatalf("acquire: %v after %d calls", err, svc.calls)
+	}
+	svc.acquire = false
+	b, err := r.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.report, svc.calls = true, 0
+	if err := r.Done(ctx, b); !errors.Is(err, errRefused) || svc.calls != 1 {
+		t.Fatalf("report: %v after %d calls", err, svc.calls)
+	}
+	svc.report, svc.leave, svc.calls = false, true, 0
+	if err := r.Leave(ctx); !errors.Is(err, errRefused) || svc.calls != 2 {
+		t.Fatalf("leave: %v after %d calls", err, svc.calls)
+	}
+	if st := r.Stats(); st.Retries != 0 {
+		t.Fatalf("retried %d times", st.Retries)
 	}
 }
 

@@ -2,8 +2,9 @@ package shard
 
 import "context"
 
-// Service is the worker-facing face of a dispatcher. *Dispatcher implements it in process; a
-// network client implements it over RPC (package shardwire encodes every request and response).
+// Service is the worker-facing face of a dispatcher. *Dispatcher implements it in process;
+// shardnet.Client implements it over the network against a dispatcher served by
+// shardnet.Server (package shardwire encodes every request and response).
 //
 // Every method may be retried: Acquire by a worker at its lease limit revokes its oldest lease
 // (so a retried Acquire whose first answer was lost frees the orphaned shard), Report is
@@ -11,7 +12,8 @@ import "context"
 //
 // Errors: Acquire returns ErrNoMoreWork, a *WaitError (ErrWait) or ErrBadWorker; Report returns
 // ErrStaleLease, ErrBadOffset or ErrBadWorker; a network implementation adds its own transport
-// errors, which the Reader retries with backoff.
+// errors, which the Reader retries with backoff, and errors matching ErrPermanent, which it
+// does not.
 type Service interface {
 	// Acquire leases the next shard to worker.
 	Acquire(ctx context.Context, worker string) (Lease, error)

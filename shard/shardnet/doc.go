@@ -1,0 +1,61 @@
+// Package shardnet serves a data-shard dispatcher over the network: a Server exposes a
+// shard.Service (the coordinator's *shard.Dispatcher) on a listener, and a Client implements
+// shard.Service against it, so that a shard.Reader on a worker uses the dispatcher of a remote
+// coordinator exactly as it uses one in process.
+//
+// # Use
+//
+// On the coordinator:
+//
+//	d, _ := shard.New(shard.Config{Dataset: shard.IndexedDataset(n)})
+//	srv, _ := shardnet.NewServer(shardnet.ServerConfig{Service: d, Secret: secret})
+//	l, _ := net.Listen("tcp", ":7070")
+//	go srv.Serve(l)
+//	defer srv.Close()
+//
+// On each worker:
+//
+//	cli, _ := shardnet.NewClient(shardnet.ClientConfig{Addr: "coord:7070", Secret: secret})
+//	defer cli.Close()
+//	r, _ := shard.NewReader(shard.ReaderConfig{Service: cli, Worker: name, Source: src})
+//
+// # Protocol
+//
+// Calls travel over the project's RPC layer: a few persistent connections per client, each
+// authenticated both ways by the cluster secret before any request is read (the secret never
+// crosses the wire; the handshake authenticates, it does not encrypt), with many calls
+// multiplexed on a connection. The three methods carry the encodings of package shardwire
+// (AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status), so the
+// dispatcher's errors arrive as the same sentinels: errors.Is(err, shard.ErrStaleLease) holds
+// on either side of the wire. Frames are capped at 64 KiB. A request that cannot be decoded is
+// refused with an error (and counted in ServerStats.Malformed); bytes that are not the protocol
+// at all close that one connection. Neither affects other clients.
+//
+// # Failures
+//
+// Every shard.Service call may be retried (see shard.Service), so the client reports any call
+// without an answer as ErrUnavailable and leaves retrying to its caller; a shard.Reader retries
+// with backoff until its context ends (or ReaderConfig.MaxRetries). A call waits at most
+// ClientConfig.CallTimeout, so a partition costs a worker time but never hangs it. Errors that
+// retrying cannot cure (ErrAuth for a wrong secret, ErrProtocol for a peer that is not a
+// dispatcher of this version, ErrClosed) match shard.ErrPermanent, and a Reader returns them at
+// once.
+//
+// A coordinator restart is survived like this: the new process restores the last committed
+// snapshot into a new Dispatcher (with a new incarnation) and serves it on the same address
+// (or clients are pointed at the new one with SetAddr). Meanwhile workers' calls fail with
+// ErrUnavailable and are retried. Afterwards, reports on leases of the old incarnation return
+// shard.ErrStaleLease: the Reader drops those shards and acquires again, and the shards resume
+// at the offsets recorded in the snapshot. Exactly-once holds across the restart as described
+// in package shard.
+//
+// An Acquire that times out keeps its request outstanding; the worker's next Acquire returns
+// its answer rather than asking again (see Client), so retries during a partition do not make
+// the dispatcher grant, then revoke, a shard per retry once the partition heals.
+//
+// # Concurrency and ownership
+//
+// Server and Client are safe for concurrent use. Close on either is idempotent and returns only
+// after every goroutine it started has exited. The Service behind a Server is called from many
+// goroutines at once. Leases returned by a Client belong to the caller.
+package shardnet
