@@ -21,9 +21,19 @@
 // records selected by slot (Table.Export, Table.CopyRaw), optionally only those changed since a
 // mark (embedding.Tracker).
 //
+// Parameter servers (package ps) host the tables and serve pulls and pushes over authenticated,
+// multiplexed TCP connections. A worker's ps.Client routes each id by its cached owner table,
+// folds repeated ids, talks to every server in parallel, and when a server answers that it no
+// longer owns a slot, fetches a newer table and resends only that part:
+//
+//	cli, err := ps.NewClient(ps.ClientConfig{Secret: secret, Servers: addrs})
+//	err = cli.Pull(ctx, "user", ids, rows)
+//	err = cli.Push(ctx, "user", ids, grads, step)
+//
 // # Packages
 //
 //	embedding   pointer-free embedding tables with optimizers, admission and eviction
+//	ps          parameter servers and clients, owner tables, synchronous mode, per-slot stats
 //
 // The design and the invariants every package defends are described in the repository's design
 // notes; the benchmarks live in examples/bench.
