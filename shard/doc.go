@@ -6,8 +6,9 @@
 // # Pieces
 //
 // The coordinator runs a Dispatcher (New). Workers talk to it through the Service interface:
-// the Dispatcher implements it in process, and a network client implements it over RPC with the
-// codecs of package shardwire. On a worker, a Reader acquires shards over the Service, reads
+// the Dispatcher implements it in process, and package shardnet serves it over the network
+// (shardnet.Server) and implements it on workers (shardnet.Client), with the codecs of package
+// shardwire. On a worker, a Reader acquires shards over the Service, reads
 // their records through a Source (IndexedSource for in-memory data, TextSource for text files
 // cut by SplitText, or an application's stream source), hands batches to the training loop
 // (Next) and reports progress as batches are trained (Done). Parsers turn text lines into
@@ -87,6 +88,24 @@
 // offset accepted when the snapshot was taken, so training resumes exactly there, and the
 // records reported after the snapshot (and lost with the model state of that time) are replayed
 // once. After Restore, Progress.Partitions tells a stream where to resume GrowStream.
+//
+// # Over the network
+//
+// The coordinator serves its Dispatcher with a shardnet.Server on a listener; each worker gives
+// its Reader a shardnet.Client for the coordinator's address. Calls are authenticated by the
+// cluster secret, and the dispatcher's errors arrive on the worker as the same sentinels
+// (errors.Is(err, ErrStaleLease) holds on both sides). A call without an answer (dispatcher
+// down, partition, timeout) is an error the Reader retries with backoff (ReaderConfig.Backoff,
+// MaxRetries); errors matching ErrPermanent (a wrong secret, a peer that is not a dispatcher, a
+// closed client) end the Reader's call at once.
+//
+// A coordinator that crashes is replaced by a process that restores the last committed
+// snapshot into a new Dispatcher (a new incarnation) and serves it on the same address (or
+// clients move with shardnet.Client.SetAddr). Readers retry through the outage; afterwards their
+// reports on old leases return ErrStaleLease, so they drop those shards and acquire again from
+// the snapshot's offsets, and exactly-once holds as described above. Package shardnet's tests
+// run readers through a coordinator crash, a restore and a partition on an in-memory network
+// and check the ledger.
 //
 // # Concurrency and ownership
 //

@@ -1,6 +1,6 @@
 // Package shardwire encodes the requests and responses of shard.Service so that a network
 // adapter can serve a *shard.Dispatcher and a client can implement shard.Service with a few
-// lines each: the server decodes a request, calls the dispatcher and encodes
+// lines each (package shardnet is that adapter): the server decodes a request, calls the dispatcher and encodes
 // NewAcquireResponse(lease, err) or NewStatus(err); the client encodes the request, decodes
 // the response and returns its Result or Err, which match the same sentinel errors
 // (shard.ErrStaleLease, shard.ErrWait via *shard.WaitError, ...) as the in-process call.
