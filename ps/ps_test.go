@@ -354,3 +354,34 @@ func TestGarbageConnectionDoesNotHurtOthers(t *testing.T) {
 		require.NoError(t, cl.Pull(ctx, "emb", []uint64{2}, make([]float32, dim)))
 	}
 }
+
+func TestStatsFindHotSlots(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{})
+	ctx := pstest.Context(t)
+	hot := uint64(12345)
+	slot := c.Holder.Get().SlotOf(hot)
+	owner := c.Holder.Get().OwnerIndex(slot)
+	before := c.Servers[owner].Stats(false)
+	for i := 0; i < 50; i++ {
+		require.NoError(t, cl.Pull(ctx, "emb", []uint64{hot, hot + uint64(i)*977}, make([]float32, 2*dim)))
+	}
+	after := c.Servers[owner].Stats(true)
+	rates := after.Since(before)
+	require.NotEmpty(t, rates)
+	top := rates[0]
+	for _, r := range rates {
+		if r.AccessesPerSec > top.AccessesPerSec {
+			top = r
+		}
+	}
+	assert.Equal(t, slot, top.Slot, "the hot id's slot is the most accessed")
+	assert.Positive(t, top.Busy)
+	var rows int
+	for _, s := range after.Slots {
+		if s.Slot == slot {
+			rows = s.Rows
+		}
+	}
+	assert.GreaterOrEqual(t, rows, 1)
+}

@@ -137,3 +137,45 @@ func (s *Server) handleStats(ctx context.Context, req []byte, resp *rpc.Buffer) 
 	st := s.Stats(len(req) == 1 && req[0] == 1)
 	return json.NewEncoder(resp).Encode(st)
 }
+
+// SlotRate is a slot's load between two reports.
+type SlotRate struct {
+	Slot int
+	// AccessesPerSec and RequestsPerSec are rows and requests served per second.
+	AccessesPerSec, RequestsPerSec float64
+	// Busy is the fraction of one core spent serving the slot.
+	Busy float64
+}
+
+// Since returns each slot's load between prev and s, two reports of the same server, busiest
+// first. Slots without activity in between are left out.
+func (s ServerStats) Since(prev ServerStats) []SlotRate {
+	secs := (s.Uptime - prev.Uptime).Seconds()
+	if secs <= 0 {
+		return nil
+	}
+	before := make(map[int]SlotStats, len(prev.Slots))
+	for _, p := range prev.Slots {
+		before[p.Slot] = p
+	}
+	var out []SlotRate
+	for _, c := range s.Slots {
+		p := before[c.Slot]
+		if c.Accesses == p.Accesses && c.Requests == p.Requests {
+			continue
+		}
+		out = append(out, SlotRate{
+			Slot:           c.Slot,
+			AccessesPerSec: float64(c.Accesses-p.Accesses) / secs,
+			RequestsPerSec: float64(c.Requests-p.Requests) / secs,
+			Busy:           float64(c.BusyNanos-p.BusyNanos) / 1e9 / secs,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Busy != out[j].Busy {
+			return out[i].Busy > out[j].Busy
+		}
+		return out[i].Slot < out[j].Slot
+	})
+	return out
+}
