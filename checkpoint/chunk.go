@@ -12,7 +12,8 @@ import (
 //	magic "EPSCHUNK", version u32
 //	codec u8, kind u8, reserved u16
 //	rowSize u32, slotLo u32, slotHi u32, part u32
-//	records u64, rawLen u64, rawSum u64 (xxhash64 of the uncompressed bytes), payloadLen u64
+//	records u64, rawLen u64, rawSum u64 (xxhash64 of the uncompressed bytes; 0 when stored raw,
+//	as the trailer covers them), payloadLen u64
 //	payload (payloadLen bytes, compressed with codec)
 //	xxhash64 of everything above
 //
@@ -39,11 +40,32 @@ type chunkInfo struct {
 	rawSum         uint64
 }
 
-// appendChunk encodes raw as a chunk file appended to dst, compressing with codec.
+// appendChunk encodes raw as a chunk file appended to dst, compressing with codec if that pays
+// (see worthCompressing).
 func appendChunk(dst []byte, ci chunkInfo, raw []byte, codec Codec, cs *codecs) []byte {
+	if !cs.worthCompressing(raw, codec) {
+		codec = CodecNone
+	}
+	return appendChunkWith(dst, ci, raw, codec, cs)
+}
+
+// appendChunkWith is appendChunk with the decision to compress already taken.
+func appendChunkWith(dst []byte, ci chunkInfo, raw []byte, codec Codec, cs *codecs) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, chunkHeader)...)
 	dst, used := cs.compress(dst, raw, codec)
+	return finishChunk(dst, start, ci, used, raw)
+}
+
+// chunkInPlace turns b, whose first chunkHeader bytes are reserved and whose rest holds the raw
+// bytes, into an uncompressed chunk file without copying them; b needs 8 bytes of spare capacity.
+func chunkInPlace(b []byte, ci chunkInfo) []byte {
+	return finishChunk(b, 0, ci, CodecNone, b[chunkHeader:])
+}
+
+// finishChunk fills the header of the chunk starting at dst[start] (payload already in place) and
+// appends the trailer.
+func finishChunk(dst []byte, start int, ci chunkInfo, used Codec, raw []byte) []byte {
 	h := dst[start : start+chunkHeader]
 	copy(h, chunkMagic)
 	le := binary.LittleEndian
@@ -56,7 +78,9 @@ func appendChunk(dst []byte, ci chunkInfo, raw []byte, codec Codec, cs *codecs) 
 	le.PutUint32(h[28:], ci.part)
 	le.PutUint64(h[32:], ci.records)
 	le.PutUint64(h[40:], uint64(len(raw)))
-	le.PutUint64(h[48:], xxhash.Sum64(raw))
+	if used != CodecNone { // stored raw, the trailer already covers these bytes
+		le.PutUint64(h[48:], xxhash.Sum64(raw))
+	}
 	le.PutUint64(h[56:], uint64(len(dst)-start-chunkHeader))
 	return le.AppendUint64(dst, xxhash.Sum64(dst[start:]))
 }
@@ -86,7 +110,7 @@ func checkChunk(src []byte) (chunkInfo, []byte, error) {
 	if le.Uint64(h[56:]) != uint64(len(payload)) {
 		return ci, nil, corruptf("chunk: payload length %d, file holds %d", le.Uint64(h[56:]), len(payload))
 	}
-	if !ci.codec.valid() || le.Uint16(h[14:]) != 0 {
+	if !ci.codec.valid() || le.Uint16(h[14:]) != 0 || (ci.codec == CodecNone && ci.rawSum != 0) {
 		return ci, nil, corruptf("chunk: bad codec %d or reserved bits", h[12])
 	}
 	switch ci.kind {
@@ -121,7 +145,7 @@ func decodeChunk(src, dst []byte, maxRaw int, cs *codecs) (chunkInfo, []byte, er
 	if err != nil {
 		return ci, nil, err
 	}
-	if xxhash.Sum64(raw) != ci.rawSum {
+	if ci.codec != CodecNone && xxhash.Sum64(raw) != ci.rawSum {
 		return ci, nil, corruptf("chunk: decompressed checksum mismatch")
 	}
 	return ci, raw, nil

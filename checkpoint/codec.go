@@ -64,6 +64,30 @@ func (c *codecs) zdec() (*zstd.Decoder, error) {
 	return c.dec, c.decErr
 }
 
+// Compression must pay for itself: a chunk whose first sampleBytes do not shrink by at least
+// 1/minSaving is stored as it is without compressing the rest. Trained float32 weights rarely
+// compress with LZ codecs, and compressing them anyway would make the persister CPU-bound.
+const (
+	sampleBytes = 256 << 10
+	minSaving   = 8
+)
+
+// worthCompressing reports whether codec shrinks the first sampleBytes of src by at least
+// 1/minSaving (always true for chunks too small to sample).
+func (c *codecs) worthCompressing(src []byte, codec Codec) bool {
+	if codec == CodecNone {
+		return false
+	}
+	if len(src) < 4*sampleBytes {
+		return true
+	}
+	buf := getBuf(s2.MaxEncodedLen(sampleBytes))
+	defer putBuf(buf)
+	probe, used := c.compress((*buf)[:0], src[:sampleBytes], codec)
+	*buf = probe[:0]
+	return used != CodecNone && len(probe) <= sampleBytes-sampleBytes/minSaving
+}
+
 // compress appends the compressed form of src to dst and returns it with the codec actually used: a
 // chunk that does not shrink is stored as it is (CodecNone), so a reader never pays to decode it.
 func (c *codecs) compress(dst, src []byte, codec Codec) ([]byte, Codec) {

@@ -338,3 +338,59 @@ func TestPersistFailureKeepsTraining(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, j.want[3], got)
 }
+
+// TestMergedPersistInParts persists two snapshots in one (the first persist failed) where one slot
+// holds more rows than a chunk, so the slot is written in parts and an id appears in both snapshots:
+// the later version must win after restore.
+func TestMergedPersistInParts(t *testing.T) {
+	ctx := context.Background()
+	fs := NewFaultStorage(NewMemStorage())
+	cl := newCluster(t, fs, 2)
+	tabs, ts := tables2()
+	rng := rand.New(rand.NewPCG(21, 22))
+	fill(rng, ts, 1500, 1<<40)
+	ck := cl.open(cl.cfg("ps0", tabs))
+	m := cl.committer()
+	_, ref := snap(t, ck, 1)
+	_, err := m.Commit(ctx, 1, []ManifestRef{ref})
+	require.NoError(t, err)
+	var ids []uint64
+	for id := range ts[0].state() {
+		ids = append(ids, id)
+	}
+	fs.Inject(Fault{Op: OpCreate, Match: "/00000000000000000002/", Nth: 1})
+	for _, id := range ids[:600] {
+		ts[0].put(id, 2)
+	}
+	_, err = ck.Snapshot(ctx, 2)
+	require.NoError(t, err)
+	_, err = ck.WaitPersisted(ctx, 2)
+	require.ErrorIs(t, err, ErrInjected)
+	for _, id := range ids[300:900] {
+		ts[0].put(id, 3)
+	}
+	for _, id := range ids[:100] {
+		ts[0].del(id)
+	}
+	var res []PersistResult
+	require.NoError(t, ck.Flush(ctx))
+	ck.cfg.OnPersist = func(r PersistResult) { res = append(res, r) }
+	_, ref = snap(t, ck, 3)
+	require.NoError(t, ck.Flush(ctx))
+	require.Len(t, res, 1)
+	assert.Equal(t, 2, res[0].Segments)
+	man, err := getObject(ctx, fs, ref.Name, nil, ref.Size, 0)
+	require.NoError(t, err)
+	parsed, err := decodeManifest(man)
+	require.NoError(t, err)
+	parts := 0
+	for _, ch := range parsed.Tables[0].Chunks {
+		parts = max(parts, int(ch.Part)+1)
+	}
+	assert.Greater(t, parts, 3, "a slot of ~%d rows is written in parts", len(ids)/2)
+	_, err = m.Commit(ctx, 3, []ManifestRef{ref})
+	require.NoError(t, err)
+	got, _, err := cl.restoreFresh(3)
+	require.NoError(t, err)
+	assert.Equal(t, states(ts), got)
+}

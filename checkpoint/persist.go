@@ -229,8 +229,7 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 	if n > math.MaxUint32 {
 		return nil, fmt.Errorf("%d records in one persist is more than supported", n)
 	}
-	// Slot of every record (S for a dropped record), and a stable counting sort of record indices by
-	// slot, so records of one id keep their order across deltas.
+	// Slot of every record (S for a dropped record) and records per slot.
 	slotOf := make([]uint32, n)
 	counts := make([]int, S+1)
 	i := 0
@@ -245,65 +244,83 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 			i++
 		}
 	}
-	first := make([]int, S+1) // position of each slot's first record in order
-	for s := 1; s <= S; s++ {
-		first[s] = first[s-1] + counts[s-1]
-	}
-	kept := first[S]
-	order := make([]uint32, kept)
-	next := append([]int(nil), first[:S]...)
-	for i, s := range slotOf {
-		if int(s) < S {
-			order[next[s]] = uint32(i)
-			next[s]++
-		}
-	}
-	slotOf = nil
-
-	var spans []chunkSpan
+	// Cut the slots into ranges of about ChunkBytes: a range closes before the slot that would make
+	// it too large; a single slot larger than that becomes a range of its own, written in parts.
 	perChunk := max(c.cfg.ChunkBytes/rowSize, 1)
-	emit := func(lo, hi int) {
-		from, to := first[lo], first[hi]
-		for part := 0; from < to; part++ {
-			end := min(from+perChunk, to)
-			spans = append(spans, chunkSpan{lo: lo, hi: hi, part: part, from: from, to: end})
-			from = end
-		}
-	}
+	rangeOf := make([]int32, S)
+	var bounds []int // range r covers slots [bounds[r], bounds[r+1])
 	lo, acc := 0, 0
 	for s := range S {
 		if acc > 0 && acc+counts[s] > perChunk {
-			emit(lo, s)
+			bounds = append(bounds, lo)
 			lo, acc = s, 0
 		}
 		acc += counts[s]
+		rangeOf[s] = int32(len(bounds))
 	}
-	if acc > 0 {
-		emit(lo, S)
+	bounds = append(bounds, lo, S)
+	nr := len(bounds) - 1
+	// Stable counting sort of record indices by range: within a range records keep the order of the
+	// segments (so a later record of an id follows an earlier one), and a chunk is gathered by one
+	// pass through the segments in address order, which is much kinder to the TLB than slot order.
+	first := make([]int, nr+1)
+	for s := range S {
+		first[rangeOf[s]+1] += counts[s]
+	}
+	for r := range nr {
+		first[r+1] += first[r]
+	}
+	order := make([]uint32, first[nr])
+	next := append([]int(nil), first[:nr]...)
+	for i, s := range slotOf {
+		if int(s) < S {
+			r := rangeOf[s]
+			order[next[r]] = uint32(i)
+			next[r]++
+		}
+	}
+	slotOf = nil
+	var spans []chunkSpan
+	for r := range nr {
+		from, to := first[r], first[r+1]
+		for part := 0; from < to; part++ {
+			end := min(from+perChunk, to)
+			spans = append(spans, chunkSpan{lo: bounds[r], hi: bounds[r+1], part: part, from: from, to: end})
+			from = end
+		}
 	}
 
 	refs := make([]chunkRef, len(spans))
 	eg, ctx := errgroup.WithContext(ctx)
-	eg.SetLimit(c.cfg.Workers)
+	eg.SetLimit(c.cfg.Workers + 2) // two more than the CPUs, so writes and fsyncs overlap the CPU work
 	for k, sp := range spans {
 		eg.Go(func() error {
-			raw := getBuf((sp.to - sp.from) * rowSize)
-			defer putBuf(raw)
-			buf := (*raw)[:0]
+			// Gather the records behind a reserved header, so a chunk stored raw is written from
+			// this buffer as it is.
+			gathered := getBuf(chunkHeader + (sp.to-sp.from)*rowSize + 8)
+			defer putBuf(gathered)
+			b := (*gathered)[:chunkHeader]
 			for _, idx := range order[sp.from:sp.to] {
 				src := 0
 				if len(srcs) > 1 {
 					src = sort.SearchInts(starts, int(idx)+1) - 1
 				}
 				off := (int(idx) - starts[src]) * rowSize
-				buf = append(buf, srcs[src][off:off+rowSize]...)
+				b = append(b, srcs[src][off:off+rowSize]...)
 			}
-			out := getBuf(chunkHeader + 8 + max(s2.MaxEncodedLen(len(buf)), len(buf)+len(buf)/64+1024))
-			defer putBuf(out)
+			buf := b[chunkHeader:]
 			ci := chunkInfo{kind: chunkKindRows, rowSize: uint32(rowSize), slotLo: uint32(sp.lo), slotHi: uint32(sp.hi),
 				part: uint32(sp.part), records: uint64(sp.to - sp.from)}
-			file := appendChunk((*out)[:0], ci, buf, c.cfg.Codec, c.cs)
-			*out = file
+			var file []byte
+			if c.cs.worthCompressing(buf, c.cfg.Codec) {
+				out := getBuf(chunkHeader + 8 + max(s2.MaxEncodedLen(len(buf)), len(buf)+len(buf)/64+1024))
+				defer putBuf(out)
+				file = appendChunkWith((*out)[:0], ci, buf, c.cfg.Codec, c.cs)
+				*out = file[:0]
+			} else {
+				file = chunkInPlace(b, ci)
+				*gathered = file[:0]
+			}
 			object := chunkObject(ti, sp.lo, sp.part)
 			if err := w.put(ctx, w.dir+"/"+object, file); err != nil {
 				return err
