@@ -39,6 +39,7 @@ func allSuites() map[string]suite {
 	return map[string]suite{
 		"embedding": {about: "embedding table lookups and updates vs a flat gather and a Go map", run: runEmbedding},
 		"ps":        {about: "pulls and pushes over TCP vs in-process lookups and Redis MGET", run: runPS},
+		"shard":     {about: "data-shard dispatcher round trips over TCP vs in process, report cost per record", run: runShard},
 
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
 	}
