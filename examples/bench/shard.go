@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/shard"
@@ -27,7 +29,7 @@ func runShard(ctx context.Context, opt options, r *report) error {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 
-	var tcpRates, inRates, tcpReport, inReport []float64
+	var tcpRates, inRates, rawRates, tcpReport, inReport []float64
 	var tcpLat []time.Duration
 	for round := 0; round < rounds; round++ {
 		if ctx.Err() != nil {
@@ -45,6 +47,11 @@ func runShard(ctx context.Context, opt options, r *report) error {
 			return fmt.Errorf("dispatch in process: %w", err)
 		}
 		inRates = append(inRates, rate)
+		rate, err = shardRawTCP(ctx, workers, shards)
+		if err != nil {
+			return fmt.Errorf("raw TCP: %w", err)
+		}
+		rawRates = append(rawRates, rate)
 
 		ns, err := shardReportTCP(ctx, secret, batch, reports)
 		if err != nil {
@@ -57,11 +64,13 @@ func runShard(ctx context.Context, opt options, r *report) error {
 		}
 		inReport = append(inReport, ns)
 	}
-	tcp, in := shardMedian(tcpRates), shardMedian(inRates)
+	tcp, in, raw := shardMedian(tcpRates), shardMedian(inRates), shardMedian(rawRates)
 	slices.Sort(tcpLat)
 	r.add("dispatch_per_s", tcp, fmt.Sprintf("acquire + report-done round trips/s, %d workers (a client each) over loopback TCP to one server; target >= 20000", workers))
 	r.add("dispatch_inproc_per_s", in, "the same round trips on the in-process Dispatcher (baseline, no network)")
 	r.add("dispatch_tcp_vs_inproc", tcp/in, "TCP / in process: the share of dispatcher speed left after the network")
+	r.add("raw_tcp_pairs_per_s", raw, fmt.Sprintf("physical limit: pairs of 64-byte ping-pongs/s, %d goroutines on their own loopback TCP connections to an echo server", workers))
+	r.add("dispatch_vs_raw_tcp", tcp/raw, "dispatch round trips / raw ping-pong pairs: what the RPC stack and dispatcher keep of the machine's loopback speed")
 	r.add("dispatch_p50_us", shardMicros(tcpLat, 0.50), "median round trip (acquire + report) over TCP under the same load, µs")
 	r.add("dispatch_p99_us", shardMicros(tcpLat, 0.99), "99th percentile round trip over TCP, µs")
 	rep, inRep := shardMedian(tcpReport), shardMedian(inReport)
@@ -117,6 +126,74 @@ func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int) (
 		}
 		return func(w int) shard.Service { return clients[w] }, closeAll, nil
 	})
+}
+
+// shardRawTCP measures the machine's floor for the same traffic pattern: workers goroutines,
+// each on its own loopback TCP connection to an echo server, doing pairs of 64-byte
+// request/response exchanges (as a dispatch round trip is two calls), pairs times in all.
+func shardRawTCP(ctx context.Context, workers, pairs int) (float64, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	var servers sync.WaitGroup
+	defer servers.Wait()
+	conns := make([]net.Conn, workers)
+	for w := range conns {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		conns[w] = c
+		s, err := l.Accept()
+		if err != nil {
+			return 0, err
+		}
+		servers.Go(func() {
+			defer s.Close()
+			buf := make([]byte, 64)
+			for {
+				if _, err := io.ReadFull(s, buf); err != nil {
+					return
+				}
+				if _, err := s.Write(buf); err != nil {
+					return
+				}
+			}
+		})
+	}
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w, c := range conns {
+		wg.Go(func() {
+			buf := make([]byte, 64)
+			for next.Add(1) <= int64(pairs) && ctx.Err() == nil {
+				for range 2 {
+					if _, err := c.Write(buf); err != nil {
+						errs[w] = err
+						return
+					}
+					if _, err := io.ReadFull(c, buf); err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return 0, err
+	}
+	return float64(pairs) / elapsed.Seconds(), nil
 }
 
 func shardWorker(w int) string { return fmt.Sprintf("worker-%d", w) }

@@ -25,8 +25,8 @@ import (
 // context ended returns the context's error.
 //
 // An Acquire whose answer is late (the call timed out, or its context ended) is not forgotten:
-// the request stays outstanding, and the next Acquire for the same worker waits for it and
-// returns its lease. Without this, every Acquire retried during a partition would be granted
+// the request stays outstanding (up to ten CallTimeouts), and the next Acquire for the same
+// worker and address waits for it and returns its lease. Without this, every Acquire retried during a partition would be granted
 // a shard once the partition heals, and the dispatcher would revoke the worker's older leases
 // to stay within its lease limit, counting failures.
 type Client struct {
@@ -159,10 +159,12 @@ func (c *Client) acquireCall(worker string) (*acquireCall, error) {
 	if c.closed {
 		return nil, c.closedErr("acquire")
 	}
-	if call := c.acquires[worker]; call != nil {
+	addr := c.Addr()
+	if call := c.acquires[worker]; call != nil && call.addr == addr {
 		return call, nil
 	}
-	call := &acquireCall{done: make(chan struct{}), addr: c.Addr()}
+	// A request to an address given up by SetAddr is left to finish on its own.
+	call := &acquireCall{done: make(chan struct{}), addr: addr}
 	c.acquires[worker] = call
 	c.wg.Add(1)
 	go c.runAcquire(call, worker)
@@ -192,17 +194,27 @@ func (c *Client) take(worker string, call *acquireCall, start time.Time) (shard.
 	return call.lease, call.err, true
 }
 
+// outstandingCalls is how many CallTimeouts an acquire request waits for its answer in the
+// background before it is abandoned.
+const outstandingCalls = 10
+
 // runAcquire sends one acquire request and stores its result. It runs until the answer comes,
-// the connection fails, or the client closes.
+// the connection fails, the client closes, or outstandingCalls CallTimeouts have passed.
 func (c *Client) runAcquire(call *acquireCall, worker string) {
 	defer c.wg.Done()
 	defer close(call.done)
 	bp := c.scratch()
 	*bp = shardwire.AppendAcquireRequest(*bp, shardwire.AcquireRequest{Worker: worker})
-	resp, err := c.rpc.Call(c.ctx, call.addr, methodAcquire, *bp)
+	ctx, cancel := context.WithTimeout(c.ctx, outstandingCalls*c.cfg.CallTimeout)
+	resp, err := c.rpc.Call(ctx, call.addr, methodAcquire, *bp)
+	expired := ctx.Err() != nil
+	cancel()
 	c.bufs.Put(bp)
 	call.at = time.Now()
 	if err != nil {
+		if expired && !c.isClosed() {
+			err = fmt.Errorf("no answer within %v", outstandingCalls*c.cfg.CallTimeout)
+		}
 		call.err = c.callError("acquire", call.addr, err)
 		return
 	}

@@ -303,10 +303,15 @@ func TestSetAddr(t *testing.T) {
 			t.Fatal(err)
 		}
 		snap := d1.Snapshot()
-		nw.Kill("old")
-		_ = s1.stop()
+		// The old coordinator becomes unreachable while the worker asks for a shard: the request
+		// stays outstanding there.
+		nw.Partition("w", "old")
+		defer func() { nw.Heal("w", "old"); _ = s1.stop() }()
+		if _, err := cli.Acquire(ctx, "w"); !errors.Is(err, shardnet.ErrUnavailable) {
+			t.Fatalf("acquire from an unreachable coordinator: %v", err)
+		}
 		if err := cli.Report(ctx, "w", l.ID, 5, false); !errors.Is(err, shardnet.ErrUnavailable) {
-			t.Fatalf("report to a dead coordinator: %v", err)
+			t.Fatalf("report to an unreachable coordinator: %v", err)
 		}
 
 		cfg.Incarnation = 2
@@ -326,9 +331,10 @@ func TestSetAddr(t *testing.T) {
 		if err := cli.Report(ctx, "w", l.ID, 5, false); !errors.Is(err, shard.ErrStaleLease) {
 			t.Fatalf("report on a lease of the old incarnation: %v", err)
 		}
-		l2, err := cli.Acquire(ctx, "w")
-		if err != nil || l2.ID.Incarnation != 2 || l2.Shard.Index != l.Shard.Index || l2.Offset != 4 {
-			t.Fatalf("after the move: %+v, %v", l2, err)
+		start := time.Now()
+		l2, err := cli.Acquire(ctx, "w") // does not wait for the request outstanding at the old address
+		if err != nil || l2.ID.Incarnation != 2 || l2.Shard.Index != l.Shard.Index || l2.Offset != 4 || time.Since(start) != 0 {
+			t.Fatalf("after the move: %+v, %v after %v", l2, err, time.Since(start))
 		}
 	})
 }
