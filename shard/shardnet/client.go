@@ -145,8 +145,8 @@ func (c *Client) Acquire(ctx context.Context, worker string) (shard.Lease, error
 		case <-timer.C:
 			return shard.Lease{}, fmt.Errorf("%w: acquire at %s: no answer within %v", ErrUnavailable, call.addr, c.cfg.CallTimeout)
 		}
-		if lease, err, ok := c.take(worker, call, start); ok {
-			return lease, err
+		if c.take(worker, call, start) {
+			return call.lease, call.err
 		}
 	}
 }
@@ -171,27 +171,24 @@ func (c *Client) acquireCall(worker string) (*acquireCall, error) {
 	return call, nil
 }
 
-// take claims the result of an answered call for a caller that started waiting at start. It
-// reports false when the caller must send a new request instead: another caller took the
+// take claims the result of an answered call for a caller that started waiting at start (the
+// caller then returns call.lease and call.err). It reports false when the caller must send a new request instead: another caller took the
 // result, the result is an error from before this caller asked (a failure it did not wait
 // for), or a lease answered so long ago that half its TTL is gone (it is left to expire).
-func (c *Client) take(worker string, call *acquireCall, start time.Time) (shard.Lease, error, bool) {
+func (c *Client) take(worker string, call *acquireCall, start time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.acquires[worker] == call {
 		delete(c.acquires, worker)
 	}
 	if call.taken {
-		return shard.Lease{}, nil, false
+		return false
 	}
 	call.taken = true
 	if call.err != nil && call.at.Before(start) {
-		return shard.Lease{}, nil, false
+		return false
 	}
-	if call.err == nil && call.lease.TTL > 0 && time.Since(call.at) >= call.lease.TTL/2 {
-		return shard.Lease{}, nil, false
-	}
-	return call.lease, call.err, true
+	return call.err != nil || call.lease.TTL <= 0 || time.Since(call.at) < call.lease.TTL/2
 }
 
 // outstandingCalls is how many CallTimeouts an acquire request waits for its answer in the
