@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -61,4 +62,53 @@ func TestRoundTripFullAndDeltas(t *testing.T) {
 	got, _, err := cl.restoreFresh(0)
 	require.NoError(t, err)
 	assert.Equal(t, states(ts2), got)
+}
+
+// fillCompressible writes rows 1..n whose payloads compress well.
+func fillCompressible(t *fakeTable, n int, version uint64) {
+	for id := uint64(1); id <= uint64(n); id++ {
+		r := make([]byte, t.rowSize)
+		for o := 12; o < t.rowSize; o++ {
+			r[o] = byte(version) ^ byte(o%4)
+		}
+		copy(r, []byte{byte(id), byte(id >> 8), byte(id >> 16), byte(id >> 24), 0, 0, 0, 0})
+		t.mu.Lock()
+		t.rows[id] = r
+		t.changed[id] = true
+		t.mu.Unlock()
+	}
+}
+
+func TestCodecsEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	for _, codec := range []Codec{CodecS2, CodecZstd, CodecNone} {
+		for _, chunkBytes := range []int{4 << 10, 2 << 20} { // small chunks, and chunks large enough to sample
+			t.Run(fmt.Sprintf("%v/%d", codec, chunkBytes), func(t *testing.T) {
+				cl := newCluster(t, NewMemStorage(), 64)
+				tabs, ts := tables2()
+				fillCompressible(ts[0], 20000, 1)
+				fillCompressible(ts[1], 20000, 2)
+				cfg := cl.cfg("ps0", tabs)
+				cfg.Codec, cfg.ChunkBytes = codec, chunkBytes
+				ck := cl.open(cfg)
+				_, ref := snap(t, ck, 1, SnapshotBlob("dense", make([]byte, 100000)))
+				_, err := cl.committer().Commit(ctx, 1, []ManifestRef{ref})
+				require.NoError(t, err)
+				st := ck.Stats()
+				if codec == CodecNone {
+					assert.Greater(t, st.PersistedStored, st.PersistedRaw)
+				} else {
+					assert.Less(t, st.PersistedStored, st.PersistedRaw/3, "compressed")
+				}
+				got, r, err := cl.restoreFresh(0, RestoreBlobs(func(node, name string) bool { return name == "dense" }))
+				require.NoError(t, err)
+				assert.Equal(t, states(ts), got)
+				require.Len(t, r.Blobs, 1)
+				assert.Len(t, r.Blobs[0].Data, 100000)
+				_, r, err = cl.restoreFresh(0, RestoreBlobs(func(node, name string) bool { return false }))
+				require.NoError(t, err)
+				assert.Empty(t, r.Blobs)
+			})
+		}
+	}
 }

@@ -67,6 +67,7 @@ func chunkInPlace(b []byte, ci chunkInfo) []byte {
 // appends the trailer.
 func finishChunk(dst []byte, start int, ci chunkInfo, used Codec, raw []byte) []byte {
 	h := dst[start : start+chunkHeader]
+	clear(h) // the buffer may be reused
 	copy(h, chunkMagic)
 	le := binary.LittleEndian
 	le.PutUint32(h[8:], chunkVersion)
