@@ -107,3 +107,23 @@ func TestEvictCapSampledKeepsHotRows(t *testing.T) {
 		assert.True(t, ok, "hot id %d survived", id)
 	}
 }
+
+func TestRowsMadeByLookupCarryTheLatestStep(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 2, Admission: Admission{Policy: AdmitProbability, Probability: 1}, Eviction: Eviction{TTL: 100}})
+	require.NoError(t, tab.Apply([]uint64{1}, []float32{0, 0}, 1000))
+	require.NoError(t, tab.Lookup([]uint64{2}, make([]float32, 2)))
+	assert.Equal(t, 0, tab.EvictExpired(1000), "a row admitted this step does not expire before its first push")
+	r, ok := tab.Row(2)
+	require.True(t, ok)
+	assert.Equal(t, uint32(1000), r.LastStep)
+}
+
+func TestFTRLRowsStartAtZero(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 3, Optimizer: Optimizer{Kind: FTRL}})
+	w := make([]float32, 3)
+	require.NoError(t, tab.Lookup([]uint64{9}, w))
+	assert.Equal(t, []float32{0, 0, 0}, w)
+	other := newTestTable(t, Config{Dim: 3})
+	require.NoError(t, other.Lookup([]uint64{9}, w))
+	assert.NotEqual(t, []float32{0, 0, 0}, w, "other optimizers default to uniform")
+}

@@ -88,8 +88,10 @@ type Optimizer struct {
 type InitKind uint8
 
 const (
-	// InitUniform draws from uniform(-Scale, +Scale). The default.
-	InitUniform InitKind = iota
+	// InitDefault is InitUniform, except for FTRL, whose rows start at zero as in the paper.
+	InitDefault InitKind = iota
+	// InitUniform draws from uniform(-Scale, +Scale).
+	InitUniform
 	// InitZeros sets every weight to 0.
 	InitZeros
 	// InitNormal draws from normal(0, Scale²).
@@ -102,7 +104,7 @@ const (
 // Init configures row initialisation. A row's initial weights are a pure function of
 // (Config.Seed, id, Init): the same id gives the same initial row in any process.
 type Init struct {
-	// Kind of distribution. Default InitUniform.
+	// Kind of distribution. Default InitDefault: uniform, or zeros for FTRL.
 	Kind InitKind
 	// Scale is the half-width (uniform) or standard deviation (normal). Default 1/sqrt(Dim).
 	Scale float32
@@ -153,7 +155,9 @@ type Eviction struct {
 	// TTL in steps: EvictExpired(now) removes rows not touched for more than TTL steps.
 	// Default 0 = no TTL.
 	TTL uint32
-	// MaxRows caps the row count; inserting beyond it evicts a victim first. Default 0 = no cap.
+	// MaxRows caps the row count; inserting beyond it evicts a victim from the inserting shard
+	// first. An insert into a shard that holds no row evicts nothing, so a table with more
+	// shards than MaxRows may briefly hold up to Shards rows more. Default 0 = no cap.
 	MaxRows int
 	// Policy chooses the victim. Default LFU.
 	Policy EvictionPolicy
@@ -218,6 +222,12 @@ func (c Config) withDefaults() Config {
 	}
 	if o.Beta == 0 {
 		o.Beta = 1
+	}
+	if c.Init.Kind == InitDefault {
+		c.Init.Kind = InitUniform
+		if o.Kind == FTRL {
+			c.Init.Kind = InitZeros
+		}
 	}
 	if c.Init.Scale == 0 && c.Dim > 0 {
 		c.Init.Scale = float32(1 / math.Sqrt(float64(c.Dim)))

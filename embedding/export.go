@@ -21,12 +21,16 @@ import (
 // The trailer's running checksum catches dropped, repeated or reordered blocks; the per-block
 // checksum lets a reader stop at the first bad block.
 const (
-	streamMagic    = "EPSROWS\x00"
-	streamVersion  = 1
-	flagDelta      = 1
-	maxBlockRecs   = 1 << 16
-	exportBlockMax = 4096
+	streamMagic   = "EPSROWS\x00"
+	streamVersion = 1
+	flagDelta     = 1 // the stream holds changed rows and deletions, not a whole selection
+	maxBlockRecs  = 1 << 16
+	maxBlockBytes = 8 << 20 // a block holds at most this many bytes, or one record
+	blockRecords  = 4096    // records per block written, within maxBlockBytes
 )
+
+// blockLimit is how many records of rec bytes a block may hold.
+func blockLimit(rec int) int { return max(1, min(maxBlockRecs, maxBlockBytes/rec)) }
 
 // ExportOptions select the rows to export.
 type ExportOptions struct {
@@ -85,17 +89,14 @@ func (t *Table) Export(w io.Writer, opt ExportOptions) (int, error) {
 		}
 		n, err := t.copyShardSelectedLocked(s, buf[:need], tr, keep)
 		if err == nil && opt.Reset && tr != nil {
-			if b := s.bitsLocked(tr); b != nil {
-				clear(b.bits)
-				b.deleted = b.deleted[:0]
-			}
+			s.bitsLocked(tr).reset()
 		}
 		s.mu.RUnlock()
 		if err != nil {
 			return total, fmt.Errorf("export %s: %w", t.name(), err)
 		}
 		for data := buf[:n]; len(data) > 0; {
-			k := min(len(data)/rec, exportBlockMax)
+			k := min(len(data)/rec, blockRecords, blockLimit(rec))
 			if err := writeBlock(bw, data[:k*rec], k); err != nil {
 				return total, fmt.Errorf("export %s: %w", t.name(), err)
 			}

@@ -54,6 +54,9 @@ func (t *Table) readStream(r io.Reader) ([]byte, error) {
 	if v := binary.LittleEndian.Uint16(fixed[8:]); v != streamVersion {
 		return nil, corrupt("stream version %d, want %d", v, streamVersion)
 	}
+	if f := binary.LittleEndian.Uint16(fixed[10:]); f&^flagDelta != 0 {
+		return nil, corrupt("unknown stream flags %#x", f)
+	}
 	n := binary.LittleEndian.Uint32(fixed[12:])
 	if n > 1<<10 {
 		return nil, corrupt("layout of %d bytes", n)
@@ -85,16 +88,17 @@ func (t *Table) readStream(r io.Reader) ([]byte, error) {
 		if k == 0 {
 			break
 		}
-		if k > maxBlockRecs {
-			return nil, corrupt("block of %d records", k)
+		if k > uint32(blockLimit(rec)) {
+			return nil, corrupt("block of %d records of %d bytes", k, rec)
 		}
+		// Copy as the bytes arrive, so a lying count cannot make us allocate ahead of the data.
 		start := out.Len()
-		out.Grow(int(k) * rec)
-		block := out.AvailableBuffer()[:int(k)*rec]
-		if err := read(block, "block"); err != nil {
-			return nil, err
+		if n, err := io.CopyN(&out, in, int64(k)*int64(rec)); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, corrupt("truncated block (%d of %d bytes)", n, int64(k)*int64(rec))
+			}
+			return nil, fmt.Errorf("read block: %w", err)
 		}
-		out.Write(block)
 		var bs [8]byte
 		if err := read(bs[:], "block checksum"); err != nil {
 			return nil, err

@@ -91,14 +91,34 @@ func (t *Table) RawSize(changedOnly bool) int {
 // than RawSize(changedOnly) returns io.ErrShortBuffer and changes nothing; changedOnly before any
 // newBase copy returns ErrNoBase.
 func (t *Table) CopyRaw(dst []byte, changedOnly, newBase bool) (int, error) {
-	var tr *Tracker
-	if changedOnly || newBase {
-		tr = t.baseTracker(newBase)
-		if tr == nil {
+	if !changedOnly && !newBase {
+		return t.copyRaw(dst, nil, false, false, nil)
+	}
+	tr := t.baseTracker(false)
+	if tr == nil {
+		if changedOnly {
 			return 0, ErrNoBase
 		}
+		// The first base: record changes from this copy on, and forget the tracker again if the
+		// copy fails, so that a failed first base leaves no base behind.
+		tr = t.baseTracker(true)
+		n, err := t.copyRaw(dst, tr, false, true, nil)
+		if err != nil {
+			t.dropBase(tr)
+		}
+		return n, err
 	}
 	return t.copyRaw(dst, tr, changedOnly, newBase, nil)
+}
+
+// dropBase forgets the base tracker tr.
+func (t *Table) dropBase(tr *Tracker) {
+	t.trackMu.Lock()
+	if t.base == tr {
+		t.base = nil
+	}
+	t.trackMu.Unlock()
+	tr.Close()
 }
 
 // CopyRawSlots copies every row whose id keep accepts, like CopyRaw without a tracker.
@@ -152,10 +172,7 @@ func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep f
 	}
 	if err == nil && reset && tr != nil {
 		for i := range t.shards {
-			if b := t.shards[i].bitsLocked(tr); b != nil {
-				clear(b.bits)
-				b.deleted = b.deleted[:0]
-			}
+			t.shards[i].bitsLocked(tr).reset()
 		}
 	}
 	return n, err

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -242,13 +244,111 @@ func FuzzLoadRaw(f *testing.F) {
 	f.Add(b[:n-3])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dst, _ := New(src.Config())
-		if _, err := dst.LoadRaw(data, nil); err != nil && dst.Len() != 0 {
-			t.Fatalf("failed load changed the table")
+		if _, err := dst.LoadRaw(data, nil); err != nil {
+			if dst.Len() != 0 {
+				t.Fatalf("failed load changed the table")
+			}
+			return
 		}
-		// Whatever was loaded copies back out byte for byte, deletions aside.
+		// The table holds exactly the last record of every id not deleted after it, byte for byte.
+		rec := dst.RawRowSize()
+		want := map[uint64]string{}
+		for o := 0; o+rec <= len(data); o += rec {
+			id := binary.LittleEndian.Uint64(data[o:])
+			if binary.LittleEndian.Uint32(data[o+8:]) == freeMark {
+				delete(want, id)
+				continue
+			}
+			want[id] = string(data[o : o+rec])
+		}
 		out := make([]byte, dst.RawSize(false))
-		if _, err := dst.CopyRaw(out, false, false); err != nil {
+		m, err := dst.CopyRaw(out, false, false)
+		if err != nil {
 			t.Fatal(err)
 		}
+		got := map[uint64]string{}
+		for o := 0; o < m; o += rec {
+			got[binary.LittleEndian.Uint64(out[o:])] = string(out[o : o+rec])
+		}
+		if len(got) != len(want) {
+			t.Fatalf("table holds %d rows, input leaves %d", len(got), len(want))
+		}
+		for id, r := range want {
+			if got[id] != r {
+				t.Fatalf("row %d differs from its last record", id)
+			}
+		}
 	})
+}
+
+func TestCopyRawBaseEdgeCases(t *testing.T) {
+	tab := trained(t, 100, 1)
+	_, err := tab.CopyRaw(make([]byte, tab.RawSize(false)), true, true)
+	require.ErrorIs(t, err, ErrNoBase, "an incremental copy needs a base, newBase or not")
+	_, err = tab.CopyRaw(nil, false, true)
+	require.ErrorIs(t, err, io.ErrShortBuffer)
+	_, err = tab.CopyRaw(make([]byte, tab.RawSize(false)), true, false)
+	require.ErrorIs(t, err, ErrNoBase, "a failed first base leaves no base")
+	_, err = tab.CopyRaw(make([]byte, tab.RawSize(false)), false, true)
+	require.NoError(t, err)
+	assert.Equal(t, 0, tab.RawSize(true))
+}
+
+func TestTrackerSizeDuringResets(t *testing.T) {
+	tab := trained(t, 200, 2)
+	tr := tab.NewTracker()
+	defer tr.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			_ = tr.Size()
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		require.NoError(t, tab.Apply([]uint64{uint64(i)}, make([]float32, 6), 9))
+		_, err := tab.Export(io.Discard, ExportOptions{Changed: tr, Reset: true})
+		require.NoError(t, err)
+	}
+	<-done
+}
+
+func TestImportDoesNotAllocateAheadOfData(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 1024, Optimizer: Optimizer{Kind: Adagrad}})
+	hdr := append([]byte(streamMagic), 1, 0, 0, 0)
+	s := tab.Schema()
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(s)))
+	hdr = append(hdr, s...)
+	hdr = binary.LittleEndian.AppendUint64(hdr, xxhash.Sum64(hdr))
+	stream := binary.LittleEndian.AppendUint32(hdr, uint32(blockLimit(tab.RawRowSize())))
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	_, err := tab.Import(bytes.NewReader(stream), ImportOptions{})
+	runtime.ReadMemStats(&b)
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Less(t, b.TotalAlloc-a.TotalAlloc, uint64(1<<20), "a 50-byte stream must not allocate megabytes")
+	// Wide rows still round-trip, in blocks within the byte limit.
+	ids := []uint64{1, 2, 3}
+	require.NoError(t, tab.Lookup(ids, make([]float32, 3*1024)))
+	var buf bytes.Buffer
+	_, err = tab.Export(&buf, ExportOptions{})
+	require.NoError(t, err)
+	other := newTestTable(t, tab.Config())
+	n, err := other.Import(&buf, ImportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+}
+
+func TestImportRejectsUnknownFlags(t *testing.T) {
+	src := trained(t, 5, 3)
+	var buf bytes.Buffer
+	_, err := src.Export(&buf, ExportOptions{})
+	require.NoError(t, err)
+	b := buf.Bytes()
+	b[11] |= 0x80 // a flag bit no version-1 writer sets; the header checksum is fixed up
+	n := binary.LittleEndian.Uint32(b[12:])
+	binary.LittleEndian.PutUint64(b[16+n:], xxhash.Sum64(b[:16+n]))
+	_, err = newTestTable(t, src.Config()).Import(bytes.NewReader(b), ImportOptions{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Contains(t, err.Error(), "flags")
 }

@@ -23,7 +23,8 @@ type Table struct {
 	sketch   *sketch // AdmitCount only
 	scratch  sync.Pool
 
-	rows    atomic.Int64 // live rows
+	rows    atomic.Int64  // live rows
+	latest  atomic.Uint32 // highest step Apply has seen: the step of rows Lookup creates
 	draws   atomic.Uint64
 	trackMu sync.Mutex // serialises tracker registration
 	base    *Tracker   // CopyRaw's change set, made by the first newBase copy
@@ -242,7 +243,7 @@ func (t *Table) lookupMissing(s *shard, ids []uint64, sc *scratch, dst []float32
 		r := s.findLocked(id, h, stride)
 		if r < 0 {
 			var err error
-			if r, err = t.createLocked(s, id, h, 0); err != nil {
+			if r, err = t.createLocked(s, id, h, t.latest.Load()); err != nil {
 				return err
 			}
 		}
@@ -277,7 +278,8 @@ func (t *Table) createLocked(s *shard, id, h uint64, step uint32) (int, error) {
 // Apply applies one optimizer step to the rows of ids with gradients grads (len(ids)*Dim). The
 // gradients of an id that appears more than once are summed first. Step is the caller's training
 // step, recorded as the rows' last step (for TTL and LRU); 2^32-1 is reserved and stored as
-// 2^32-2. A NaN or infinite gradient rejects the whole batch with ErrNonFinite.
+// 2^32-2. A NaN or infinite gradient rejects the whole batch with ErrNonFinite. The one error
+// that can leave a batch half applied is ErrFull (a shard past MaxRowsPerShard rows).
 func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 	d := t.dim
 	if len(grads) != len(ids)*d {
@@ -291,6 +293,8 @@ func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 		return nil
 	}
 	step = min(step, maxStep)
+	for cur := t.latest.Load(); step > cur && !t.latest.CompareAndSwap(cur, step); cur = t.latest.Load() {
+	}
 	sc := t.getScratch(len(ids))
 	defer t.scratch.Put(sc)
 	for i, id := range ids {
@@ -592,7 +596,7 @@ func (t *Table) Assign(ids []uint64, weights []float32) error {
 		r := s.findLocked(id, h, t.stride)
 		if r < 0 {
 			var err error
-			if r, err = t.createLocked(s, id, h, 0); err != nil {
+			if r, err = t.createLocked(s, id, h, t.latest.Load()); err != nil {
 				s.mu.Unlock()
 				return err
 			}

@@ -55,6 +55,16 @@ func (tr *Tracker) isClosed() bool {
 	return tr.closed
 }
 
+// reset forgets the recorded changes. It runs under the shard's read lock and the tracker's
+// mutex: writers, which set bits, hold the shard's write lock, and other copies through the same
+// tracker hold its mutex.
+func (b *trackBits) reset() {
+	if b != nil {
+		clear(b.bits)
+		b.deleted = b.deleted[:0]
+	}
+}
+
 // bitsLocked returns the tracker's record in s (s locked at least for reading).
 func (s *shard) bitsLocked(tr *Tracker) *trackBits {
 	for k := range s.trks {
@@ -67,6 +77,8 @@ func (s *shard) bitsLocked(tr *Tracker) *trackBits {
 
 // Size returns the bytes CopyRaw needs now: an upper bound of what it writes.
 func (tr *Tracker) Size() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	t := tr.t
 	n := 0
 	for i := range t.shards {
