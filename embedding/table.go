@@ -285,7 +285,7 @@ func (t *Table) Apply(ids []uint64, grads []float32, step uint32) error {
 	if len(grads) != len(ids)*d {
 		return fmt.Errorf("%w: %s: apply of %d ids needs %d gradient floats, got %d", ErrLength, t.name(), len(ids), len(ids)*d, len(grads))
 	}
-	if i := firstNonFinite(grads); i >= 0 {
+	if i := FirstNonFinite(grads); i >= 0 {
 		t.rejected.Add(1)
 		return fmt.Errorf("%w: %s: gradient %d of id %d is %v", ErrNonFinite, t.name(), i%d, ids[i/d], grads[i])
 	}
@@ -386,9 +386,9 @@ func (t *Table) applyRowLocked(s *shard, r uint32, p int32, grads []float32, sc 
 	s.markLocked(r)
 }
 
-// firstNonFinite returns the index of the first NaN or infinite value in v, or -1. A float32 is
+// FirstNonFinite returns the index of the first NaN or infinite value in v, or -1. A float32 is
 // not finite exactly when its exponent bits are all ones; four values are tested per step.
-func firstNonFinite(v []float32) int {
+func FirstNonFinite(v []float32) int {
 	const exp = 0x7f800000
 	i := 0
 	for ; i+4 <= len(v); i += 4 {
@@ -586,7 +586,7 @@ func (t *Table) Assign(ids []uint64, weights []float32) error {
 	if len(weights) != len(ids)*d {
 		return fmt.Errorf("%w: %s: assign of %d ids needs %d floats, got %d", ErrLength, t.name(), len(ids), len(ids)*d, len(weights))
 	}
-	if i := firstNonFinite(weights); i >= 0 {
+	if i := FirstNonFinite(weights); i >= 0 {
 		return fmt.Errorf("%w: %s: weight %d of id %d is %v", ErrNonFinite, t.name(), i%d, ids[i/d], weights[i])
 	}
 	for i, id := range ids {

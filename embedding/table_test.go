@@ -201,18 +201,18 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestFirstNonFinite(t *testing.T) {
 	v := make([]float32, 11)
-	assert.Equal(t, -1, firstNonFinite(v))
+	assert.Equal(t, -1, FirstNonFinite(v))
 	for i := range v {
 		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
 			clear(v)
 			v[i] = bad
-			assert.Equal(t, i, firstNonFinite(v))
+			assert.Equal(t, i, FirstNonFinite(v))
 		}
 	}
 	v[3] = math.MaxFloat32
 	v[4] = -math.SmallestNonzeroFloat32
 	v[10] = float32(math.NaN())
-	assert.Equal(t, 10, firstNonFinite(v))
+	assert.Equal(t, 10, FirstNonFinite(v))
 }
 
 func TestAssign(t *testing.T) {

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/rpc"
 	"golang.org/x/sync/errgroup"
 )
@@ -241,7 +241,7 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	if len(ids) == 0 && !c.cfg.Sync {
 		return nil
 	}
-	if i := firstNonFinite(grads); i >= 0 {
+	if i := embedding.FirstNonFinite(grads); i >= 0 {
 		return fmt.Errorf("push %q: %w: gradient %d is %v", table, ErrNonFinite, i, grads[i])
 	}
 	dim := 0
@@ -353,7 +353,8 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool,
 				fatal = err
 			}
 		}
-		if fatal == nil && len(again) > 0 && (attempt+1 >= c.cfg.Retries || ctx.Err() != nil) {
+		if fatal == nil && len(again) > 0 && (all || attempt+1 >= c.cfg.Retries || ctx.Err() != nil) {
+			// A synchronous step is not resent in part: its barrier counts one push per worker.
 			fatal = last
 			if ctx.Err() != nil {
 				fatal = ctx.Err()
@@ -369,20 +370,28 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool,
 			return nil
 		}
 		idx = again
-		if maxVer == 0 {
-			// An unreachable server: wait, then take a table that may no longer list it.
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			backoff *= 2
-		}
-		if t, err = c.refreshTable(ctx, max(maxVer, t.Version+1)); err != nil {
+		if t, err = c.nextTable(ctx, t, maxVer, &backoff); err != nil {
 			return err
 		}
-		c.log.Debug("retrying with a newer owner table", "version", t.Version, "ids", len(idx))
+		c.log.Debug("retrying", "version", t.Version, "ids", len(idx))
 	}
+}
+
+// nextTable returns the table to retry with after refusals. A server on a newer table than t
+// (maxVer > t.Version) means t is stale: fetch a newer one at once. Otherwise the server was
+// unreachable, or is behind this client: wait (doubling *backoff), then take the newest table
+// the resolver has.
+func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, backoff *time.Duration) (*OwnerTable, error) {
+	if maxVer <= t.Version {
+		select {
+		case <-time.After(*backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		*backoff *= 2
+		return c.refreshTable(ctx, t.Version)
+	}
+	return c.refreshTable(ctx, maxVer)
 }
 
 // retryable says whether a failed part may be sent again: always after a wrong-owner refusal
@@ -421,26 +430,6 @@ func mapErr(addr string, err error) error {
 		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrBadRequest, re.Message)}
 	}
 	return &ServerError{Server: addr, Err: err}
-}
-
-// firstNonFinite returns the index of the first NaN or infinite value, or -1. A float32 is not
-// finite exactly when its exponent bits are all ones; four values are tested per step.
-func firstNonFinite(v []float32) int {
-	const exp = 0x7f800000
-	i := 0
-	for ; i+4 <= len(v); i += 4 {
-		a, b := math.Float32bits(v[i])&exp, math.Float32bits(v[i+1])&exp
-		c, d := math.Float32bits(v[i+2])&exp, math.Float32bits(v[i+3])&exp
-		if a == exp || b == exp || c == exp || d == exp {
-			break
-		}
-	}
-	for ; i < len(v); i++ {
-		if math.Float32bits(v[i])&exp == exp {
-			return i
-		}
-	}
-	return -1
 }
 
 // Stats returns the report of the server at addr; withRows also counts rows per slot.

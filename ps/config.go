@@ -37,8 +37,9 @@ type ServerConfig struct {
 	// Tables are the embedding tables hosted from the start; CreateTable adds more.
 	Tables []TableSpec
 	// SyncWorkers > 0 makes training synchronous: the pushes of a step are held until every one of
-	// that many workers has pushed the step, then applied in worker order, and a pull for step s
-	// waits until step s-1 is applied. Results are then independent of timing. Default 0:
+	// that many workers has pushed the step, then applied in worker order; a worker's
+	// push returns only once its step is applied everywhere it went. Results are then
+	// independent of timing. The owner table cannot change once set. Default 0:
 	// asynchronous, every push applied on arrival.
 	SyncWorkers int
 	// MaxConcurrent bounds requests served at once. Default 256.
@@ -47,6 +48,12 @@ type ServerConfig struct {
 	Compression bool
 	// Logger receives refused requests and connection problems. Nil discards.
 	Logger *slog.Logger
+}
+
+// DefaultServerConfig returns the configuration of an asynchronous server id with the default
+// slot count and no tables yet.
+func DefaultServerConfig(id string, secret []byte) ServerConfig {
+	return ServerConfig{ID: id, Secret: secret, Slots: DefaultSlots}
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -128,12 +135,19 @@ type ClientConfig struct {
 	Worker int
 	// Sync must be set when the servers run synchronously (ServerConfig.SyncWorkers > 0): every
 	// push then reaches every server, empty where the worker has no rows for it, so each server's
-	// step barrier hears from every worker.
+	// step barrier hears from every worker. A synchronous push refused by a server is not resent
+	// in part (the barrier counts one push per worker and step): the call fails.
 	Sync bool
 	// Compression offers s2 compression of large requests.
 	Compression bool
 	// Logger receives retries. Nil discards.
 	Logger *slog.Logger
+}
+
+// DefaultClientConfig returns the configuration of an asynchronous client that learns the owner
+// table from the given servers.
+func DefaultClientConfig(secret []byte, servers ...string) ClientConfig {
+	return ClientConfig{Secret: secret, Servers: servers}
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -176,6 +190,9 @@ func (c ClientConfig) Validate() error {
 	}
 	if c.Worker < 0 {
 		errs = append(errs, fmt.Errorf("Worker %d is negative", c.Worker))
+	}
+	if c.RetryBackoff < 0 {
+		errs = append(errs, fmt.Errorf("RetryBackoff %v is negative", c.RetryBackoff))
 	}
 	if len(errs) == 0 {
 		return nil

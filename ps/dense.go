@@ -56,9 +56,7 @@ func (s *Server) checkDenseLocked(name string) error {
 	return nil
 }
 
-func (s *Server) denseSlot(name string) int {
-	return (&OwnerTable{Slots: s.cfg.Slots}).NameSlot(name)
-}
+func (s *Server) denseSlot(name string) int { return nameSlot(name, s.cfg.Slots) }
 
 // handleInitDense creates a dense tensor with initial values and an optimizer if it does not
 // exist yet; a tensor that exists is left as it is (the first worker to start initialises it).
@@ -66,6 +64,9 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 	r, err := decodeTableReq(req, false)
 	if err != nil || len(r.floats) != optBlock+4*r.n || r.n < 1 {
 		return remote(codeBadRequest, "malformed dense init")
+	}
+	if k := binary.LittleEndian.Uint32(r.floats); k > math.MaxUint8 {
+		return remote(codeBadRequest, "dense %q: unknown optimizer kind %d", r.table, k)
 	}
 	if err := validTableName(r.table); err != nil {
 		return remote(codeBadRequest, "%v", err)
@@ -117,7 +118,7 @@ func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buff
 	}
 	dim, rows := denseShape(h.length)
 	sc := s.scratch()
-	defer s.pool.Put(sc)
+	defer s.putScratch(sc)
 	all := sc.floatsN(dim * rows)
 	if err := h.t.Lookup(denseIDs(rows), all); err != nil {
 		return remote(codeBadRequest, "%v", err)

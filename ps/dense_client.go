@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/elasticps/elasticps/embedding"
 )
@@ -16,7 +15,7 @@ func (c *Client) InitDense(ctx context.Context, name string, values []float32, o
 	if len(values) == 0 {
 		return fmt.Errorf("%w: dense %q has no values", ErrBadRequest, name)
 	}
-	if i := firstNonFinite(values); i >= 0 {
+	if i := embedding.FirstNonFinite(values); i >= 0 {
 		return fmt.Errorf("%w: dense %q value %d is %v", ErrBadRequest, name, i, values[i])
 	}
 	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
@@ -48,7 +47,7 @@ func (c *Client) PullDense(ctx context.Context, name string, dst []float32) erro
 
 // PushDense applies one optimizer step to the dense tensor name with gradients grads.
 func (c *Client) PushDense(ctx context.Context, name string, grads []float32, step uint32) error {
-	if i := firstNonFinite(grads); i >= 0 {
+	if i := embedding.FirstNonFinite(grads); i >= 0 {
 		return fmt.Errorf("push dense %q: %w: gradient %d is %v", name, ErrNonFinite, i, grads[i])
 	}
 	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
@@ -80,19 +79,12 @@ func (c *Client) dense(ctx context.Context, name string, call func(ctx context.C
 		if !retryable(err, idempotent) || attempt+1 >= c.cfg.Retries || ctx.Err() != nil {
 			return fmt.Errorf("dense %q: %w", name, err)
 		}
-		min := t.Version + 1
+		var maxVer uint64
 		var we *WrongOwnerError
 		if errors.As(err, &we) {
-			min = max(min, we.Version)
-		} else {
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			backoff *= 2
+			maxVer = we.Version
 		}
-		if t, err = c.refreshTable(ctx, min); err != nil {
+		if t, err = c.nextTable(ctx, t, maxVer, &backoff); err != nil {
 			return err
 		}
 	}

@@ -124,10 +124,12 @@ func TestStaleClientIsNeverWrong(t *testing.T) {
 	assert.Equal(t, want, got)
 	tab, _ := stale.OwnerTable(ctx)
 	assert.Equal(t, uint64(2), tab.Version, "the client refreshed its table")
-	gone, _ := c.Servers[2].Table("emb")
-	before := gone.Len()
+	before := c.Servers[2].Stats(false)
 	require.NoError(t, stale.Push(ctx, "emb", ids, g, 2))
-	assert.Equal(t, before, gone.Len(), "the old owner served nothing after the change")
+	require.NoError(t, stale.Pull(ctx, "emb", ids, got))
+	after := c.Servers[2].Stats(false)
+	assert.Equal(t, before.Pushes, after.Pushes, "the old owner applied nothing after the change")
+	assert.Equal(t, before.Pulls, after.Pulls, "and served nothing")
 }
 
 // moveSlots copies the rows of every slot that changes owner from its old server to its new one.
@@ -172,9 +174,10 @@ func TestServerKilledMidRequest(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("pull hung after its server died")
 	}
-	// A push to a dead server is an error, never success; ps-0's part may have been applied.
+	// A push to a dead server is an error, never success; ps-0 applied its part and the error
+	// says so.
 	err := cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), 2)
-	require.Error(t, err)
+	require.ErrorIs(t, err, ps.ErrPartialPush)
 	require.ErrorAs(t, err, new(*ps.ServerError))
 }
 
@@ -384,4 +387,67 @@ func TestStatsFindHotSlots(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, rows, 1)
+}
+
+func TestSyncEdgeCases(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, SyncWorkers: 1})
+	ctx := pstest.Context(t)
+	cl := c.Client("w0", ps.ClientConfig{Sync: true, Worker: 0})
+	// A worker with nothing to push for a step still takes part in every server's barrier.
+	require.NoError(t, cl.Push(ctx, "emb", nil, nil, 1))
+	require.NoError(t, cl.Push(ctx, "emb", []uint64{1, 2, 3}, make([]float32, 3*dim), 2))
+	var pushes uint64
+	for _, s := range c.Servers {
+		pushes += s.Stats(false).Pushes
+	}
+	assert.Equal(t, uint64(4), pushes, "synchronous pushes are counted, empty ones too")
+	// A synchronous server keeps its table.
+	cur := c.Holder.Get()
+	next, err := ps.NewOwnerTable(cur.Version+1, c.Slots, cur.Nodes[:1], cur)
+	require.NoError(t, err)
+	_, err = c.Servers[0].SetOwnerTable(next)
+	require.ErrorIs(t, err, ps.ErrBadConfig)
+	// Close does not hang on a step still waiting for a worker.
+	c2 := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, SyncWorkers: 2})
+	w := c2.Client("w", ps.ClientConfig{Sync: true, Worker: 0, Retries: 1})
+	done := make(chan error, 1)
+	go func() { done <- w.Push(ctx, "emb", []uint64{1}, make([]float32, dim), 1) }()
+	c2.Close()
+	require.Error(t, <-done)
+}
+
+func TestSetOwnerTableChecks(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{})
+	s := c.Servers[0]
+	_, err := s.SetOwnerTable(nil)
+	require.ErrorIs(t, err, ps.ErrBadConfig)
+	cur := c.Holder.Get()
+	ok, err := s.SetOwnerTable(cur)
+	require.NoError(t, err)
+	assert.True(t, ok, "the same table again is fine")
+	other, _ := ps.NewOwnerTable(cur.Version, c.Slots, cur.Nodes[:1], nil)
+	_, err = s.SetOwnerTable(other)
+	require.ErrorIs(t, err, ps.ErrBadConfig, "another table under the same version")
+	older, _ := ps.NewOwnerTable(cur.Version-1, c.Slots, cur.Nodes, nil)
+	ok, err = s.SetOwnerTable(older)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	assert.Equal(t, cur.Version, s.OwnerTable().Version)
+}
+
+// TestClientAheadOfServerWaits: a client that already has version 2 meets a server still on 1;
+// it backs off and resends until the server catches up, instead of failing at once.
+func TestClientAheadOfServerWaits(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	v1 := c.Holder.Get()
+	v2, err := ps.NewOwnerTable(2, c.Slots, v1.Nodes[:2], v1)
+	require.NoError(t, err)
+	var id uint64
+	for id = 1; v1.Owner(v1.SlotOf(id)).ID == v2.Owner(v2.SlotOf(id)).ID; id++ {
+	}
+	c.Holder.Set(v2) // the client learns of v2 before the servers do
+	cl := c.Client("w", ps.ClientConfig{RetryBackoff: 5 * time.Millisecond, Retries: 10})
+	publish := time.AfterFunc(30*time.Millisecond, func() { c.Publish(v2) })
+	defer publish.Stop()
+	require.NoError(t, cl.Push(pstest.Context(t), "emb", []uint64{id}, make([]float32, dim), 1))
 }

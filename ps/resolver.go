@@ -63,6 +63,7 @@ func (r *serversResolver) OwnerTable(ctx context.Context, minVersion uint64) (*O
 			continue
 		}
 		if len(resp) == 0 {
+			r.c.rpc.Release(resp)
 			continue
 		}
 		t, _, err := DecodeOwnerTable(resp)

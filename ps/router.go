@@ -39,7 +39,7 @@ func (n Node) weight() float64 {
 type OwnerTable struct {
 	Version uint64
 	Slots   int
-	Nodes   []Node   // sorted by ID
+	Nodes   []Node   // sorted by ID; read only
 	owner   []uint16 // slot -> index in Nodes
 }
 
@@ -216,8 +216,26 @@ func mix64(x uint64) uint64 {
 func (t *OwnerTable) SlotOf(id uint64) int { return embedding.Slot(id, t.Slots) }
 
 // NameSlot returns the slot of a dense parameter: xxhash64 of its name, mod the slot count.
-func (t *OwnerTable) NameSlot(name string) int {
-	return int(xxhash.Sum64String(name) % uint64(t.Slots))
+func (t *OwnerTable) NameSlot(name string) int { return nameSlot(name, t.Slots) }
+
+func nameSlot(name string, slots int) int { return int(xxhash.Sum64String(name) % uint64(slots)) }
+
+// Equal reports whether t and u have the same version, nodes and placement.
+func (t *OwnerTable) Equal(u *OwnerTable) bool {
+	if t.Version != u.Version || t.Slots != u.Slots || len(t.Nodes) != len(u.Nodes) {
+		return false
+	}
+	for i := range t.Nodes {
+		if t.Nodes[i] != u.Nodes[i] {
+			return false
+		}
+	}
+	for s := range t.owner {
+		if t.owner[s] != u.owner[s] {
+			return false
+		}
+	}
+	return true
 }
 
 // OwnerIndex returns the index in Nodes of slot's owner.
@@ -318,7 +336,11 @@ func DecodeOwnerTable(src []byte) (*OwnerTable, []byte, error) {
 		return nil, src, fmt.Errorf("%w: owner table header", ErrCorrupt)
 	}
 	for i := 0; i < nn && d.err == nil; i++ {
-		t.Nodes = append(t.Nodes, Node{ID: d.str(), Addr: d.str(), Weight: math.Float64frombits(d.u64())})
+		n := Node{ID: d.str(), Addr: d.str(), Weight: math.Float64frombits(d.u64())}
+		if i > 0 && n.ID <= t.Nodes[i-1].ID {
+			return nil, src, fmt.Errorf("%w: owner table nodes not sorted and unique", ErrCorrupt)
+		}
+		t.Nodes = append(t.Nodes, n)
 	}
 	if d.err != nil || len(d.b) < 2*t.Slots+8 {
 		return nil, src, fmt.Errorf("%w: truncated owner table", ErrCorrupt)

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,13 +102,18 @@ func (s *Server) Close() error {
 		return nil
 	}
 	err := s.rpc.Close()
+	// Collect the barriers first: a completing step holds its barrier while it takes own.
+	var bars []*barrier
 	s.own.RLock()
 	for _, h := range s.own.tables {
 		if h.bar != nil {
-			h.bar.close()
+			bars = append(bars, h.bar)
 		}
 	}
 	s.own.RUnlock()
+	for _, b := range bars {
+		b.close()
+	}
 	return err
 }
 
@@ -137,16 +143,30 @@ func (s *Server) newBarrier() *barrier {
 }
 
 // SetOwnerTable makes t the server's owner table. Requests in flight finish under the old table
-// first. A table with a lower version than the current one is ignored (returns false).
+// first. It reports false, changing nothing, for a table older than the current one. A different
+// table with the current version is an error, and so is any change of table on a synchronous
+// server once it has one: a synchronous step must run under one table on every server.
 func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
+	if t == nil {
+		return false, fmt.Errorf("%w: nil owner table", ErrBadConfig)
+	}
 	if t.Slots != s.cfg.Slots {
 		return false, fmt.Errorf("%w: owner table has %d slots, server %d", ErrBadConfig, t.Slots, s.cfg.Slots)
 	}
 	set := t.SlotsOf(s.cfg.ID)
 	s.own.Lock()
 	defer s.own.Unlock()
-	if s.own.table != nil && t.Version < s.own.table.Version {
-		return false, nil
+	if cur := s.own.table; cur != nil {
+		switch {
+		case t.Version < cur.Version:
+			return false, nil
+		case t.Version == cur.Version && t.Equal(cur):
+			return true, nil
+		case t.Version == cur.Version:
+			return false, fmt.Errorf("%w: a different owner table with the current version %d", ErrBadConfig, t.Version)
+		case s.cfg.SyncWorkers > 0:
+			return false, fmt.Errorf("%w: a synchronous server keeps its owner table (version %d)", ErrBadConfig, cur.Version)
+		}
 	}
 	s.own.table, s.own.slots = t, set
 	return true, nil
@@ -197,8 +217,8 @@ func (s *Server) version() uint64 {
 func (s *Server) wrongOwnerLocked(slot int) error {
 	v := s.version()
 	var d [12]byte
-	putU64(d[:], v)
-	putU32(d[8:], uint32(slot))
+	binary.LittleEndian.PutUint64(d[:], v)
+	binary.LittleEndian.PutUint32(d[8:], uint32(slot))
 	return &rpc.RemoteError{Code: codeWrongOwner, Message: fmt.Sprintf("server %s does not own slot %d (version %d)", s.cfg.ID, slot, v), Data: d[:]}
 }
 
@@ -217,6 +237,16 @@ func (s *Server) scratch() *reqScratch {
 	return sc
 }
 
+// putScratch returns sc to the pool with its per-slot counts cleared, whatever path the request
+// took.
+func (s *Server) putScratch(sc *reqScratch) {
+	for _, x := range sc.slots {
+		sc.count[x] = 0
+	}
+	sc.slots = sc.slots[:0]
+	s.pool.Put(sc)
+}
+
 func (sc *reqScratch) floatsN(n int) []float32 {
 	if cap(sc.floats) < n {
 		sc.floats = make([]float32, n)
@@ -230,10 +260,6 @@ func (s *Server) checkIDsLocked(ids []uint64, sc *reqScratch) error {
 	for _, id := range ids {
 		slot := embedding.Slot(id, S)
 		if !s.own.slots.Has(slot) {
-			for _, x := range sc.slots {
-				sc.count[x] = 0
-			}
-			sc.slots = sc.slots[:0]
 			return s.wrongOwnerLocked(slot)
 		}
 		if sc.count[slot] == 0 {
@@ -274,7 +300,7 @@ func (s *Server) handlePull(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		return remote(codeBadRequest, "table %q has dimension %d, request %d", r.table, d, r.dim)
 	}
 	sc := s.scratch()
-	defer s.pool.Put(sc)
+	defer s.putScratch(sc)
 	if err := s.checkIDsLocked(r.ids, sc); err != nil {
 		return err
 	}
@@ -310,12 +336,12 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		return err
 	}
 	d := h.t.Dim()
-	if int(r.dim) != d {
+	if r.n > 0 && int(r.dim) != d { // an empty synchronous push carries no dimension
 		s.own.RUnlock()
 		return remote(codeBadRequest, "table %q has dimension %d, request %d", r.table, d, r.dim)
 	}
 	sc := s.scratch()
-	defer s.pool.Put(sc)
+	defer s.putScratch(sc)
 	if err := s.checkIDsLocked(r.ids, sc); err != nil {
 		s.own.RUnlock()
 		return err
@@ -328,9 +354,13 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	if h.bar != nil {
 		// Synchronous: hold the push until the step is complete. The barrier copies what it keeps.
 		s.own.RUnlock()
-		return h.bar.push(ctx, r.worker, r.step, r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
+		err := h.bar.push(ctx, r.worker, r.step, r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
 			return s.applyLocking(h, ids, g, step)
 		})
+		if err == nil {
+			s.stats.record(sc, len(r.ids), time.Since(start), true)
+		}
+		return err
 	}
 	err = h.t.Apply(r.ids, grads, r.step)
 	s.own.RUnlock()
@@ -381,16 +411,4 @@ func (s *Server) handleTable(ctx context.Context, req []byte, resp *rpc.Buffer) 
 	}
 	resp.Write(AppendOwnerTable(nil, t))
 	return nil
-}
-
-func putU64(b []byte, v uint64) {
-	for i := 0; i < 8; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
-}
-
-func putU32(b []byte, v uint32) {
-	for i := 0; i < 4; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
 }

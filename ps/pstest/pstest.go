@@ -1,5 +1,3 @@
-// Package pstest runs parameter-server clusters in memory for tests: servers on an in-memory
-// network with fault injection, an owner table, and clients.
 package pstest
 
 import (
@@ -13,8 +11,8 @@ import (
 	"github.com/elasticps/elasticps/ps"
 )
 
-// Secret is the cluster secret of test clusters.
-var Secret = []byte("pstest cluster secret")
+// Secret returns the cluster secret of test clusters.
+func Secret() []byte { return []byte("pstest cluster secret") }
 
 // Cluster is n servers on one in-memory network.
 type Cluster struct {
@@ -47,7 +45,7 @@ func New(t testing.TB, n int, o Options) *Cluster {
 	var nodes []ps.Node
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("ps-%d", i)
-		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret, Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +86,7 @@ func (c *Cluster) Publish(table *ps.OwnerTable) {
 // (or, with fromServers, by asking the servers). It is closed at the end of the test.
 func (c *Cluster) Client(name string, cfg ps.ClientConfig) *ps.Client {
 	c.T.Helper()
-	cfg.Secret = Secret
+	cfg.Secret = Secret()
 	cfg.Transport = c.Net.Host(name)
 	if cfg.Resolver == nil && len(cfg.Servers) == 0 {
 		cfg.Resolver = c.Holder
