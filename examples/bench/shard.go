@@ -29,17 +29,22 @@ func runShard(ctx context.Context, opt options, r *report) error {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 
-	var tcpRates, inRates, rawRates, tcpReport, inReport []float64
+	var tcpRates, sharedRates, inRates, rawRates, tcpReport, inReport []float64
 	var tcpLat []time.Duration
 	for round := 0; round < rounds; round++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		rate, lat, err := shardDispatchTCP(ctx, secret, workers, shards)
+		rate, lat, err := shardDispatchTCP(ctx, secret, workers, shards, false)
 		if err != nil {
 			return fmt.Errorf("dispatch over TCP: %w", err)
 		}
 		tcpRates, tcpLat = append(tcpRates, rate), append(tcpLat, lat...)
+		rate, _, err = shardDispatchTCP(ctx, secret, workers, shards, true)
+		if err != nil {
+			return fmt.Errorf("dispatch over TCP, one client: %w", err)
+		}
+		sharedRates = append(sharedRates, rate)
 		rate, _, err = shardDispatch(ctx, workers, shards, func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
 			return func(int) shard.Service { return d }, func() {}, nil
 		})
@@ -67,6 +72,7 @@ func runShard(ctx context.Context, opt options, r *report) error {
 	tcp, in, raw := shardMedian(tcpRates), shardMedian(inRates), shardMedian(rawRates)
 	slices.Sort(tcpLat)
 	r.add("dispatch_per_s", tcp, fmt.Sprintf("acquire + report-done round trips/s, %d workers (a client each) over loopback TCP to one server; target >= 20000", workers))
+	r.add("dispatch_one_client_per_s", shardMedian(sharedRates), fmt.Sprintf("the same %d workers sharing one client (one process, one connection): concurrent calls share writes", workers))
 	r.add("dispatch_inproc_per_s", in, "the same round trips on the in-process Dispatcher (baseline, no network)")
 	r.add("dispatch_tcp_vs_inproc", tcp/in, "TCP / in process: the share of dispatcher speed left after the network")
 	r.add("raw_tcp_pairs_per_s", raw, fmt.Sprintf("physical limit: pairs of 64-byte ping-pongs/s, %d goroutines on their own loopback TCP connections to an echo server", workers))
@@ -95,15 +101,19 @@ func shardServe(d *shard.Dispatcher, secret []byte) (string, func(), error) {
 	return l.Addr().String(), func() { _ = srv.Close(); <-done }, nil
 }
 
-// shardDispatchTCP runs shardDispatch with a shardnet client per worker, each connected (one
-// Leave call) before the clock starts.
-func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int) (float64, []time.Duration, error) {
+// shardDispatchTCP runs shardDispatch with a shardnet client per worker (or one client shared
+// by all workers), each connected (one Leave call) before the clock starts.
+func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int, shared bool) (float64, []time.Duration, error) {
 	return shardDispatch(ctx, workers, shards, func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
 		addr, stop, err := shardServe(d, secret)
 		if err != nil {
 			return nil, nil, err
 		}
-		clients := make([]*shardnet.Client, workers)
+		n := workers
+		if shared {
+			n = 1
+		}
+		clients := make([]*shardnet.Client, n)
 		closeAll := func() {
 			for _, c := range clients {
 				if c != nil {
@@ -124,7 +134,7 @@ func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int) (
 				return nil, nil, err
 			}
 		}
-		return func(w int) shard.Service { return clients[w] }, closeAll, nil
+		return func(w int) shard.Service { return clients[w%n] }, closeAll, nil
 	})
 }
 
