@@ -1,0 +1,296 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/examples/dlrm/model"
+)
+
+// Config describes one training run of the embedded cluster. The zero value of every field but
+// CheckpointDir means its default; Validate reports every problem at once.
+type Config struct {
+	// Data is what to train on. Default (zero value): the synthetic generator.
+	Data DataSpec
+	// TestFiles optionally names held-out files of the same format as Data (Criteo or LibSVM).
+	// Without them the held-out set is a seeded random TestFraction of the data.
+	TestFiles []string
+	// TestFraction is the share of records held out for evaluation when there are no TestFiles.
+	// Default 0.2.
+	TestFraction float64
+	// TestRecords caps the held-out set evaluated (exactly, every record) each time. Default
+	// 20 000 for synthetic data (a range far from the training records) and 1 000 000 for
+	// files, where the first TestRecords held-out records are evaluated and later held-out
+	// records are neither trained nor evaluated. Larger gives steadier figures and slower
+	// evaluations.
+	TestRecords int
+	// Synth shapes the synthetic data (fields, vocabularies, skew); its Seed is replaced by Seed.
+	// The zero value is model.SynthConfig's default: 13 dense features and 26 Criteo-like fields.
+	Synth model.SynthConfig
+	// TrainRecords is the size of the synthetic training set (record indices 0..TrainRecords-1).
+	// Default 2 000 000. Ignored for files.
+	TrainRecords int64
+	// Seed seeds the synthetic data, the held-out split, the model's initial weights and the
+	// shuffles. Default 0 (a valid seed).
+	Seed uint64
+
+	// EmbeddingDim is the width of every embedding row and of the bottom MLP's output. Default 16.
+	EmbeddingDim int
+	// BottomHidden and TopHidden are the hidden layer widths of the two MLPs (see
+	// model.Config); nil means the model's defaults {64, 32} and {128, 64}.
+	BottomHidden, TopHidden []int
+	// EmbeddingOptimizer is applied to embedding rows on the parameter servers, EmbeddingInit
+	// is the half-width of the uniform distribution new rows are drawn from, and DenseOptimizer
+	// is applied to the MLP weights on the parameter servers. Zero fields take defaults tuned
+	// per data kind: for MovieLens, whose 80 000 training ratings a fast learner overfits within
+	// two epochs, Adam at 0.005 from rows of ±0.03 and Adagrad at 0.005 on the MLP; otherwise
+	// (the Criteo-like data) Adagrad at 0.05 from rows of ±0.1 and Adagrad at 0.02 on the MLP.
+	EmbeddingOptimizer embedding.Optimizer
+	EmbeddingInit      float32
+	DenseOptimizer     embedding.Optimizer
+	// BatchSize is the number of records per worker step. Default 256.
+	BatchSize int
+
+	// Epochs is the number of passes over the training data. Default 3 for MovieLens (where
+	// the held-out AUC peaks), 1 otherwise. Duration may end the run first.
+	Epochs int
+	// Duration ends training after this much wall time (a final checkpoint follows). 0 means run
+	// until the epochs are done.
+	Duration time.Duration
+	// Servers is the number of parameter servers. Default 2.
+	Servers int
+	// Workers is the number of workers. Default 2.
+	Workers int
+	// Slots is the job's slot count. Default 4096.
+	Slots int
+	// ShardSize is the number of records per data shard. Default 8192 for synthetic data, 4096
+	// for files (whose shards are cut by lines).
+	ShardSize int64
+
+	// CheckpointDir is where checkpoints are persisted. Required.
+	CheckpointDir string
+	// CheckpointEvery takes a flash checkpoint every this many training steps (over all
+	// workers). Default 1000; negative disables periodic checkpoints (the final one is still
+	// taken unless NoFinalCheckpoint).
+	CheckpointEvery int
+	// NoFinalCheckpoint skips the checkpoint at the end of the run: the run then behaves like a
+	// process that died after its last periodic checkpoint.
+	NoFinalCheckpoint bool
+	// FullEvery makes every FullEvery-th checkpoint full and the others deltas. Default 5.
+	FullEvery int
+	// Resume restores the newest committed checkpoint of CheckpointDir before training. Without
+	// it, earlier checkpoints in CheckpointDir are deleted.
+	Resume bool
+	// ShmDir holds the shared-memory tier of the checkpoints. Default: /dev/shm/elasticps when
+	// /dev/shm exists, else a directory beside CheckpointDir.
+	ShmDir string
+	// KeepShm leaves the shared-memory regions in place at the end, so that a resume on this
+	// host restores from memory. Default false: they are deleted (the storage copy stays).
+	KeepShm bool
+
+	// EvalEvery evaluates the held-out set this often while training. Default 15s; negative
+	// evaluates only at the end.
+	EvalEvery time.Duration
+	// ProgressEvery emits a Progress event this often. Default 500ms.
+	ProgressEvery time.Duration
+	// LeaseTTL is the data-shard lease lifetime. Default 30s.
+	LeaseTTL time.Duration
+
+	// Logger receives the components' warnings. Nil discards.
+	Logger *slog.Logger
+	// OnEvent, if set, receives progress, evaluations and checkpoints as they happen, from the
+	// run's coordinating goroutines (one call at a time). It must not block for long.
+	OnEvent func(Event)
+}
+
+// Defaults of Config.
+const (
+	DefaultTrainRecords    = 2_000_000
+	DefaultSynthTest       = 20_000
+	DefaultFileTest        = 1_000_000
+	DefaultTestFraction    = 0.2
+	DefaultEmbeddingDim    = 16
+	DefaultBatchSize       = 256
+	DefaultServers         = 2
+	DefaultWorkers         = 2
+	DefaultSlots           = 4096
+	DefaultCheckpointEvery = 1000
+	DefaultFullEvery       = 5
+	DefaultEvalEvery       = 15 * time.Second
+	DefaultProgressEvery   = 500 * time.Millisecond
+	DefaultLeaseTTL        = 30 * time.Second
+)
+
+// ErrConfig is returned (joined with every problem) by Config.Validate and Run.
+var ErrConfig = errors.New("train: invalid config")
+
+func (c *Config) fill() {
+	if c.TestFraction == 0 {
+		c.TestFraction = DefaultTestFraction
+	}
+	if c.TestRecords == 0 {
+		c.TestRecords = DefaultFileTest
+		if c.Data.Kind == Synthetic {
+			c.TestRecords = DefaultSynthTest
+		}
+	}
+	if c.TrainRecords == 0 {
+		c.TrainRecords = DefaultTrainRecords
+	}
+	if c.EmbeddingDim == 0 {
+		c.EmbeddingDim = DefaultEmbeddingDim
+	}
+	ek, elr, einit, dk, dlr := embedding.Adagrad, float32(0.05), float32(0.1), embedding.Adagrad, float32(0.02)
+	if c.Data.Kind == MovieLens {
+		ek, elr, einit, dk, dlr = embedding.Adam, 0.005, 0.03, embedding.Adagrad, 0.005
+	}
+	if c.EmbeddingOptimizer.Kind == 0 {
+		c.EmbeddingOptimizer.Kind = ek
+	}
+	if c.EmbeddingOptimizer.LearningRate == 0 {
+		c.EmbeddingOptimizer.LearningRate = elr
+	}
+	if c.EmbeddingInit == 0 {
+		c.EmbeddingInit = einit
+	}
+	if c.DenseOptimizer.Kind == 0 {
+		c.DenseOptimizer.Kind = dk
+	}
+	if c.DenseOptimizer.LearningRate == 0 {
+		c.DenseOptimizer.LearningRate = dlr
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Epochs == 0 {
+		c.Epochs = 1
+		if c.Data.Kind == MovieLens {
+			c.Epochs = 3
+		}
+	}
+	if c.Servers == 0 {
+		c.Servers = DefaultServers
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.ShardSize == 0 {
+		c.ShardSize = 8192
+		if c.Data.Kind != Synthetic {
+			c.ShardSize = 4096
+		}
+	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if c.FullEvery == 0 {
+		c.FullEvery = DefaultFullEvery
+	}
+	if c.EvalEvery == 0 {
+		c.EvalEvery = DefaultEvalEvery
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = DefaultProgressEvery
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+}
+
+// Validate reports every problem of c (after defaults are applied) at once, joined with
+// ErrConfig.
+func (c Config) Validate() error {
+	c.fill()
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Data.Kind > MovieLens {
+		bad("unknown data kind %d", c.Data.Kind)
+	}
+	if c.Data.Kind == Synthetic && len(c.Data.Paths) > 0 {
+		bad("synthetic data takes no paths")
+	}
+	if c.Data.Kind != Synthetic && len(c.Data.Paths) == 0 {
+		bad("%s data needs at least one path", c.Data.Kind)
+	}
+	if len(c.TestFiles) > 0 && c.Data.Kind != Criteo && c.Data.Kind != LibSVM {
+		bad("held-out test files work with criteo and libsvm data; %s is split by the test fraction", c.Data.Kind)
+	}
+	if c.TestFraction <= 0 || c.TestFraction >= 1 {
+		bad("TestFraction %v outside (0, 1)", c.TestFraction)
+	}
+	if c.TestRecords < 2 {
+		bad("TestRecords %d: need at least 2 held-out records", c.TestRecords)
+	}
+	if c.Data.Kind == Synthetic {
+		sc := c.Synth
+		sc.Seed = c.Seed
+		if err := sc.Validate(); err != nil {
+			bad("synthetic data: %w", err)
+		}
+	}
+	if c.TrainRecords < 1 {
+		bad("TrainRecords %d must be positive", c.TrainRecords)
+	}
+	if c.EmbeddingDim < 1 || c.EmbeddingDim > 1024 {
+		bad("EmbeddingDim %d outside [1, 1024]", c.EmbeddingDim)
+	}
+	for _, h := range append(append([]int(nil), c.BottomHidden...), c.TopHidden...) {
+		if h < 1 || h > 1<<14 {
+			bad("hidden layer width %d outside [1, %d]", h, 1<<14)
+		}
+	}
+	for name, o := range map[string]embedding.Optimizer{"embedding": c.EmbeddingOptimizer, "dense": c.DenseOptimizer} {
+		if o.LearningRate <= 0 || o.LearningRate > 100 {
+			bad("%s learning rate %v outside (0, 100]", name, o.LearningRate)
+		}
+		if o.Kind < embedding.SGD || o.Kind > embedding.FTRL {
+			bad("%s optimizer kind %d unknown", name, o.Kind)
+		}
+	}
+	if c.EmbeddingInit < 0 || c.EmbeddingInit > 10 {
+		bad("EmbeddingInit %v outside [0, 10]", c.EmbeddingInit)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 1<<16 {
+		bad("BatchSize %d outside [1, %d]", c.BatchSize, 1<<16)
+	}
+	if c.Epochs < 1 {
+		bad("Epochs %d must be positive", c.Epochs)
+	}
+	if c.Duration < 0 {
+		bad("Duration %v is negative", c.Duration)
+	}
+	if c.Servers < 1 || c.Servers > 64 {
+		bad("Servers %d outside [1, 64]", c.Servers)
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		bad("Workers %d outside [1, 256]", c.Workers)
+	}
+	if c.Slots < c.Servers || c.Slots > 1<<20 {
+		bad("Slots %d outside [Servers, %d]", c.Slots, 1<<20)
+	}
+	if c.ShardSize < 1 {
+		bad("ShardSize %d must be positive", c.ShardSize)
+	}
+	if c.CheckpointDir == "" {
+		bad("CheckpointDir is required")
+	}
+	if c.FullEvery < 1 {
+		bad("FullEvery %d must be positive", c.FullEvery)
+	}
+	if c.LeaseTTL < time.Second {
+		bad("LeaseTTL %v below 1s", c.LeaseTTL)
+	}
+	if c.ProgressEvery < 10*time.Millisecond {
+		bad("ProgressEvery %v below 10ms", c.ProgressEvery)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.Join(append([]error{ErrConfig}, errs...)...)
+}

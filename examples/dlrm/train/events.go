@@ -1,0 +1,148 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/elasticps/elasticps/examples/dlrm/model"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventStart: the cluster is up; Message says what is trained where.
+	EventStart EventKind = iota + 1
+	// EventRestore: a checkpoint was restored; Message says which and from where.
+	EventRestore
+	// EventProgress: periodic training figures (Progress).
+	EventProgress
+	// EventEval: an evaluation of the held-out set finished (Eval).
+	EventEval
+	// EventCheckpoint: a snapshot was taken (Checkpoint: blocking time, bytes) or skipped.
+	EventCheckpoint
+	// EventCommit: a snapshot was persisted and committed, or failed to be (Checkpoint).
+	EventCommit
+	// EventNote: something worth telling (Message), such as why training stops.
+	EventNote
+)
+
+// Event is one thing a run reports while it goes. Progress is filled in every event.
+type Event struct {
+	Kind       EventKind
+	Progress   Progress
+	Eval       Eval
+	Checkpoint CheckpointEvent
+	Message    string
+}
+
+// Progress is a picture of the run at one moment.
+type Progress struct {
+	Elapsed time.Duration // since the run started training
+	// Samples is the number of samples the model has been trained on, including, after a
+	// resume, those before the checkpoint; Steps likewise counts batches.
+	Samples, Steps int64
+	SamplesPerSec  float64 // over the last progress interval
+	Loss           float64 // mean training loss of the batches of the last interval
+	Epoch, Epochs  int     // current epoch (from 0) and the number configured
+	// EpochDone and EpochRecords are the dispatcher's accepted positions of the current epoch
+	// and its size.
+	EpochDone, EpochRecords int64
+	// Fraction is how much of the run is done: by time when a Duration is set, by data
+	// otherwise (whichever is further).
+	Fraction float64
+	// LastEval is the newest evaluation (valid when HaveEval).
+	LastEval Eval
+	HaveEval bool
+	// Checkpoints counts snapshots taken, Committed those committed; LastBlocked is the
+	// blocking time of the newest snapshot.
+	Checkpoints, Committed int
+	LastBlocked            time.Duration
+}
+
+// TableRows is the size of one table summed over the servers.
+type TableRows struct {
+	Name  string
+	Dense bool // an MLP tensor
+	Rows  int
+	Bytes int64
+}
+
+// Summary is the outcome of a run.
+type Summary struct {
+	Data, HeldOut    string
+	Servers, Workers int
+	StopReason       string
+
+	// Resumed is set when the run started from a checkpoint: ResumedStep and ResumedSamples are
+	// its step and the samples the model had been trained on; ResumedFrom says where each
+	// server's rows came from (shared memory or storage).
+	Resumed        bool
+	ResumedStep    uint64
+	ResumedSamples int64
+	ResumedFrom    string
+
+	Samples       int64 // trained in this run
+	TotalSamples  int64 // the model's total, including those before a resume
+	Steps         int64 // the model's total steps
+	Elapsed       time.Duration
+	SamplesPerSec float64 // this run's samples over its training time
+
+	Eval    Eval           // the final evaluation of the held-out set
+	Ceiling *model.Ceiling // synthetic data: the generator's own hidden model on the same records
+
+	Epochs      []EpochCheck
+	ExactlyOnce bool // every epoch passes its check
+
+	Tables      []TableRows
+	Checkpoints CheckpointStats
+}
+
+// String formats the summary for people, several lines.
+func (s *Summary) String() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("summary (%s)", s.StopReason)
+	p("  data:        %s", s.Data)
+	p("  held out:    %s", s.HeldOut)
+	p("  cluster:     %d parameter servers, %d workers, dispatcher; loopback TCP with the cluster secret", s.Servers, s.Workers)
+	if s.Resumed {
+		p("  resumed:     from step %d (%d samples trained before), tables from %s", s.ResumedStep, s.ResumedSamples, s.ResumedFrom)
+	}
+	p("  trained:     %d samples in %v (%.0f samples/s); the model has seen %d samples in %d steps",
+		s.Samples, s.Elapsed.Round(time.Millisecond), s.SamplesPerSec, s.TotalSamples, s.Steps)
+	if s.Ceiling != nil {
+		p("  test:        AUC %.4f, log loss %.4f on %d held-out records (the generator's hidden model: AUC %.4f, log loss %.4f)",
+			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
+	} else {
+		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+	}
+	verdict := "every position trained exactly once per epoch"
+	if !s.ExactlyOnce {
+		verdict = "FAILED: positions missing or trained twice"
+	}
+	p("  exactly once: %s", verdict)
+	for _, e := range s.Epochs {
+		mark := "ok"
+		if !e.OK() {
+			mark = "MISMATCH"
+		}
+		p("    %s: %s", mark, e)
+	}
+	p("  tables:")
+	for _, t := range s.Tables {
+		kind := "embedding"
+		if t.Dense {
+			kind = "dense"
+		}
+		p("    %-24s %-9s %9d rows %10.1f MiB", t.Name, kind, t.Rows, float64(t.Bytes)/(1<<20))
+	}
+	c := s.Checkpoints
+	p("  checkpoints: %d taken (%d full), %d committed, %d skipped, %d failed; newest committed step %d",
+		c.Taken, c.Full, c.Committed, c.Skipped, c.Failed, c.LastCommitted)
+	p("    training blocked %v per checkpoint on average, %v at most; %.1f MiB copied to shared memory, %.1f MiB written to storage; longest snapshot-to-commit %v",
+		c.MeanBlocked().Round(time.Microsecond), c.MaxBlocked.Round(time.Microsecond), float64(c.Copied)/(1<<20), float64(c.Stored)/(1<<20), c.MaxPersist.Round(time.Millisecond))
+	p("    stored in %s (shared memory: %s)", c.Dir, c.ShmDir)
+	return b.String()
+}
