@@ -32,6 +32,12 @@ type workerState struct {
 	expired   int // leases lost by expiry
 	revoked   int // leases revoked by the lease limit
 	stale     int // reports rejected with ErrStaleLease
+
+	// lastDone is the lease this worker most recently finished by its own report (Seq 0:
+	// none), and lastGrant the lease the ReportAndAcquire that finished it granted (Seq 0:
+	// none): a repeat of that call is answered from them.
+	lastDone  LeaseID
+	lastGrant LeaseID
 }
 
 // epochStats are the record totals of one epoch.
@@ -322,8 +328,13 @@ func (c *core) acquire(name string) (Lease, error) {
 	c.deadline[s] = c.now + c.ttl
 	c.pushBack(s)
 	w.leases = append(w.leases, s)
+	return c.leaseOf(s), nil
+}
+
+// leaseOf describes the current lease of shard s (DOING).
+func (c *core) leaseOf(s int32) Lease {
 	l := Lease{
-		ID:     LeaseID{Incarnation: c.incarnation, Seq: c.seq, Shard: uint32(s)},
+		ID:     LeaseID{Incarnation: c.incarnation, Seq: c.leaseSeq[s], Shard: uint32(s)},
 		Epoch:  c.epoch,
 		Shard:  c.shards[s],
 		Offset: c.off[s],
@@ -332,13 +343,26 @@ func (c *core) acquire(name string) (Lease, error) {
 	if c.shuffleRecords {
 		l.ShuffleSeed = recordSeed(c.seed, c.epoch, int(s))
 	}
-	return l, nil
+	return l
+}
+
+// holds reports whether id is the current lease of its shard and held by the named worker.
+func (c *core) holds(name string, id LeaseID) bool {
+	s := int32(id.Shard)
+	return id.Incarnation == c.incarnation && id.Shard < uint32(len(c.shards)) &&
+		c.st[s] == stDoing && c.leaseSeq[s] == id.Seq && c.holder[s].name == name
+}
+
+// renew moves the deadline of shard s (DOING) to a TTL from now.
+func (c *core) renew(s int32) {
+	c.deadline[s] = c.now + c.ttl
+	c.unlink(s)
+	c.pushBack(s)
 }
 
 func (c *core) report(name string, id LeaseID, offset int64, done bool) error {
 	s := int32(id.Shard)
-	if id.Incarnation != c.incarnation || id.Shard >= uint32(len(c.shards)) ||
-		c.st[s] != stDoing || c.leaseSeq[s] != id.Seq || c.holder[s].name != name {
+	if !c.holds(name, id) {
 		if w := c.workers[name]; w != nil {
 			w.stale++
 			w.lastSeen = c.now
@@ -363,13 +387,37 @@ func (c *core) report(name string, id LeaseID, offset int64, done bool) error {
 		c.st[s] = stDone
 		c.nDoing--
 		c.nDone++
+		w.lastDone, w.lastGrant = id, LeaseID{}
 		c.maybeAdvance()
 		return nil
 	}
-	c.deadline[s] = c.now + c.ttl
-	c.unlink(s)
-	c.pushBack(s)
+	c.renew(s)
 	return nil
+}
+
+// reportAcquire is report(done) followed, if accepted, by acquire; or, for a repeat of the
+// call that finished the worker's last finished lease, the answer that call would give now.
+func (c *core) reportAcquire(name string, id LeaseID, offset int64) (Lease, error) {
+	if w := c.workers[name]; w != nil && w.lastDone.Seq != 0 && id == w.lastDone {
+		s := int32(id.Shard)
+		if records := c.shards[s].Records; offset != records {
+			return Lease{}, fmt.Errorf("%w: offset %d (done=true) for shard %d of %d records", ErrBadOffset, offset, s, records)
+		}
+		w.lastSeen = c.now
+		if g := w.lastGrant; g.Seq != 0 && c.holds(name, g) {
+			c.renew(int32(g.Shard))
+			return c.leaseOf(int32(g.Shard)), nil
+		}
+		l, err := c.acquire(name)
+		w.lastGrant = l.ID
+		return l, err
+	}
+	if err := c.report(name, id, offset, true); err != nil {
+		return Lease{}, err
+	}
+	l, err := c.acquire(name)
+	c.workers[name].lastGrant = l.ID
+	return l, err
 }
 
 // observeRate folds n newly accepted records into the worker's speed estimate.

@@ -23,7 +23,10 @@ type Dispatcher struct {
 	c  *core
 }
 
-var _ Service = (*Dispatcher)(nil)
+var (
+	_ Service        = (*Dispatcher)(nil)
+	_ ReportAcquirer = (*Dispatcher)(nil)
+)
 
 // New returns a dispatcher for cfg at the start of epoch 0, or an error joining every problem
 // of the config.
@@ -100,6 +103,27 @@ func (d *Dispatcher) Report(ctx context.Context, worker string, lease LeaseID, o
 	defer d.mu.Unlock()
 	d.c.tick(d.clock.Now())
 	return d.c.report(worker, lease, offset, done)
+}
+
+// ReportAndAcquire reports the lease's shard done (offset must be its record count) and, if the
+// report is accepted, leases the worker's next shard, under one lock: nothing happens between
+// the two parts. It is Report(ctx, worker, lease, offset, true) followed by Acquire(ctx,
+// worker), with the outcomes and the handling of repeats described at ReportAcquirer: nil or
+// ErrNoMoreWork or a *WaitError mean the report was accepted; ErrStaleLease, ErrBadOffset and
+// ErrBadWorker mean nothing happened; a repeat of the call that finished the worker's last
+// finished lease counts nothing and returns the lease that call granted while the worker still
+// holds it. ctx is only checked on entry: the call does not block.
+func (d *Dispatcher) ReportAndAcquire(ctx context.Context, worker string, lease LeaseID, offset int64) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	if err := checkWorker(worker); err != nil {
+		return Lease{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.c.tick(d.clock.Now())
+	return d.c.reportAcquire(worker, lease, offset)
 }
 
 // Leave is a worker's voluntary exit: its shards go back to TODO at their accepted offsets

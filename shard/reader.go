@@ -15,7 +15,11 @@ import (
 // ReaderConfig configures a Reader. The zero value of every field but Service, Worker and
 // Source means its default.
 type ReaderConfig struct {
-	// Service hands out shards: a *Dispatcher in process, or a network client. Required.
+	// Service hands out shards: a *Dispatcher in process, or a network client. Required. If it
+	// implements ReportAcquirer, the reader finishes a shard and leases the next one with one
+	// combined call whenever it needs the next shard at the moment it reports a shard done
+	// (see Reader); otherwise, or once the combined call answers errors.ErrUnsupported, it
+	// makes the two calls.
 	Service Service
 	// Worker is this worker's name, unique among the job's live workers. Required.
 	Worker string
@@ -36,6 +40,12 @@ type ReaderConfig struct {
 	// exceed the dispatcher's MaxLeasesPerWorker, or the dispatcher revokes the oldest lease and
 	// its last batches count for nothing.
 	MaxLeases int
+	// SeparateCalls makes the final report of a shard and the next acquire two calls even when
+	// the Service implements ReportAcquirer. Default false: combine them (see Reader), which
+	// halves the round trips per shard but leases the next shard as soon as the shard Next reads
+	// from is finished; set it if a reader may stop calling Next for long after that (without
+	// Leave), so that no lease waits idle for its TTL.
+	SeparateCalls bool
 	// ReportEvery reports progress after this many completed batches (and always at the end of a
 	// shard). Default 1. Larger means fewer dispatcher calls but more replay after a crash, and
 	// the dispatcher's LeaseTTL must cover ReportEvery batches.
@@ -113,6 +123,7 @@ type ReaderStats struct {
 	Records    int64 // records handed out
 	Skipped    int64 // malformed lines skipped (SkipMalformed)
 	Reported   int64 // offsets accepted by the dispatcher (records and skipped lines)
+	Combined   int64 // shards finished by ReportAndAcquire (the next lease came with the report)
 	Retries    int64 // failed dispatcher calls retried
 	Waits      int64 // WaitError answers waited out
 }
@@ -143,6 +154,18 @@ type held struct {
 // after the batch's updates are applied (acknowledged by the parameter servers). Batches may be
 // done out of order: the reader reports the contiguous prefix.
 //
+// When the Service implements ReportAcquirer (and SeparateCalls is not set), the final report of
+// a shard also leases the next shard (one round trip instead of two) if the reader needs that
+// shard next: the shard being finished is the one Next reads from (so the next Next opens a new
+// shard), or Next is waiting for room under MaxLeases, or Next finds a finished shard whose
+// final report has not gone through yet. The lease waits in the reader for the next Next (a
+// reader that then stops without Leave leaves it to expire, like the shard it reads). A reader
+// whose training lags behind its reading (Next has moved to the next shard before the last
+// batch of the previous one is done) makes the two calls separately, so that no lease waits
+// idle. After an Acquire that ended without an answer (ctx ended, MaxRetries), the next shard
+// comes from Acquire, which collects a late answer from a network Service rather than leaving
+// its lease orphaned.
+//
 // Next must not be called concurrently with itself; Done and Stats may be called from other
 // goroutines at any time (a pipeline reads in one goroutine and trains in another). Close after
 // Next and Done have returned. The Reader starts no goroutines.
@@ -157,12 +180,24 @@ type Reader struct {
 	mu      sync.Mutex
 	cur     *held
 	held    []*held
-	changed chan struct{} // closed (and replaced) when a lease stops being held
+	changed chan struct{} // closed (and replaced) when a lease stops being held or ready changes
 	free    []*Batch
 	stats   ReaderStats
 	rng     rng
 	eof     bool
 	closed  bool
+
+	ra        ReportAcquirer // the combined call; nil without it (or after ErrUnsupported)
+	ready     *readyLease    // what a combined call brought for the next open
+	combining bool           // a combined call decided in finishSpan is in flight
+	roomWait  bool           // open waits for a held shard to finish
+	abandoned bool           // an acquire ended without an answer: the next lease comes from Acquire
+}
+
+// readyLease is the acquire part of a combined call, kept for the next open.
+type readyLease struct {
+	lease Lease
+	eof   bool // ErrNoMoreWork
 }
 
 // NewReader returns a reader, or an error joining every problem of the config.
@@ -177,12 +212,16 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reader{
+	r := &Reader{
 		cfg:     cfg,
 		slots:   make(chan struct{}, cfg.MaxPending),
 		changed: make(chan struct{}),
 		rng:     rng{s: cfg.Seed ^ xxhash.Sum64String(cfg.Worker)},
-	}, nil
+	}
+	if !cfg.SeparateCalls {
+		r.ra, _ = cfg.Service.(ReportAcquirer)
+	}
+	return r, nil
 }
 
 // Stats returns the reader's counters.
@@ -255,10 +294,22 @@ func (r *Reader) next(ctx context.Context) (*Batch, error) {
 	}
 }
 
-// open waits for room under MaxLeases, acquires a shard and opens it.
+// open waits for room under MaxLeases, acquires a shard and opens it. A lease brought by a
+// combined call is taken first; a finished shard whose final report has not gone through is
+// reported first, combined with the acquire when the Service allows.
 func (r *Reader) open(ctx context.Context) (*held, error) {
 	for {
 		r.mu.Lock()
+		if rl := r.ready; rl != nil {
+			r.ready = nil
+			if rl.eof {
+				r.eof = true
+				r.mu.Unlock()
+				return nil, io.EOF
+			}
+			r.mu.Unlock()
+			return r.start(ctx, rl.lease)
+		}
 		n, ch := len(r.held), r.changed
 		var unreported *held // finished but its final report failed earlier
 		for _, x := range r.held {
@@ -266,20 +317,32 @@ func (r *Reader) open(ctx context.Context) (*held, error) {
 				unreported = x
 			}
 		}
-		r.mu.Unlock()
-		if n < r.cfg.MaxLeases {
-			break
-		}
-		if unreported != nil {
-			if err := r.report(ctx, unreported, unreported.lease.Shard.Records, true); err != nil {
+		combine := r.ra != nil && !r.abandoned
+		if r.combining || (n >= r.cfg.MaxLeases && unreported == nil) {
+			// Wait for the combined call in flight, or for a held shard to finish (whose final
+			// report may then bring the next lease).
+			r.roomWait = true
+			r.mu.Unlock()
+			var err error
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			r.mu.Lock()
+			r.roomWait = false
+			r.mu.Unlock()
+			if err != nil {
 				return nil, err
 			}
 			continue
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		r.mu.Unlock()
+		if unreported == nil || (n < r.cfg.MaxLeases && !combine) {
+			break
+		}
+		if err := r.report(ctx, unreported, unreported.lease.Shard.Records, true, combine); err != nil {
+			return nil, err
 		}
 	}
 	lease, err := r.acquire(ctx)
@@ -292,6 +355,11 @@ func (r *Reader) open(ctx context.Context) (*held, error) {
 		}
 		return nil, err
 	}
+	return r.start(ctx, lease)
+}
+
+// start opens a leased shard and makes it the one Next reads.
+func (r *Reader) start(ctx context.Context, lease Lease) (*held, error) {
 	cursor, err := r.cfg.Source.Open(ctx, lease)
 	if err != nil {
 		r.mu.Lock()
@@ -309,8 +377,18 @@ func (r *Reader) open(ctx context.Context) (*held, error) {
 	return h, nil
 }
 
-// acquire asks for a shard until it gets one, the job is over, or ctx ends.
+// acquire asks for a shard until it gets one, the job is over, or ctx ends. When it gives up
+// otherwise, a request may still be on its way, so the next lease must come from Acquire too
+// (see Reader).
 func (r *Reader) acquire(ctx context.Context) (Lease, error) {
+	lease, err := r.acquireLoop(ctx)
+	r.mu.Lock()
+	r.abandoned = err != nil && !errors.Is(err, ErrNoMoreWork)
+	r.mu.Unlock()
+	return lease, err
+}
+
+func (r *Reader) acquireLoop(ctx context.Context) (Lease, error) {
 	failures := 0
 	for {
 		lease, err := r.cfg.Service.Acquire(ctx, r.cfg.Worker)
@@ -415,11 +493,16 @@ func (r *Reader) unholdLocked(h *held) {
 	for i, x := range r.held {
 		if x == h {
 			r.held = append(r.held[:i], r.held[i+1:]...)
-			close(r.changed)
-			r.changed = make(chan struct{})
+			r.signalLocked()
 			return
 		}
 	}
+}
+
+// signalLocked wakes a Next waiting in open.
+func (r *Reader) signalLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 func (r *Reader) batch() *Batch {
@@ -492,33 +575,71 @@ func (r *Reader) finishSpan(ctx context.Context, h *held, start, end int64) erro
 	complete := h.exhausted && len(h.pending) == 0
 	due := h.doneTo > h.reported && (h.since >= r.cfg.ReportEvery || complete)
 	offset := h.doneTo
+	// Combine the final report with the next acquire when Next needs a shard now: h is the
+	// shard it reads (so its next call opens another), or it waits for room.
+	combine := due && complete && offset == h.lease.Shard.Records && r.ra != nil && !r.abandoned &&
+		!r.eof && !r.closed && r.ready == nil && !r.combining && (r.cur == h || r.roomWait)
+	if combine {
+		r.combining = true
+	}
 	r.mu.Unlock()
 	if !due {
 		return nil
 	}
-	return r.report(ctx, h, offset, complete)
+	if !combine {
+		return r.report(ctx, h, offset, complete, false)
+	}
+	defer func() {
+		r.mu.Lock()
+		r.combining = false
+		r.signalLocked()
+		r.mu.Unlock()
+	}()
+	return r.report(ctx, h, offset, complete, true)
 }
 
-// report sends progress of h through offset, retrying transport errors.
-func (r *Reader) report(ctx context.Context, h *held, offset int64, complete bool) error {
+// report sends progress of h through offset, retrying transport errors. With combine, a final
+// report goes as ReportAndAcquire, and its acquire part is kept in r.ready for open.
+func (r *Reader) report(ctx context.Context, h *held, offset int64, complete, combine bool) error {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	failures := 0
 	for {
 		r.mu.Lock()
-		lost, reported := h.lost, h.reported
+		lost, reported, ra := h.lost, h.reported, r.ra
 		r.mu.Unlock()
 		if lost || offset <= reported {
 			return nil
 		}
 		done := complete && offset == h.lease.Shard.Records
-		err := r.cfg.Service.Report(ctx, r.cfg.Worker, h.lease.ID, offset, done)
+		combined := combine && done && ra != nil
+		var next Lease
+		var err error
+		if combined {
+			next, err = ra.ReportAndAcquire(ctx, r.cfg.Worker, h.lease.ID, offset)
+		} else {
+			err = r.cfg.Service.Report(ctx, r.cfg.Worker, h.lease.ID, offset, done)
+		}
 		switch {
-		case err == nil:
+		case combined && errors.Is(err, errors.ErrUnsupported):
+			r.mu.Lock()
+			r.ra = nil
+			r.mu.Unlock()
+			r.cfg.Logger.Info("shard: the service cannot report and acquire in one call; using two", "worker", r.cfg.Worker, "err", err)
+		case err == nil || combined && reportAccepted(err):
 			r.mu.Lock()
 			r.stats.Reported += offset - h.reported
 			h.reported = offset
 			h.since = 0
+			if combined {
+				r.stats.Combined++
+				switch {
+				case err == nil:
+					r.ready = &readyLease{lease: next}
+				case errors.Is(err, ErrNoMoreWork):
+					r.ready = &readyLease{eof: true}
+				}
+			}
 			if offset == h.lease.Shard.Records {
 				r.unholdLocked(h)
 			}
@@ -545,7 +666,8 @@ func (r *Reader) report(ctx context.Context, h *held, offset int64, complete boo
 }
 
 // Leave reports the progress already done, then hands every held shard back to the dispatcher
-// (Service.Leave, no failure counted) and ends the reader: Next returns io.EOF afterwards.
+// (Service.Leave, no failure counted; a lease a combined call brought goes back too) and ends
+// the reader: Next returns io.EOF afterwards.
 func (r *Reader) Leave(ctx context.Context) error {
 	r.mu.Lock()
 	hs := append([]*held(nil), r.held...)
@@ -554,7 +676,7 @@ func (r *Reader) Leave(ctx context.Context) error {
 		r.mu.Lock()
 		offset, complete := h.doneTo, h.exhausted && len(h.pending) == 0
 		r.mu.Unlock()
-		if err := r.report(ctx, h, offset, complete); err != nil {
+		if err := r.report(ctx, h, offset, complete, false); err != nil {
 			return err
 		}
 	}
@@ -577,14 +699,14 @@ func (r *Reader) Leave(ctx context.Context) error {
 		h.lost = true
 	}
 	r.held = nil
+	r.ready = nil // its lease went back with the others
 	r.eof = true
-	close(r.changed)
-	r.changed = make(chan struct{})
+	r.signalLocked()
 	return nil
 }
 
-// Close releases the open shard's cursor. It does not talk to the dispatcher: held leases
-// expire unless Leave was called. Idempotent; Next returns ErrClosed afterwards.
+// Close releases the open shard's cursor. It does not talk to the dispatcher: held leases (and
+// a lease a combined call brought that Next has not opened yet) expire unless Leave was called. Idempotent; Next returns ErrClosed afterwards.
 func (r *Reader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
