@@ -64,9 +64,9 @@ func (l *Ledger) Clone() *Ledger {
 
 func (l *Ledger) cloneLocked() *Ledger {
 	return &Ledger{
-		counts:  maps.Clone(l.counts),
-		epochs:  maps.Clone(l.epochs),
-		leases:  make(map[shard.LeaseID]*leaseTrack),
+		counts:   maps.Clone(l.counts),
+		epochs:   maps.Clone(l.epochs),
+		leases:   make(map[shard.LeaseID]*leaseTrack),
 		dups:     append([]string(nil), l.dups...),
 		reports:  l.reports,
 		combined: l.combined,
