@@ -130,13 +130,23 @@ func (s *Summary) String() string {
 		}
 		p("    %s: %s", mark, e)
 	}
-	p("  tables:")
+	var rows, dense, denseRows int
+	var bytes int64
+	var cells []string
 	for _, t := range s.Tables {
-		kind := "embedding"
+		bytes += t.Bytes
 		if t.Dense {
-			kind = "dense"
+			dense++
+			denseRows += t.Rows
+			continue
 		}
-		p("    %-24s %-9s %9d rows %10.1f MiB", t.Name, kind, t.Rows, float64(t.Bytes)/(1<<20))
+		rows += t.Rows
+		cells = append(cells, fmt.Sprintf("%s %d", strings.TrimPrefix(t.Name, embPrefix), t.Rows))
+	}
+	p("  tables:      %d embedding tables, %d rows; %d MLP tensors in %d rows of up to 1024 values; %.1f MiB on the servers",
+		len(s.Tables)-dense, rows, dense, denseRows, float64(bytes)/(1<<20))
+	for i := 0; i < len(cells); i += 6 {
+		p("    rows: %s", strings.Join(cells[i:min(i+6, len(cells))], ", "))
 	}
 	c := s.Checkpoints
 	p("  checkpoints: %d taken (%d full), %d committed, %d skipped, %d failed; newest committed step %d",

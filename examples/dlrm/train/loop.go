@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -336,15 +335,16 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 			tr.Bytes += t.MemoryBytes
 		}
 	}
-	for _, t := range byName {
-		s.Tables = append(s.Tables, *t)
-	}
-	sort.Slice(s.Tables, func(i, j int) bool {
-		if s.Tables[i].Dense != s.Tables[j].Dense {
-			return !s.Tables[i].Dense
+	for _, name := range r.tables {
+		if t := byName[name]; t != nil {
+			s.Tables = append(s.Tables, *t)
 		}
-		return s.Tables[i].Name < s.Tables[j].Name
-	})
+	}
+	for _, d := range r.dense {
+		if t := byName[d.name]; t != nil {
+			s.Tables = append(s.Tables, *t)
+		}
+	}
 	return s
 }
 

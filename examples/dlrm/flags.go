@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/examples/dlrm/train"
+)
+
+// options are the parsed command line.
+type options struct {
+	cfg     train.Config
+	plain   bool // log lines even on a terminal
+	verbose bool
+}
+
+// parseFlags reads the command line into options. Every problem is reported at once.
+func parseFlags(args []string, out io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("dlrm", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: dlrm [flags]\n\n"+
+			"Trains a DLRM on an embedded cluster (2 parameter servers, 2 workers and the data-shard\n"+
+			"dispatcher on loopback TCP) with flash checkpoints. Ctrl-C stops cleanly after a final\n"+
+			"checkpoint; -resume continues from the newest one.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	var (
+		o                       options
+		data, test, bottom, top string
+		embOpt, denseOpt        string
+		embLR, denseLR, embInit float64
+		testFraction            float64
+		seed                    uint64
+	)
+	c := &o.cfg
+	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...] or movielens:DIR")
+	fs.StringVar(&test, "test", "", "held-out file(s) for criteo or libsvm data (default: a seeded random split of -data)")
+	fs.Float64Var(&testFraction, "test-fraction", train.DefaultTestFraction, "share of the data held out when there is no -test")
+	fs.IntVar(&c.TestRecords, "test-records", 0, "held-out records evaluated (default 20000 synthetic, 1000000 files)")
+	fs.Int64Var(&c.TrainRecords, "train-records", train.DefaultTrainRecords, "synthetic training records")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the data, the split, the initial model and the shuffles")
+	fs.IntVar(&c.EmbeddingDim, "dim", train.DefaultEmbeddingDim, "embedding dimension (and bottom MLP output width)")
+	fs.StringVar(&bottom, "bottom", "64,32", `bottom MLP hidden layer widths ("none" for no hidden layer)`)
+	fs.StringVar(&top, "top", "128,64", `top MLP hidden layer widths ("none" for logistic regression over the interactions)`)
+	fs.StringVar(&embOpt, "emb-opt", "", "embedding optimizer: sgd, adagrad, rowwise-adagrad, adam or ftrl (default per data: adam for movielens, else adagrad)")
+	fs.Float64Var(&embLR, "emb-lr", 0, "embedding learning rate (default per data: 0.005 movielens, else 0.05)")
+	fs.Float64Var(&embInit, "emb-init", 0, "half-width of new embedding rows' uniform init (default per data: 0.03 movielens, else 0.1)")
+	fs.StringVar(&denseOpt, "dense-opt", "", "MLP optimizer, applied on the parameter servers (default adagrad)")
+	fs.Float64Var(&denseLR, "dense-lr", 0, "MLP learning rate (default per data: 0.005 movielens, else 0.02)")
+	fs.IntVar(&c.BatchSize, "batch", train.DefaultBatchSize, "records per worker step")
+	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the data (default 3 movielens, else 1)")
+	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long (0: when the epochs are done)")
+	fs.IntVar(&c.Servers, "ps", train.DefaultServers, "parameter servers")
+	fs.IntVar(&c.Workers, "workers", train.DefaultWorkers, "workers")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(os.TempDir(), "elasticps-dlrm"), "where checkpoints are persisted")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps (0: only at the end)")
+	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")
+	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
+	fs.BoolVar(&c.KeepShm, "keep-shm", false, "keep the shared-memory copies at exit (a resume on this host then reads them)")
+	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
+	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
+	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	var err error
+	if c.Data, err = train.ParseDataSpec(data); err != nil {
+		errs = append(errs, fmt.Errorf("-data: %w", err))
+	}
+	if test != "" {
+		if c.TestFiles, err = train.SplitList(test); err != nil {
+			errs = append(errs, fmt.Errorf("-test: %w", err))
+		}
+	}
+	c.TestFraction, c.Seed = testFraction, seed
+	if c.BottomHidden, err = parseWidths(bottom); err != nil {
+		errs = append(errs, fmt.Errorf("-bottom: %w", err))
+	}
+	if c.TopHidden, err = parseWidths(top); err != nil {
+		errs = append(errs, fmt.Errorf("-top: %w", err))
+	}
+	if c.EmbeddingOptimizer.Kind, err = parseOptimizer(embOpt); err != nil {
+		errs = append(errs, fmt.Errorf("-emb-opt: %w", err))
+	}
+	if c.DenseOptimizer.Kind, err = parseOptimizer(denseOpt); err != nil {
+		errs = append(errs, fmt.Errorf("-dense-opt: %w", err))
+	}
+	for name, v := range map[string]float64{"-emb-lr": embLR, "-dense-lr": denseLR, "-emb-init": embInit} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, v))
+		}
+	}
+	c.EmbeddingOptimizer.LearningRate, c.DenseOptimizer.LearningRate, c.EmbeddingInit = float32(embLR), float32(denseLR), float32(embInit)
+	if c.Duration < 0 {
+		errs = append(errs, fmt.Errorf("-duration %v is negative", c.Duration))
+	}
+	switch {
+	case c.CheckpointEvery == 0:
+		c.CheckpointEvery = -1 // only the final checkpoint
+	case c.CheckpointEvery < 0:
+		errs = append(errs, fmt.Errorf("-checkpoint-every %d is negative", c.CheckpointEvery))
+	}
+	switch {
+	case c.EvalEvery == 0:
+		c.EvalEvery = -1
+	case c.EvalEvery < 0:
+		errs = append(errs, fmt.Errorf("-eval-every %v is negative", c.EvalEvery))
+	}
+	if len(errs) == 0 {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &o, nil
+}
+
+// parseWidths reads "64,32" as layer widths; "none" is no hidden layer.
+func parseWidths(s string) ([]int, error) {
+	if s == "none" {
+		return []int{}, nil
+	}
+	parts, err := train.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("layer width %q is not a positive integer", p)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// parseOptimizer reads an optimizer name; "" keeps the default.
+func parseOptimizer(s string) (embedding.OptimizerKind, error) {
+	if s == "" {
+		return 0, nil
+	}
+	k, err := embedding.ParseOptimizer(strings.ToLower(s))
+	if err != nil {
+		return 0, fmt.Errorf("unknown optimizer %q (want sgd, adagrad, rowwise-adagrad, adam or ftrl)", s)
+	}
+	return k, nil
+}
