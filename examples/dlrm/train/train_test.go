@@ -29,7 +29,7 @@ func smallConfig(t *testing.T, records int64, epochs int) train.Config {
 	return train.Config{
 		Synth: smallSynth, TrainRecords: records, TestRecords: 10000, Epochs: epochs, Seed: 7,
 		EmbeddingDim: 8, BottomHidden: []int{16}, TopHidden: []int{32, 16}, BatchSize: 128,
-		ShardSize: 1024, CheckpointEvery: 100, EvalEvery: -1,
+		ShardSize: 1024, CheckpointEvery: int(records) * epochs / 128 / 4, EvalEvery: -1,
 		CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
 	}
 }
@@ -109,11 +109,11 @@ func TestInterruptAndResume(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			cfg := smallConfig(t, records, 2)
-			cfg.CheckpointEvery = 40
+			stopAt := int64(float64(records) * 0.7 / float64(cfg.BatchSize)) // in epoch 0
+			cfg.CheckpointEvery = int(stopAt / 3)
 			cfg.NoFinalCheckpoint = crash
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			stopAt := int64(float64(records) * 0.7 / float64(cfg.BatchSize)) // in epoch 0
 			cfg.OnEvent = func(ev train.Event) {
 				if ev.Progress.Steps >= stopAt {
 					cancel()
