@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/shard"
+	"github.com/elasticps/elasticps/shard/shardnet"
 )
 
 // finalEvalTimeout bounds the last evaluation and the final checkpoint's commit after the run
@@ -157,20 +158,28 @@ func (r *run) newWorker(i int) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: r.dispAddr, Secret: r.secret, Logger: r.logger})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
 	reader, err := shard.NewReader(shard.ReaderConfig{
-		Service: r.svc, Worker: name, Source: r.data.source, BatchSize: r.cfg.BatchSize,
+		Service: svc, Worker: name, Source: r.data.source, BatchSize: r.cfg.BatchSize,
 		ReportEvery: 1, Seed: r.cfg.Seed, Logger: r.logger,
 	})
 	if err != nil {
 		cli.Close()
+		svc.Close()
 		return nil, err
 	}
 	w, err := newWorker(name, r.mcfg, cli, reader, r.tables, r.dense)
 	if err != nil {
 		cli.Close()
+		svc.Close()
 		reader.Close()
 		return nil, err
 	}
+	w.svc = svc
 	r.workers = append(r.workers, w)
 	return w, nil
 }
@@ -193,7 +202,7 @@ func (r *run) describe() string {
 	for _, n := range r.srvs.nodes {
 		fmt.Fprintf(&b, " %s=%s", n.ID, n.Addr)
 	}
-	fmt.Fprintf(&b, ", dispatcher, %d workers; batch %d\n", r.cfg.Workers, r.cfg.BatchSize)
+	fmt.Fprintf(&b, ", dispatcher on %s, %d workers; batch %d\n", r.dispAddr, r.cfg.Workers, r.cfg.BatchSize)
 	st := r.ckpts.Stats()
 	every := "only at the end"
 	if r.cfg.CheckpointEvery > 0 {
@@ -352,7 +361,11 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 func (r *run) close() error {
 	var errs []error
 	for _, w := range r.workers {
-		errs = append(errs, w.reader.Close(), w.cli.Close())
+		errs = append(errs, w.reader.Close(), w.svc.Close(), w.cli.Close())
+	}
+	if r.dispSrv != nil {
+		errs = append(errs, r.dispSrv.Close())
+		r.dispWG.Wait()
 	}
 	if r.eval != nil {
 		errs = append(errs, r.eval.cli.Close())

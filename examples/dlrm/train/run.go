@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
+	"github.com/elasticps/elasticps/shard/shardnet"
 )
 
 // ErrNoCheckpoint is returned by Run with Resume when the checkpoint directory holds no
@@ -40,15 +42,18 @@ type run struct {
 	tables []string // server-side embedding table names, one per field
 	dense  []denseTensor
 
-	srvs    *servers
-	disp    *shard.Dispatcher
-	svc     shard.Service
-	admin   *ps.Client
-	ckpts   *checkpoints
-	ledger  *ledger
-	gate    gate
-	eval    *evaluator
-	workers []*worker
+	srvs     *servers
+	secret   []byte
+	disp     *shard.Dispatcher
+	dispSrv  *shardnet.Server
+	dispAddr string
+	dispWG   sync.WaitGroup
+	admin    *ps.Client
+	ckpts    *checkpoints
+	ledger   *ledger
+	gate     gate
+	eval     *evaluator
+	workers  []*worker
 
 	start     time.Time
 	steps     atomic.Int64 // the model's steps: the checkpoint step
@@ -126,9 +131,9 @@ func (r *run) setUp(ctx context.Context) error {
 	for _, s := range specs {
 		r.tables = append(r.tables, s.Name)
 	}
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	if r.srvs, err = startServers(cfg.Servers, cfg.Slots, secret, specs, r.logger); err != nil {
+	r.secret = make([]byte, 32)
+	rand.Read(r.secret)
+	if r.srvs, err = startServers(cfg.Servers, cfg.Slots, r.secret, specs, r.logger); err != nil {
 		return err
 	}
 	if r.admin, err = r.srvs.client(0); err != nil {
@@ -144,7 +149,9 @@ func (r *run) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.svc = r.disp
+	if err := r.serveDispatcher(); err != nil {
+		return err
+	}
 	if r.ckpts, err = openCheckpoints(ctx, cfg, r.srvs, r.tables, r.emitCheckpoint); err != nil {
 		return err
 	}
@@ -166,6 +173,29 @@ func (r *run) setUp(ctx context.Context) error {
 	if cfg.Resume {
 		return r.restore(ctx)
 	}
+	return nil
+}
+
+// serveDispatcher serves the dispatcher on a loopback TCP port with the cluster secret; the
+// workers reach it through shardnet clients, as they would a remote coordinator.
+func (r *run) serveDispatcher() error {
+	srv, err := shardnet.NewServer(shardnet.ServerConfig{Service: r.disp, Secret: r.secret, Logger: r.logger})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	r.dispSrv, r.dispAddr = srv, l.Addr().String()
+	r.dispWG.Add(1)
+	go func() {
+		defer r.dispWG.Done()
+		if err := srv.Serve(l); err != nil {
+			r.logger.Error("dispatcher server stopped", "err", err)
+		}
+	}()
 	return nil
 }
 

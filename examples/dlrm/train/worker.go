@@ -25,6 +25,7 @@ const fanOut = 16
 type worker struct {
 	name   string
 	cli    *ps.Client
+	svc    io.Closer // the dispatcher client
 	reader *shard.Reader
 	m      *model.Model
 	bb     *model.BatchBuilder
