@@ -42,6 +42,7 @@ func allSuites() map[string]suite {
 		"shard":     {about: "data-shard dispatcher round trips over TCP vs in process, report cost per record", run: runShard},
 
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
+		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers, with checkpoint pauses", run: runDLRM},
 	}
 }
 
