@@ -38,7 +38,8 @@ type Config struct {
 	// /dev/shm/elasticps. A directory on a disk file system works too (slower, and it survives reboots).
 	ShmDir string
 	// Codec compresses chunks in storage. Default CodecS2 (fast); CodecZstd saves more space for
-	// several times the CPU; CodecNone stores raw records.
+	// several times the CPU; CodecNone stores raw records. A chunk the codec does not shrink by at
+	// least an eighth (judged on its first 256 KiB) is stored raw whatever the codec.
 	Codec Codec
 	// FullEvery is K: every Kth checkpoint is a full base and the others are deltas holding only rows
 	// changed since the previous checkpoint. Default 10; 1 makes every checkpoint full. A larger K

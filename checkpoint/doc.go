@@ -74,8 +74,9 @@
 // overwritten. Phase one: the persister partitions the records of a sealed snapshot by slot into
 // chunks of about ChunkBytes (a slot range per chunk; a slot too large for one chunk is split in
 // parts), drops rows of slots the node does not own, compresses each chunk (S2 by default, zstd or
-// none; a chunk that does not shrink is stored as it is), frames it with an xxhash64, writes the
-// chunks and blobs, and writes the manifest last. Phase two: the coordinator calls Commit with the
+// none; a chunk whose first 256 KiB do not shrink by an eighth is stored as it is, since trained
+// float32 weights rarely compress and compressing them anyway would make persisting CPU-bound),
+// frames it with an xxhash64, writes the chunks and blobs, and writes the manifest last. Phase two: the coordinator calls Commit with the
 // manifests of every node (ManifestRef from WaitPersisted). Commit checks each manifest's checksum,
 // that they agree on the job, step and slot count, that every slot has exactly one owner, and that
 // every chunk and every delta's parent chain exists; then it writes its blobs and the commit record.
