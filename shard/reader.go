@@ -294,13 +294,32 @@ func (r *Reader) next(ctx context.Context) (*Batch, error) {
 	}
 }
 
-// open waits for room under MaxLeases, acquires a shard and opens it. A lease brought by a
-// combined call is taken first; a finished shard whose final report has not gone through is
-// reported first, combined with the acquire when the Service allows.
+// open waits for room under MaxLeases, acquires a shard and opens it. A finished shard whose
+// final report has not gone through is reported first when that costs no extra call (it is
+// combined with the acquire) or must be made anyway (no room, or a lease is already waiting);
+// then the lease a combined call brought is taken, or one is acquired.
 func (r *Reader) open(ctx context.Context) (*held, error) {
 	for {
 		r.mu.Lock()
-		if rl := r.ready; rl != nil {
+		n, ch, rl := len(r.held), r.changed, r.ready
+		var unreported *held // finished but its final report failed earlier
+		for _, x := range r.held {
+			if x.exhausted && len(x.pending) == 0 && x.doneTo > x.reported {
+				unreported = x
+			}
+		}
+		combine := r.ra != nil && !r.abandoned && rl == nil
+		wait := false
+		switch {
+		case r.combining: // a combined call in flight brings the lease, or a reason to acquire
+			wait = true
+		case unreported != nil && (combine || rl != nil || n >= r.cfg.MaxLeases):
+			r.mu.Unlock()
+			if err := r.report(ctx, unreported, unreported.lease.Shard.Records, true, combine); err != nil {
+				return nil, err
+			}
+			continue
+		case rl != nil:
 			r.ready = nil
 			if rl.eof {
 				r.eof = true
@@ -309,39 +328,25 @@ func (r *Reader) open(ctx context.Context) (*held, error) {
 			}
 			r.mu.Unlock()
 			return r.start(ctx, rl.lease)
+		case n >= r.cfg.MaxLeases: // wait for a held shard to finish (its final report may bring the lease)
+			wait = true
 		}
-		n, ch := len(r.held), r.changed
-		var unreported *held // finished but its final report failed earlier
-		for _, x := range r.held {
-			if x.exhausted && len(x.pending) == 0 && x.doneTo > x.reported {
-				unreported = x
-			}
-		}
-		combine := r.ra != nil && !r.abandoned
-		if r.combining || (n >= r.cfg.MaxLeases && unreported == nil) {
-			// Wait for the combined call in flight, or for a held shard to finish (whose final
-			// report may then bring the next lease).
-			r.roomWait = true
+		if !wait {
 			r.mu.Unlock()
-			var err error
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			r.mu.Lock()
-			r.roomWait = false
-			r.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		r.mu.Unlock()
-		if unreported == nil || (n < r.cfg.MaxLeases && !combine) {
 			break
 		}
-		if err := r.report(ctx, unreported, unreported.lease.Shard.Records, true, combine); err != nil {
+		r.roomWait = true
+		r.mu.Unlock()
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		r.mu.Lock()
+		r.roomWait = false
+		r.mu.Unlock()
+		if err != nil {
 			return nil, err
 		}
 	}
