@@ -168,7 +168,7 @@ func TestReportAndAcquireMatchesTwoCalls(t *testing.T) {
 			var leases []shard.Lease // every lease granted, any worker
 			mine := map[string][]shard.Lease{}
 			finishedBy := map[shard.LeaseID]string{} // a combined call by that worker would be a repeat
-			var last shard.Lease // the lease picked for the current step
+			var last shard.Lease                     // the lease picked for the current step
 			pick := func(w string) (shard.Lease, bool) {
 				if own := mine[w]; len(own) > 0 && rng.IntN(5) > 0 {
 					last = own[rng.IntN(len(own))]
