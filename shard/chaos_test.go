@@ -18,7 +18,8 @@ import (
 // batches (sleeping a little per batch) and, at random, crashes (drops its reader without a
 // word and comes back under the same name), stalls past its lease before finishing a batch,
 // or leaves gracefully. It returns when the dispatcher has no more work. Inside a synctest
-// bubble time is virtual, so the sleeps cost nothing.
+// bubble time is virtual, so the sleeps cost nothing. Every third worker sees svc without its
+// combined call (shard.ReportAcquirer), so both ways of finishing a shard are exercised.
 func chaosWorkers(t *testing.T, svc shard.Service, data shard.Indexed, n int, seed uint64, ttl time.Duration, chaos bool) {
 	var wg sync.WaitGroup
 	ctx := context.Background()
@@ -26,9 +27,13 @@ func chaosWorkers(t *testing.T, svc shard.Service, data shard.Indexed, n int, se
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			name := fmt.Sprintf("worker-%d", w)
+			mine := svc
+			if w%3 == 2 {
+				mine = struct{ shard.Service }{svc}
+			}
 			for life := 0; ; life++ {
 				r, err := shard.NewReader(shard.ReaderConfig{
-					Service: svc, Worker: name, Source: shard.IndexedSource{Data: data},
+					Service: mine, Worker: name, Source: shard.IndexedSource{Data: data},
 					BatchSize: 8 + rng.IntN(40), MaxPending: 1 + rng.IntN(3), ReportEvery: 1 + rng.IntN(2), Seed: uint64(life),
 				})
 				if err != nil {
@@ -112,6 +117,9 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 				}
 				ledger := shardtest.NewLedger()
 				data := labelled(records)
+				// Calls get lost on the way to the dispatcher, and answers on the way back.
+				flaky := shardtest.NewFlaky(ledger.Wrap(d))
+				flaky.SetRandomFaults(seed, 0.02, 0.03)
 
 				var snaps []snapPoint
 				stop := make(chan struct{})
@@ -128,7 +136,7 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 						}
 					}
 				})
-				chaosWorkers(t, ledger.Wrap(d), data, 8, seed, ttl, true)
+				chaosWorkers(t, flaky, data, 8, seed, ttl, true)
 				close(stop)
 				snapper.Wait()
 
@@ -147,10 +155,15 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 				if expired == 0 || stale == 0 {
 					t.Fatalf("chaos without lost leases (%d) or stale reports (%d)", expired, stale)
 				}
+				combined, repeats := ledger.Combined()
+				if combined == 0 || repeats == 0 || flaky.Lost() == 0 {
+					t.Fatalf("combined calls %d, repeats %d, answers lost %d: the combined call was not exercised", combined, repeats, flaky.Lost())
+				}
 				if len(snaps) == 0 {
 					t.Fatal("no snapshot")
 				}
-				t.Logf("%d snapshots, %d lost leases, %d stale reports, %v virtual time", len(snaps), expired, stale, time.Since(t0bubble))
+				t.Logf("%d snapshots, %d lost leases, %d stale reports, %d combined calls (%d repeats), %d answers lost, %v virtual time",
+					len(snaps), expired, stale, combined, repeats, flaky.Lost(), time.Since(t0bubble))
 				for i, sp := range snaps {
 					cfg2 := cfg
 					cfg2.Incarnation = 100 + uint64(i)
@@ -161,7 +174,9 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 					if err := d2.Restore(sp.bytes); err != nil {
 						t.Fatal(err)
 					}
-					chaosWorkers(t, sp.ledger.Wrap(d2), data, 3, seed+uint64(i)+10, ttl, i%2 == 0)
+					flaky2 := shardtest.NewFlaky(sp.ledger.Wrap(d2))
+					flaky2.SetRandomFaults(seed+uint64(i)+10, 0.02, 0.03)
+					chaosWorkers(t, flaky2, data, 3, seed+uint64(i)+10, ttl, i%2 == 0)
 					p2 := d2.Progress()
 					if err := sp.ledger.Check(p2); err != nil {
 						t.Fatalf("restore %d: %v", i, err)

@@ -19,6 +19,15 @@ type simWorker struct {
 	lease   *shard.Lease
 	pos     int64         // trained through (may be ahead of what was reported)
 	zombies []shard.Lease // leases it held when it crashed
+	// unanswered is a combined call whose answer was lost: the worker retries it before
+	// anything else.
+	unanswered *lostCall
+}
+
+// lostCall is a ReportAndAcquire whose answer the worker never saw, with that answer.
+type lostCall struct {
+	lease   shard.Lease
+	granted shard.Lease // what the call granted (ID.Seq 0: nothing)
 }
 
 // simRun drives a dispatcher with workers that train, report, crash, stall, come back as
@@ -36,6 +45,9 @@ type simRun struct {
 	snap    func(step int)
 
 	stale, accepted, zombieRejected int
+	// combined calls: made, answers lost, repeats that returned the lease the lost call had
+	// granted, repeats that had to acquire afresh
+	combined, lost, sameLease, freshLease int
 }
 
 // simStream grows a stream dataset while the simulation runs.
@@ -50,12 +62,20 @@ func (r *simRun) step(step int) {
 	w := r.workers[r.rng.IntN(len(r.workers))]
 	switch x := r.rng.IntN(100); {
 	case x < 45: // train a little and report
+		if w.alive && w.unanswered != nil {
+			r.retryCombined(w)
+			return
+		}
 		if !w.alive || w.lease == nil {
 			r.acquire(w)
 			return
 		}
 		n := w.lease.Shard.Records
 		w.pos = min(n, w.pos+1+r.rng.Int64N(max(n/3, 1)))
+		if w.pos == n && r.rng.IntN(3) > 0 {
+			r.finishCombined(w, *w.lease)
+			return
+		}
 		err := r.svc.Report(ctx, w.name, w.lease.ID, w.pos, w.pos == n && r.rng.IntN(2) == 0)
 		switch {
 		case err == nil:
@@ -70,18 +90,20 @@ func (r *simRun) step(step int) {
 			r.t.Fatalf("report: %v", err)
 		}
 	case x < 60:
-		if w.alive && w.lease == nil {
+		if w.alive && w.unanswered != nil {
+			r.retryCombined(w)
+		} else if w.alive && w.lease == nil {
 			r.acquire(w)
 		} else if !w.alive {
 			w.alive = true // back from a crash, same name
 			r.acquire(w)
 		}
-	case x < 66: // crash: the lease is kept as a zombie for later
+	case x < 66: // crash: the lease is kept as a zombie for later, a lost answer forgotten
 		if w.alive {
 			if w.lease != nil {
 				w.zombies = append(w.zombies, *w.lease)
 			}
-			w.alive, w.lease = false, nil
+			w.alive, w.lease, w.unanswered = false, nil, nil
 		}
 	case x < 72: // a zombie reports progress it made after its lease was lost
 		if len(w.zombies) == 0 {
@@ -89,7 +111,17 @@ func (r *simRun) step(step int) {
 		}
 		z := w.zombies[r.rng.IntN(len(w.zombies))]
 		off := min(z.Shard.Records, z.Offset+1+r.rng.Int64N(z.Shard.Records))
-		err := r.svc.Report(ctx, w.name, z.ID, off, false)
+		var err error
+		if off == z.Shard.Records && r.rng.IntN(2) == 0 {
+			// Accepted if the worker, back under its name, still holds the lease: then the
+			// lease it gets is one it does not know, left to expire or be revoked.
+			_, err = r.svc.(shard.ReportAcquirer).ReportAndAcquire(ctx, w.name, z.ID, off)
+			if errors.Is(err, shard.ErrWait) || errors.Is(err, shard.ErrNoMoreWork) {
+				err = nil
+			}
+		} else {
+			err = r.svc.Report(ctx, w.name, z.ID, off, false)
+		}
 		if errors.Is(err, shard.ErrStaleLease) {
 			r.zombieRejected++
 		} else if err != nil && !errors.Is(err, shard.ErrBadOffset) {
@@ -135,6 +167,70 @@ func (r *simRun) step(step int) {
 	}
 }
 
+// finishCombined reports l done and acquires with the combined call; now and then the answer is
+// lost, and the worker retries later.
+func (r *simRun) finishCombined(w *simWorker, l shard.Lease) {
+	r.combined++
+	next, err := r.svc.(shard.ReportAcquirer).ReportAndAcquire(context.Background(), w.name, l.ID, l.Shard.Records)
+	if r.rng.IntN(4) == 0 {
+		if err != nil && !errors.Is(err, shard.ErrWait) && !errors.Is(err, shard.ErrNoMoreWork) && !errors.Is(err, shard.ErrStaleLease) {
+			r.t.Fatalf("combined call: %v", err)
+		}
+		r.lost++
+		lc := &lostCall{lease: l}
+		if err == nil {
+			lc.granted = next
+		}
+		w.lease, w.unanswered = nil, lc
+		return
+	}
+	r.combinedAnswer(w, next, err)
+}
+
+// retryCombined repeats the combined call whose answer was lost. If the lost call granted a
+// lease, the repeat returns it, unless it has ended since.
+func (r *simRun) retryCombined(w *simWorker) {
+	lc := w.unanswered
+	w.unanswered = nil
+	next, err := r.svc.(shard.ReportAcquirer).ReportAndAcquire(context.Background(), w.name, lc.lease.ID, lc.lease.Shard.Records)
+	if lc.granted.ID.Seq != 0 && err == nil {
+		if next.ID == lc.granted.ID {
+			r.sameLease++
+		} else {
+			// Only if the lease the lost call granted has ended since (a report on it is stale).
+			if err := r.d.Report(context.Background(), w.name, lc.granted.ID, 0, false); !errors.Is(err, shard.ErrStaleLease) {
+				r.t.Fatalf("a repeat granted %v while the worker still holds %v, which the lost call granted (%v)", next.ID, lc.granted.ID, err)
+			}
+			r.freshLease++
+		}
+	}
+	if r.rng.IntN(4) == 0 { // lost again
+		r.lost++
+		if err == nil {
+			lc.granted = next
+		}
+		w.unanswered = lc
+		return
+	}
+	r.combinedAnswer(w, next, err)
+}
+
+func (r *simRun) combinedAnswer(w *simWorker, next shard.Lease, err error) {
+	switch {
+	case err == nil:
+		r.accepted++
+		w.lease, w.pos = &next, next.Offset
+	case errors.Is(err, shard.ErrWait), errors.Is(err, shard.ErrNoMoreWork):
+		r.accepted++
+		w.lease = nil
+	case errors.Is(err, shard.ErrStaleLease):
+		r.stale++
+		w.lease = nil
+	default:
+		r.t.Fatalf("combined call: %v", err)
+	}
+}
+
 func (r *simRun) acquire(w *simWorker) {
 	l, err := r.svc.Acquire(context.Background(), w.name)
 	switch {
@@ -170,12 +266,20 @@ func (r *simRun) run(maxSteps int) {
 		}
 		w := r.workers[guard%len(r.workers)]
 		w.alive = true
+		if w.unanswered != nil {
+			r.retryCombined(w)
+			continue
+		}
 		if w.lease == nil {
 			r.acquire(w)
 			if w.lease == nil {
 				r.clock.Advance(r.ttl / 4) // everything left is leased to crashed workers
 				continue
 			}
+		}
+		if guard%2 == 0 {
+			r.finishCombined(w, *w.lease)
+			continue
 		}
 		err := r.svc.Report(ctx, w.name, w.lease.ID, w.lease.Shard.Records, true)
 		if err != nil && !errors.Is(err, shard.ErrStaleLease) {
@@ -214,6 +318,16 @@ func TestExactlyOnceSimulation(t *testing.T) {
 		{name: "stream", cfg: shard.Config{Dataset: shard.StreamDataset(3), ShardSize: 64, MaxFailures: 1000}, stream: true},
 		{name: "text", cfg: shard.Config{Dataset: shard.TextDataset(fakeTextShards(40, 33)), Epochs: 2, ShuffleRecords: true, MaxFailures: 1000}},
 	}
+	// The combined call's figures over every run: calls, answers lost, repeats the ledger saw,
+	// repeats that returned the lease the lost call had granted, and repeats that acquired
+	// afresh because that lease had ended.
+	var total struct{ combined, lost, repeats, sameLease, freshLease int }
+	defer func() {
+		t.Logf("combined calls %+v", total)
+		if !t.Failed() && (total.combined == 0 || total.lost == 0 || total.repeats == 0 || total.sameLease == 0 || total.freshLease == 0) {
+			t.Errorf("the combined call was not exercised: %+v", total)
+		}
+	}()
 	for ci, tc := range cases {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", tc.name, seed), func(t *testing.T) {
@@ -246,6 +360,12 @@ func TestExactlyOnceSimulation(t *testing.T) {
 				if r.zombieRejected == 0 || r.stale == 0 {
 					t.Fatalf("the chaos did not exercise fencing: %d zombie reports rejected, %d stale", r.zombieRejected, r.stale)
 				}
+				_, repeats := ledger.Combined()
+				total.combined += r.combined
+				total.lost += r.lost
+				total.repeats += repeats
+				total.sameLease += r.sameLease
+				total.freshLease += r.freshLease
 				if len(snaps) == 0 {
 					t.Fatal("no snapshot taken")
 				}
@@ -272,6 +392,9 @@ func TestExactlyOnceSimulation(t *testing.T) {
 						for _, z := range w.zombies {
 							if err := d2.Report(context.Background(), w.name, z.ID, z.Shard.Records, true); !errors.Is(err, shard.ErrStaleLease) {
 								t.Fatalf("lease of the old incarnation accepted after restore: %v", err)
+							}
+							if _, err := d2.ReportAndAcquire(context.Background(), w.name, z.ID, z.Shard.Records); !errors.Is(err, shard.ErrStaleLease) {
+								t.Fatalf("combined call on a lease of the old incarnation accepted after restore: %v", err)
 							}
 						}
 					}
