@@ -250,6 +250,26 @@ func (t *Table) copySelectedLocked(dst []byte, tr *Tracker, changedOnly bool, ke
 	if total > len(dst) {
 		return 0, io.ErrShortBuffer
 	}
+	if keep == nil {
+		// Shards in parallel, each into the room of its bound; then close the gaps left by rows
+		// freed after they changed (rare, so the moves are short or none).
+		off := make([]int, len(t.shards)+1)
+		for i := range t.shards {
+			off[i+1] = off[i] + bound[i]
+		}
+		got := make([]int, len(t.shards))
+		t.parallelShards(func(i int) {
+			got[i], _ = t.copyShardSelectedLocked(&t.shards[i], dst[off[i]:off[i+1]], tr, nil)
+		})
+		o := 0
+		for i := range t.shards {
+			if o != off[i] {
+				copy(dst[o:o+got[i]], dst[off[i]:off[i]+got[i]])
+			}
+			o += got[i]
+		}
+		return o, nil
+	}
 	o := 0
 	for i := range t.shards {
 		n, err := t.copyShardSelectedLocked(&t.shards[i], dst[o:o+bound[i]], tr, keep)
@@ -364,12 +384,13 @@ func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
 		s := &t.shards[i]
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.reserveIndexLocked(t, s.live+start[i+1]-start[i])
 		var delta int64
 		for _, j := range order[start[i]:start[i+1]] {
 			b := src[int(ks[j])*rec : int(ks[j]+1)*rec]
 			id := binary.LittleEndian.Uint64(b)
 			h := hs[j]
-			r := s.findLocked(id, h, stride)
+			r, at := s.probeLocked(id, h, stride)
 			if binary.LittleEndian.Uint32(b[8:]) == freeMark {
 				if r >= 0 {
 					s.removeLocked(id, h, uint32(r), t)
@@ -385,7 +406,7 @@ func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
 				}
 				r = int(nr)
 				getWords(s.rowWords(nr, stride), b)
-				s.insertLocked(id, h, nr, t)
+				s.insertAtLocked(id, h, nr, at, t)
 				delta++
 			} else {
 				getWords(s.rowWords(uint32(r), stride), b)

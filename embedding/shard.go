@@ -135,6 +135,42 @@ func (s *shard) candidateLocked(h uint64) int {
 	}
 }
 
+// probeLocked returns the row of id, or -1 and the index position where id would be inserted
+// (valid until the index changes).
+func (s *shard) probeLocked(id, h uint64, stride int) (row, free int) {
+	n := len(s.idx)
+	if n == 0 {
+		return -1, -1
+	}
+	tag := tagOf(h)
+	for i := s.pos(h); ; {
+		e := s.idx[i]
+		if e == 0 {
+			return -1, i
+		}
+		if e&tagMask == tag {
+			r := e&entryRowMask - 1
+			if s.rowID(r, stride) == id {
+				return int(r), -1
+			}
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// insertAtLocked adds id -> row at index position at, found by probeLocked, when the index has
+// room; otherwise (or with at < 0) it inserts the usual way.
+func (s *shard) insertAtLocked(id, h uint64, row uint32, at int, t *Table) {
+	if at < 0 || (s.live+1)*loadDen > len(s.idx)*loadNum {
+		s.insertLocked(id, h, row, t)
+		return
+	}
+	s.idx[at] = tagOf(h) | (row + 1)
+	s.live++
+}
+
 // findLocked returns the row of id, or -1.
 func (s *shard) findLocked(id, h uint64, stride int) int {
 	n := len(s.idx)
@@ -212,7 +248,39 @@ func (s *shard) insertLocked(id, h uint64, row uint32, t *Table) {
 }
 
 func (s *shard) growIndexLocked(t *Table) {
-	size := max(16, len(s.idx)*growNum/growDen)
+	s.resizeIndexLocked(t, max(16, len(s.idx)*growNum/growDen))
+}
+
+// reserveIndexLocked grows the index at once so that rows entries fit under the load limit.
+func (s *shard) reserveIndexLocked(t *Table, rows int) {
+	if need := rows*loadDen/loadNum + 1; need > len(s.idx) {
+		s.resizeIndexLocked(t, max(16, need))
+	}
+}
+
+// reserveRowsLocked allocates slab chunks for rows rows in all, touching every page so that later
+// inserts do not stop on page faults.
+func (s *shard) reserveRowsLocked(rows, stride int) {
+	rows = min(rows, MaxRowsPerShard)
+	touch := func(w []uint32) {
+		for k := 0; k < len(w); k += 1024 { // one word per 4 KiB page
+			w[k] = 0
+		}
+	}
+	if n := len(s.words); n > 0 && len(s.words[n-1]) < chunkRows*stride && (n-1)*chunkRows < rows {
+		grown := make([]uint32, chunkRows*stride)
+		copy(grown, s.words[n-1])
+		touch(grown[len(s.words[n-1]):])
+		s.setChunk(n-1, grown, false)
+	}
+	for len(s.words)*chunkRows < rows {
+		w := make([]uint32, chunkRows*stride)
+		touch(w)
+		s.setChunk(len(s.words), w, true)
+	}
+}
+
+func (s *shard) resizeIndexLocked(t *Table, size int) {
 	old := s.idx
 	s.idx = make([]uint32, size)
 	for _, e := range old {

@@ -538,6 +538,20 @@ func (t *Table) Delete(id uint64) bool {
 	return true
 }
 
+// Reserve allocates room for rows rows (spread over the shards, with a margin for uneven
+// spreading) and touches every page of it, so that filling the table, or restoring it, does not
+// stop on page faults. Memory already in use is kept. MemoryBytes counts the reserved room.
+func (t *Table) Reserve(rows int) {
+	per := rows/len(t.shards) + rows/len(t.shards)/16 + 64
+	t.parallelShards(func(i int) {
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.reserveRowsLocked(per, t.stride)
+		s.reserveIndexLocked(t, per)
+		s.mu.Unlock()
+	})
+}
+
 // Stats are counters since the table was made.
 type Stats struct {
 	Rows            int

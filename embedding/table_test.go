@@ -227,3 +227,21 @@ func TestAssign(t *testing.T) {
 	r, _ = tab.Row(1)
 	assert.Equal(t, []float32{1, 2}, r.Weights)
 }
+
+func TestReserve(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 4, Shards: 4, Optimizer: Optimizer{Kind: SGD}})
+	require.NoError(t, tab.Lookup([]uint64{1, 2, 3}, make([]float32, 12)))
+	before, _ := tab.Row(2)
+	tab.Reserve(5000)
+	grown := tab.MemoryBytes()
+	assert.Greater(t, grown, int64(5000*tab.RawRowSize()), "the reserved room is counted")
+	after, _ := tab.Row(2)
+	assert.Equal(t, before, after, "rows survive a reserve")
+	ids := make([]uint64, 5000)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	require.NoError(t, tab.Lookup(ids, make([]float32, len(ids)*4)))
+	assert.Equal(t, 5000, tab.Len())
+	assert.Equal(t, grown, tab.MemoryBytes(), "5000 rows fit in the reserved room")
+}
