@@ -30,14 +30,15 @@ const (
 type Code uint8
 
 const (
-	OK         Code = iota // success
-	NoMoreWork             // shard.ErrNoMoreWork
-	Wait                   // shard.ErrWait (a *shard.WaitError with RetryAfter)
-	StaleLease             // shard.ErrStaleLease
-	BadOffset              // shard.ErrBadOffset
-	BadWorker              // shard.ErrBadWorker
-	Canceled               // context.Canceled or context.DeadlineExceeded on the server
-	Internal               // anything else: ErrRemote with the message
+	OK          Code = iota // success
+	NoMoreWork              // shard.ErrNoMoreWork
+	Wait                    // shard.ErrWait (a *shard.WaitError with RetryAfter)
+	StaleLease              // shard.ErrStaleLease
+	BadOffset               // shard.ErrBadOffset
+	BadWorker               // shard.ErrBadWorker
+	Canceled                // context.Canceled or context.DeadlineExceeded on the server
+	Internal                // anything else: ErrRemote with the message
+	Unsupported             // errors.ErrUnsupported: the server's service cannot make the call
 	numCodes
 )
 
@@ -58,6 +59,8 @@ func CodeOf(err error) Code {
 		return BadWorker
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Canceled
+	case errors.Is(err, errors.ErrUnsupported):
+		return Unsupported
 	}
 	return Internal
 }
@@ -96,6 +99,8 @@ func codeErr(c Code, msg string, retryAfter time.Duration) error {
 		sentinel = shard.ErrBadWorker
 	case Canceled:
 		sentinel = context.Canceled
+	case Unsupported:
+		sentinel = errors.ErrUnsupported
 	default:
 		sentinel = ErrRemote
 	}
@@ -117,7 +122,7 @@ type AcquireRequest struct {
 	Worker string
 }
 
-// AcquireResponse answers an AcquireRequest.
+// AcquireResponse answers an AcquireRequest, and a ReportAcquireRequest.
 type AcquireResponse struct {
 	Code       Code
 	Message    string
@@ -125,7 +130,8 @@ type AcquireResponse struct {
 	Lease      shard.Lease   // Code OK only
 }
 
-// NewAcquireResponse returns the response for what Service.Acquire returned.
+// NewAcquireResponse returns the response for what Service.Acquire (or
+// shard.ReportAcquirer.ReportAndAcquire) returned.
 func NewAcquireResponse(l shard.Lease, err error) AcquireResponse {
 	if err == nil {
 		return AcquireResponse{Lease: l}
@@ -139,7 +145,7 @@ func NewAcquireResponse(l shard.Lease, err error) AcquireResponse {
 	return r
 }
 
-// Result returns what Service.Acquire returned on the server.
+// Result returns what Service.Acquire (or ReportAndAcquire) returned on the server.
 func (r AcquireResponse) Result() (shard.Lease, error) {
 	if r.Code != OK {
 		return shard.Lease{}, codeErr(r.Code, r.Message, r.RetryAfter)
@@ -153,6 +159,16 @@ type ReportRequest struct {
 	Lease  shard.LeaseID
 	Offset int64
 	Done   bool
+}
+
+// ReportAcquireRequest carries the arguments of shard.ReportAcquirer.ReportAndAcquire. It is
+// answered by an AcquireResponse: Code OK with the next lease, NoMoreWork or Wait when the
+// report was accepted but no shard was leased, StaleLease, BadOffset or BadWorker when nothing
+// happened, Unsupported when the server's service cannot combine the calls.
+type ReportAcquireRequest struct {
+	Worker string
+	Lease  shard.LeaseID
+	Offset int64 // the shard's record count
 }
 
 // LeaveRequest carries the argument of Service.Leave.
@@ -211,6 +227,27 @@ func DecodeReportRequest(src []byte) (ReportRequest, []byte, error) {
 	r.Done = d.bool("done")
 	if d.err != nil {
 		return ReportRequest{}, src, d.err
+	}
+	return r, d.b, nil
+}
+
+// AppendReportAcquireRequest appends r's encoding to dst.
+func AppendReportAcquireRequest(dst []byte, r ReportAcquireRequest) []byte {
+	dst = appendString(append(dst, version), r.Worker)
+	dst = appendLeaseID(dst, r.Lease)
+	return binary.AppendVarint(dst, r.Offset)
+}
+
+// DecodeReportAcquireRequest decodes a ReportAcquireRequest from the front of src.
+func DecodeReportAcquireRequest(src []byte) (ReportAcquireRequest, []byte, error) {
+	d := decoder{b: src}
+	d.version()
+	var r ReportAcquireRequest
+	r.Worker = d.string("worker", shard.MaxWorkerName)
+	r.Lease = d.leaseID()
+	r.Offset = d.varint("offset")
+	if d.err != nil {
+		return ReportAcquireRequest{}, src, d.err
 	}
 	return r, d.b, nil
 }

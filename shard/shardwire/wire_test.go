@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 
 // loopback is a shard.Service that goes through the codecs: what a network adapter does, minus
 // the network.
-type loopback struct{ d *shard.Dispatcher }
+type loopback struct {
+	d    *shard.Dispatcher
+	hide bool // serve as if the dispatcher had no combined call
+}
 
 func (l loopback) Acquire(ctx context.Context, worker string) (shard.Lease, error) {
 	req, _, err := shardwire.DecodeAcquireRequest(shardwire.AppendAcquireRequest(nil, shardwire.AcquireRequest{Worker: worker}))
@@ -42,6 +46,27 @@ func (l loopback) Report(ctx context.Context, worker string, id shard.LeaseID, o
 	return st.Err()
 }
 
+func (l loopback) ReportAndAcquire(ctx context.Context, worker string, id shard.LeaseID, offset int64) (shard.Lease, error) {
+	req, _, err := shardwire.DecodeReportAcquireRequest(shardwire.AppendReportAcquireRequest(nil, shardwire.ReportAcquireRequest{Worker: worker, Lease: id, Offset: offset}))
+	if err != nil {
+		return shard.Lease{}, err
+	}
+	wire := shardwire.AppendAcquireResponse(nil, shardwire.NewAcquireResponse(shard.ReportAndAcquire(ctx, l.svc(), req.Worker, req.Lease, req.Offset)))
+	resp, rest, err := shardwire.DecodeAcquireResponse(wire)
+	if err != nil || len(rest) != 0 {
+		return shard.Lease{}, errors.Join(err, errors.New("trailing bytes"))
+	}
+	return resp.Result()
+}
+
+// svc is the dispatcher, without its combined call when hide is set.
+func (l loopback) svc() shard.Service {
+	if l.hide {
+		return struct{ shard.Service }{l.d}
+	}
+	return l.d
+}
+
 func (l loopback) Leave(ctx context.Context, worker string) error {
 	req, _, err := shardwire.DecodeLeaveRequest(shardwire.AppendLeaveRequest(nil, shardwire.LeaveRequest{Worker: worker}))
 	if err != nil {
@@ -62,7 +87,7 @@ func TestReaderOverCodecs(t *testing.T) {
 	}
 	ledger := shardtest.NewLedger()
 	data := shard.IndexedFunc(500, func(i int64, rec *shard.Record) error { rec.Label = float32(i); return nil })
-	r, err := shard.NewReader(shard.ReaderConfig{Service: ledger.Wrap(loopback{d}), Worker: "w", Source: shard.IndexedSource{Data: data}, BatchSize: 10})
+	r, err := shard.NewReader(shard.ReaderConfig{Service: ledger.Wrap(loopback{d: d}), Worker: "w", Source: shard.IndexedSource{Data: data}, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +109,9 @@ func TestReaderOverCodecs(t *testing.T) {
 	if err := ledger.Check(d.Progress()); err != nil || n != 1000 {
 		t.Fatalf("%v, %d records", err, n)
 	}
+	if st := r.Stats(); st.Combined != 16 || st.Leases != 16 {
+		t.Fatalf("stats %+v: every shard should end with the combined call", st)
+	}
 }
 
 func TestErrorsSurviveTheWire(t *testing.T) {
@@ -93,7 +121,7 @@ func TestErrorsSurviveTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := loopback{d}
+	svc := loopback{d: d}
 	l, err := svc.Acquire(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -112,8 +140,20 @@ func TestErrorsSurviveTheWire(t *testing.T) {
 	if _, err := svc.Acquire(ctx, ""); !errors.Is(err, shard.ErrBadWorker) {
 		t.Fatalf("worker: %v", err)
 	}
-	if err := svc.Report(ctx, "a", l.ID, 10, true); err != nil {
-		t.Fatal(err)
+	if _, err := svc.ReportAndAcquire(ctx, "b", l.ID, 10); !errors.Is(err, shard.ErrStaleLease) {
+		t.Fatalf("combined, stale: %v", err)
+	}
+	if _, err := svc.ReportAndAcquire(ctx, "a", l.ID, 9); !errors.Is(err, shard.ErrBadOffset) {
+		t.Fatalf("combined, offset: %v", err)
+	}
+	if _, err := (loopback{d: d, hide: true}).ReportAndAcquire(ctx, "a", l.ID, 10); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("combined, unsupported: %v", err)
+	}
+	if _, err := svc.ReportAndAcquire(ctx, "a", l.ID, 10); !errors.Is(err, shard.ErrNoMoreWork) {
+		t.Fatalf("combined, no more work: %v", err)
+	}
+	if err := svc.Report(ctx, "a", l.ID, 10, true); !errors.Is(err, shard.ErrStaleLease) {
+		t.Fatalf("report after the combined call: %v", err)
 	}
 	if _, err := svc.Acquire(ctx, "a"); !errors.Is(err, shard.ErrNoMoreWork) {
 		t.Fatalf("no more work: %v", err)
@@ -156,12 +196,30 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 	}
+	ra := shardwire.ReportAcquireRequest{Worker: "w-2", Lease: resp.Lease.ID, Offset: 10}
+	b = append(shardwire.AppendReportAcquireRequest(nil, ra), 0xBB)
+	gotRA, rest, err := shardwire.DecodeReportAcquireRequest(b)
+	if err != nil || !bytes.Equal(rest, []byte{0xBB}) || gotRA != ra {
+		t.Fatalf("%v %+v", err, gotRA)
+	}
+	for i := range b[:len(b)-1] {
+		if _, _, err := shardwire.DecodeReportAcquireRequest(b[:i]); !errors.Is(err, shardwire.ErrMalformed) {
+			t.Fatalf("truncated at %d: %v", i, err)
+		}
+	}
+	unsupported := shardwire.NewAcquireResponse(shard.Lease{}, fmt.Errorf("no: %w", errors.ErrUnsupported))
+	b = shardwire.AppendAcquireResponse(nil, unsupported)
+	gotU, _, err := shardwire.DecodeAcquireResponse(b)
+	if _, rerr := gotU.Result(); err != nil || gotU.Code != shardwire.Unsupported || !errors.Is(rerr, errors.ErrUnsupported) {
+		t.Fatalf("unsupported: %v %+v %v", err, gotU, rerr)
+	}
 }
 
 func FuzzAcquireResponse(f *testing.F) {
 	f.Add(shardwire.AppendAcquireResponse(nil, shardwire.AcquireResponse{Lease: sampleLease()}))
 	f.Add(shardwire.AppendAcquireResponse(nil, shardwire.NewAcquireResponse(shard.Lease{}, &shard.WaitError{RetryAfter: time.Second})))
 	f.Add(shardwire.AppendAcquireResponse(nil, shardwire.NewAcquireResponse(shard.Lease{}, shard.ErrNoMoreWork)))
+	f.Add(shardwire.AppendAcquireResponse(nil, shardwire.NewAcquireResponse(shard.Lease{}, errors.ErrUnsupported)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, rest, err := shardwire.DecodeAcquireResponse(b)
 		if err != nil {
@@ -181,10 +239,16 @@ func FuzzRequests(f *testing.F) {
 	f.Add(shardwire.AppendReportRequest(nil, shardwire.ReportRequest{Worker: "w", Lease: sampleLease().ID, Offset: -3}))
 	f.Add(shardwire.AppendAcquireRequest(nil, shardwire.AcquireRequest{Worker: "worker-7"}))
 	f.Add(shardwire.AppendStatus(nil, shardwire.NewStatus(shard.ErrStaleLease)))
+	f.Add(shardwire.AppendReportAcquireRequest(nil, shardwire.ReportAcquireRequest{Worker: "w", Lease: sampleLease().ID, Offset: 10}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, rest, err := shardwire.DecodeReportRequest(b); err == nil {
 			if again := shardwire.AppendReportRequest(nil, r); !bytes.Equal(again, b[:len(b)-len(rest)]) {
 				t.Fatalf("report: %x vs %x", again, b)
+			}
+		}
+		if r, rest, err := shardwire.DecodeReportAcquireRequest(b); err == nil {
+			if again := shardwire.AppendReportAcquireRequest(nil, r); !bytes.Equal(again, b[:len(b)-len(rest)]) {
+				t.Fatalf("report and acquire: %x vs %x", again, b)
 			}
 		}
 		if r, rest, err := shardwire.DecodeAcquireRequest(b); err == nil {
