@@ -26,9 +26,17 @@ import (
 //
 // An Acquire whose answer is late (the call timed out, or its context ended) is not forgotten:
 // the request stays outstanding (up to ten CallTimeouts), and the next Acquire for the same
-// worker and address waits for it and returns its lease. Without this, every Acquire retried during a partition would be granted
-// a shard once the partition heals, and the dispatcher would revoke the worker's older leases
-// to stay within its lease limit, counting failures.
+// worker and address waits for it and returns its lease. Without this, every Acquire retried
+// during a partition would be granted a shard once the partition heals, and the dispatcher
+// would revoke the worker's older leases to stay within its lease limit, counting failures.
+//
+// The Client implements shard.ReportAcquirer: ReportAndAcquire is one round trip. It needs no
+// such bookkeeping, because the dispatcher itself answers a repeated combined call with the
+// lease the first one granted (see shard.ReportAcquirer), so a call that timed out is simply
+// retried. It does not collect a late Acquire answer either: after giving up on an Acquire, a
+// caller should get its next lease from Acquire (shard.Reader does). Against a server that does
+// not know the call, or whose service cannot make it, ReportAndAcquire returns an error
+// matching errors.ErrUnsupported, and the caller makes the two calls instead.
 type Client struct {
 	cfg  ClientConfig
 	rpc  *rpc.Client
@@ -44,7 +52,10 @@ type Client struct {
 	acquires map[string]*acquireCall // by worker: outstanding or answered and not yet taken
 }
 
-var _ shard.Service = (*Client)(nil)
+var (
+	_ shard.Service        = (*Client)(nil)
+	_ shard.ReportAcquirer = (*Client)(nil)
+)
 
 // acquireCall is one Acquire request on the wire. Its result fields are written before done
 // is closed.
@@ -243,6 +254,43 @@ func (c *Client) Report(ctx context.Context, worker string, lease shard.LeaseID,
 	return c.statusCall(ctx, "report", methodReport, *bp)
 }
 
+// ReportAndAcquire reports worker's lease done at offset, the shard's record count, and leases
+// the worker's next shard in one round trip (see shard.ReportAcquirer for what each outcome
+// means). A call without an answer returns ErrUnavailable and is safe to repeat: the dispatcher
+// recognises the repeat. A server without the call makes it return an error matching
+// errors.ErrUnsupported.
+func (c *Client) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (shard.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return shard.Lease{}, err
+	}
+	if err := checkWorker(worker); err != nil {
+		return shard.Lease{}, err
+	}
+	bp := c.scratch()
+	*bp = shardwire.AppendReportAcquireRequest(*bp, shardwire.ReportAcquireRequest{Worker: worker, Lease: lease, Offset: offset})
+	defer c.bufs.Put(bp)
+	const op = "report and acquire"
+	resp, addr, err := c.call(ctx, op, methodReportAcquire, *bp)
+	if err != nil {
+		var re *rpc.RemoteError
+		if errors.As(err, &re) && re.Code == rpc.CodeUnknownMethod {
+			return shard.Lease{}, fmt.Errorf("shardnet: %s at %s: the server does not know the call: %w", op, addr, errors.ErrUnsupported)
+		}
+		return shard.Lease{}, err
+	}
+	r, rest, err := shardwire.DecodeAcquireResponse(resp)
+	c.rpc.Release(resp)
+	switch {
+	case err != nil:
+		return shard.Lease{}, protocolError(op, addr, err)
+	case len(rest) != 0:
+		return shard.Lease{}, protocolError(op, addr, fmt.Errorf("%d trailing bytes", len(rest)))
+	case r.Code == shardwire.Canceled:
+		return shard.Lease{}, fmt.Errorf("%w: %s at %s: the dispatcher cancelled the call", ErrUnavailable, op, addr)
+	}
+	return r.Result()
+}
+
 // Leave hands every shard of worker back (see shard.Service).
 func (c *Client) Leave(ctx context.Context, worker string) error {
 	if err := ctx.Err(); err != nil {
@@ -257,12 +305,14 @@ func (c *Client) Leave(ctx context.Context, worker string) error {
 	return c.statusCall(ctx, "leave", methodLeave, *bp)
 }
 
-// statusCall makes a call answered by a shardwire.Status and returns the status's error.
-func (c *Client) statusCall(ctx context.Context, op string, method uint16, req []byte) error {
-	if c.isClosed() {
-		return c.closedErr(op)
-	}
+// call makes one call to the current address, waiting at most CallTimeout, and returns the
+// response (to Release) and the address, or the client's error for the failure (an error the
+// server's RPC layer answered stays in its chain).
+func (c *Client) call(ctx context.Context, op string, method uint16, req []byte) ([]byte, string, error) {
 	addr := c.Addr()
+	if c.isClosed() {
+		return nil, addr, c.closedErr(op)
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	resp, err := c.rpc.Call(cctx, addr, method, req)
 	timedOut := cctx.Err() != nil
@@ -270,11 +320,20 @@ func (c *Client) statusCall(ctx context.Context, op string, method uint16, req [
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return nil, addr, ctx.Err()
 		case timedOut && !c.isClosed():
-			return fmt.Errorf("%w: %s at %s: no answer within %v", ErrUnavailable, op, addr, c.cfg.CallTimeout)
+			return nil, addr, fmt.Errorf("%w: %s at %s: no answer within %v", ErrUnavailable, op, addr, c.cfg.CallTimeout)
 		}
-		return c.callError(op, addr, err)
+		return nil, addr, c.callError(op, addr, err)
+	}
+	return resp, addr, nil
+}
+
+// statusCall makes a call answered by a shardwire.Status and returns the status's error.
+func (c *Client) statusCall(ctx context.Context, op string, method uint16, req []byte) error {
+	resp, addr, err := c.call(ctx, op, method, req)
+	if err != nil {
+		return err
 	}
 	st, rest, err := shardwire.DecodeStatus(resp)
 	c.rpc.Release(resp)

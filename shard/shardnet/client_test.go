@@ -51,8 +51,20 @@ func TestErrorsCrossTheWire(t *testing.T) {
 				t.Fatalf("worker %q: %v", w, err)
 			}
 		}
-		if err := cli.Report(ctx, "a", l.ID, 10, true); err != nil {
-			t.Fatal(err)
+		if _, err := cli.ReportAndAcquire(ctx, "b", l.ID, 10); !errors.Is(err, shard.ErrStaleLease) {
+			t.Fatalf("combined, stale: %v", err)
+		}
+		if _, err := cli.ReportAndAcquire(ctx, "a", l.ID, 9); !errors.Is(err, shard.ErrBadOffset) {
+			t.Fatalf("combined, offset: %v", err)
+		}
+		if _, err := cli.ReportAndAcquire(ctx, "", l.ID, 10); !errors.Is(err, shard.ErrBadWorker) {
+			t.Fatalf("combined, worker: %v", err)
+		}
+		if _, err := cli.ReportAndAcquire(ctx, "a", l.ID, 10); !errors.Is(err, shard.ErrNoMoreWork) {
+			t.Fatalf("combined, no more work: %v", err)
+		}
+		if err := cli.Report(ctx, "a", l.ID, 10, true); !errors.Is(err, shard.ErrStaleLease) {
+			t.Fatalf("report after the combined call: %v", err)
 		}
 		if _, err := cli.Acquire(ctx, "a"); !errors.Is(err, shard.ErrNoMoreWork) {
 			t.Fatalf("no more work: %v", err)
@@ -61,8 +73,20 @@ func TestErrorsCrossTheWire(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := s.srv.Stats()
-		if st.Acquires != 3 || st.Reports != 3 || st.Leaves != 1 || st.Malformed != 0 {
+		if st.Acquires != 3 || st.Reports != 3 || st.Leaves != 1 || st.ReportAcquires != 3 || st.Malformed != 0 {
 			t.Fatalf("stats %+v", st)
+		}
+		if p := d.Progress(); !p.Finished || p.EpochRecords[0].Done != 10 {
+			t.Fatalf("progress %+v", p)
+		}
+
+		// A server whose service has no combined call says so.
+		plain := serve(t, nw, "plain", "plain:1", struct{ shard.Service }{d})
+		defer plain.stop()
+		pc := newClient(t, nw, "w", "plain:1", time.Second)
+		defer pc.Close()
+		if _, err := pc.ReportAndAcquire(ctx, "a", l.ID, 10); !errors.Is(err, errors.ErrUnsupported) || errors.Is(err, shard.ErrPermanent) {
+			t.Fatalf("combined call without support: %v", err)
 		}
 	})
 }
@@ -75,6 +99,9 @@ func (f failing) Report(context.Context, string, shard.LeaseID, int64, bool) err
 	return f.err
 }
 func (f failing) Leave(context.Context, string) error { return f.err }
+func (f failing) ReportAndAcquire(context.Context, string, shard.LeaseID, int64) (shard.Lease, error) {
+	return shard.Lease{}, f.err
+}
 
 func TestServiceFailuresAreRetryable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -90,7 +117,8 @@ func TestServiceFailuresAreRetryable(t *testing.T) {
 		}{{"a:1", shardwire.ErrRemote}, {"b:1", shardnet.ErrUnavailable}} {
 			cli := newClient(t, nw, "w", tc.addr, time.Second)
 			_, err := cli.Acquire(ctx, "w")
-			errs := []error{err, cli.Report(ctx, "w", shard.LeaseID{Seq: 1}, 1, false), cli.Leave(ctx, "w")}
+			_, raErr := cli.ReportAndAcquire(ctx, "w", shard.LeaseID{Seq: 1}, 1)
+			errs := []error{err, cli.Report(ctx, "w", shard.LeaseID{Seq: 1}, 1, false), cli.Leave(ctx, "w"), raErr}
 			for i, err := range errs {
 				if !errors.Is(err, tc.want) || errors.Is(err, shard.ErrPermanent) || errors.Is(err, context.Canceled) {
 					t.Errorf("%s call %d: %v, want %v", tc.addr, i, err, tc.want)
@@ -228,6 +256,60 @@ func TestLateAcquireAnswerIsNotLost(t *testing.T) {
 	})
 }
 
+// TestCombinedCallRetriedAfterLostAnswer loses the answers of combined calls, once because the
+// dispatcher answers after the client gave up, once in a partition: each retry returns the lease
+// the lost call granted, and the dispatcher grants nothing more.
+func TestCombinedCallRetriedAfterLostAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New(memnet.Config{})
+		d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(1000), ShardSize: 100, LeaseTTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := &lateAnswers{Service: d, delay: 3 * time.Second, late: func(call int64) bool { return call == 1 }}
+		s := serve(t, nw, "coord", "coord:1", slow)
+		defer s.stop()
+		cli := newClient(t, nw, "w", "coord:1", time.Second)
+		defer cli.Close()
+		ctx := context.Background()
+		a, err := cli.Acquire(ctx, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ReportAndAcquire(ctx, "w", a.ID, 100); !errors.Is(err, shardnet.ErrUnavailable) {
+			t.Fatalf("late answer: %v", err)
+		}
+		if p := d.Progress(); p.Leases != 2 || p.EpochRecords[0].Done != 100 {
+			t.Fatalf("the lost call did not take effect: %+v", p)
+		}
+		b, err := cli.ReportAndAcquire(ctx, "w", a.ID, 100)
+		if err != nil || b.ID.Seq != 2 {
+			t.Fatalf("retry: lease %v, %v", b.ID, err)
+		}
+
+		nw.Partition("w", "coord")
+		if _, err := cli.ReportAndAcquire(ctx, "w", b.ID, 100); !errors.Is(err, shardnet.ErrUnavailable) {
+			t.Fatalf("partitioned: %v", err)
+		}
+		nw.Heal("w", "coord")
+		synctest.Wait() // the held request is delivered and answered
+		if p := d.Progress(); p.Leases != 3 || p.EpochRecords[0].Done != 200 {
+			t.Fatalf("after the partition healed: %+v", p)
+		}
+		c, err := cli.ReportAndAcquire(ctx, "w", b.ID, 100)
+		if err != nil || c.ID.Seq != 3 {
+			t.Fatalf("retry after the partition: lease %v, %v", c.ID, err)
+		}
+		p := d.Progress()
+		if p.Leases != 3 || p.EpochRecords[0].Done != 200 || len(p.Workers) != 1 || p.Workers[0].Leases != 1 || p.Workers[0].Revoked != 0 {
+			t.Fatalf("progress %+v", p)
+		}
+		if n := s.srv.Stats().ReportAcquires; n != 4 {
+			t.Fatalf("%d combined calls served, want 4", n)
+		}
+	})
+}
+
 func TestCloseAndShutdown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nw := memnet.New(memnet.Config{})
@@ -249,7 +331,8 @@ func TestCloseAndShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = cli.Acquire(ctx, "w")
-		errs := []error{err, cli.Report(ctx, "w", l.ID, 1, false), cli.Leave(ctx, "w")}
+		_, raErr := cli.ReportAndAcquire(ctx, "w", l.ID, 10)
+		errs := []error{err, cli.Report(ctx, "w", l.ID, 1, false), cli.Leave(ctx, "w"), raErr}
 		for i, err := range errs {
 			if !errors.Is(err, shardnet.ErrClosed) || !errors.Is(err, shard.ErrPermanent) {
 				t.Fatalf("call %d on a closed client: %v", i, err)

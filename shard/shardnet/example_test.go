@@ -78,8 +78,10 @@ func Example() {
 	fmt.Printf("trained %d records, dispatcher counts %d of %d, finished %t\n",
 		trained["worker-a"]+trained["worker-b"], p.EpochRecords[0].Done, p.EpochRecords[0].Records, p.Finished)
 	st := srv.Stats()
-	fmt.Printf("%d reports, %d malformed\n", st.Reports, st.Malformed)
+	// Each shard took one progress report (after its first batch) and one combined call that
+	// reported it done and leased the next shard.
+	fmt.Printf("%d reports, %d combined, %d malformed\n", st.Reports, st.ReportAcquires, st.Malformed)
 	// Output:
 	// trained 1000 records, dispatcher counts 1000 of 1000, finished true
-	// 20 reports, 0 malformed
+	// 10 reports, 10 combined, 0 malformed
 }

@@ -104,6 +104,7 @@ func TestGarbageHurtsNoOne(t *testing.T) {
 		acquire := shardwire.AppendAcquireRequest(nil, shardwire.AcquireRequest{Worker: "x"})
 		report := shardwire.AppendReportRequest(nil, shardwire.ReportRequest{Worker: "x", Lease: lease.ID, Offset: 3})
 		long := shardwire.AppendLeaveRequest(nil, shardwire.LeaveRequest{Worker: strings.Repeat("x", shard.MaxWorkerName+1)})
+		combined := shardwire.AppendReportAcquireRequest(nil, shardwire.ReportAcquireRequest{Worker: "x", Lease: lease.ID, Offset: 3})
 		bad := []struct {
 			method uint16
 			req    []byte
@@ -115,6 +116,8 @@ func TestGarbageHurtsNoOne(t *testing.T) {
 			{methodReport, append([]byte{9}, report[1:]...)}, // unknown version
 			{methodLeave, long},                              // worker name too long
 			{methodLeave, append(append([]byte(nil), long[:3]...), 'x')},
+			{methodReportAcquire, combined[:len(combined)-1]}, // truncated
+			{methodReportAcquire, append(combined, 1)},        // trailing byte
 		}
 		for i, b := range bad {
 			_, err := rc.Call(ctx, "coord:1", b.method, b.req)
@@ -123,7 +126,7 @@ func TestGarbageHurtsNoOne(t *testing.T) {
 				t.Fatalf("bad request %d: %v", i, err)
 			}
 		}
-		if st := srv.Stats(); st.Malformed != uint64(len(bad)) || st.Acquires != 1 || st.Reports != 0 || st.Leaves != 0 {
+		if st := srv.Stats(); st.Malformed != uint64(len(bad)) || st.Acquires != 1 || st.Reports != 0 || st.Leaves != 0 || st.ReportAcquires != 0 {
 			t.Fatalf("stats %+v", st)
 		}
 
@@ -142,7 +145,9 @@ func TestGarbageHurtsNoOne(t *testing.T) {
 
 // TestClientRefusesNonDispatchers points clients at servers that are not dispatchers of this
 // protocol: the calls fail with ErrProtocol, which a Reader does not retry; a server-side
-// panic is a remote failure that it does retry.
+// panic is a remote failure that it does retry. A server that does not know the combined call
+// answers it with errors.ErrUnsupported, which is not permanent either: the Reader makes the two
+// calls instead.
 func TestClientRefusesNonDispatchers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nw := memnet.New(memnet.Config{})
@@ -182,6 +187,9 @@ func TestClientRefusesNonDispatchers(t *testing.T) {
 				if !errors.Is(err, tc.want) || errors.Is(err, shard.ErrPermanent) != tc.permanent {
 					t.Errorf("%s call %d: %v", tc.addr, i, err)
 				}
+			}
+			if _, err := cli.ReportAndAcquire(ctx, "w", shard.LeaseID{Seq: 1}, 1); !errors.Is(err, errors.ErrUnsupported) || errors.Is(err, shard.ErrPermanent) {
+				t.Errorf("%s combined call: %v", tc.addr, err)
 			}
 			_ = cli.Close()
 		}

@@ -3,6 +3,7 @@ package shardnet_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,30 @@ func (n *notifier) Leave(ctx context.Context, w string) error {
 	return n.Service.Leave(ctx, w)
 }
 
+func (n *notifier) ReportAndAcquire(ctx context.Context, w string, id shard.LeaseID, off int64) (shard.Lease, error) {
+	defer n.poke()
+	return shard.ReportAndAcquire(ctx, n.Service, w, id, off)
+}
+
+// lateAnswers wraps a Service and holds back the answers of the combined calls late picks (by
+// their number, from 1) for delay after they took effect, so that a client with a shorter
+// CallTimeout gives up on them: answers lost on the way back.
+type lateAnswers struct {
+	shard.Service
+	delay       time.Duration
+	late        func(call int64) bool
+	calls, held atomic.Int64
+}
+
+func (l *lateAnswers) ReportAndAcquire(ctx context.Context, w string, id shard.LeaseID, off int64) (shard.Lease, error) {
+	lease, err := shard.ReportAndAcquire(ctx, l.Service, w, id, off)
+	if l.late(l.calls.Add(1)) {
+		l.held.Add(1)
+		time.Sleep(l.delay)
+	}
+	return lease, err
+}
+
 // waitFor waits until cond holds, re-checking after every call through the notifier. It fails
 // the test after a minute (of the test's clock).
 func (n *notifier) waitFor(t *testing.T, what string, cond func() bool) {
@@ -124,4 +149,5 @@ func (c *counters) add(s shard.ReaderStats) {
 	c.Reported += s.Reported
 	c.Retries += s.Retries
 	c.Waits += s.Waits
+	c.Combined += s.Combined
 }

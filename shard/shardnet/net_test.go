@@ -18,9 +18,12 @@ import (
 // on a fifth, over an in-memory network. Midway the coordinator host crashes; a new process
 // restores the last snapshot into a dispatcher of a new incarnation and serves it on the same
 // address. Later one worker is cut off for longer than the lease TTL, then the partition heals.
-// Every record is counted exactly once per epoch (a ledger of accepted reports, taken with the
-// snapshot), nothing fails, and the readers needed nothing but their own retries. Time is
-// virtual (synctest), so the outage and partition cost no wall time.
+// Throughout, readers finish shards with the combined call, and the answers of every fifth such
+// call come after the client gave up (lost on the way back), so readers retry them. Every
+// record is counted exactly once per epoch (a ledger of accepted reports, taken with the
+// snapshot), nothing fails, no lease is orphaned (revoked for the lease limit), and the readers
+// needed nothing but their own retries. Time is virtual (synctest), so the outage, the partition
+// and the late answers cost no wall time.
 func TestReadersSurviveRestartAndPartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const (
@@ -39,7 +42,9 @@ func TestReadersSurviveRestartAndPartition(t *testing.T) {
 		}
 		ledger1 := shardtest.NewLedger()
 		note := newNotifier()
-		srv1 := serve(t, nw, "coord", addr, note.wrap(ledger1.Wrap(d1)))
+		late := func(call int64) bool { return call%5 == 0 }
+		slow1 := &lateAnswers{Service: ledger1.Wrap(d1), delay: time.Second, late: late}
+		srv1 := serve(t, nw, "coord", addr, note.wrap(slow1))
 
 		data := labelled(records)
 		var total counters
@@ -109,7 +114,8 @@ func TestReadersSurviveRestartAndPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		replayFrom := ledger2.Counted(0)
-		srv2 := serve(t, nw, "coord", addr, note.wrap(ledger2.Wrap(d2)))
+		slow2 := &lateAnswers{Service: ledger2.Wrap(d2), delay: time.Second, late: late}
+		srv2 := serve(t, nw, "coord", addr, note.wrap(slow2))
 		note.waitFor(t, "progress after the restart", func() bool { return ledger2.Counted(0) >= replayFrom+6000 })
 
 		// One worker is cut off for longer than its leases live; others take its shards over.
@@ -137,18 +143,27 @@ func TestReadersSurviveRestartAndPartition(t *testing.T) {
 				t.Fatalf("epoch %d: %d done, %d counted of %d", e.Epoch, e.Done, ledger2.Counted(e.Epoch), records)
 			}
 		}
-		var expired int
+		var expired, revoked int
 		for _, w := range p.Workers {
 			expired += w.Expired
+			revoked += w.Revoked
 		}
 		if expired == 0 || total.LostLeases == 0 || total.Retries == 0 {
 			t.Fatalf("expired leases %d, lost leases %d, retries %d: the faults did not bite", expired, total.LostLeases, total.Retries)
 		}
+		combined, repeats := ledger2.Combined()
+		held := slow1.held.Load() + slow2.held.Load()
+		if total.Combined == 0 || repeats == 0 || held == 0 {
+			t.Fatalf("combined calls %d (%d by the readers), repeats %d, answers held back %d: the combined call was not exercised", combined, total.Combined, repeats, held)
+		}
+		if revoked != 0 {
+			t.Fatalf("%d leases revoked for the lease limit: a retry left a lease behind", revoked)
+		}
 		if total.Records < 2*records {
 			t.Fatalf("readers handed out %d records, fewer than the %d counted", total.Records, 2*records)
 		}
-		t.Logf("%d records handed out for %d, %d leases (%d lost), %d retries, %d leases expired on the new dispatcher",
-			total.Records, 2*records, total.Leases, total.LostLeases, total.Retries, expired)
+		t.Logf("%d records handed out for %d, %d leases (%d lost, %d by the combined call), %d retries, %d leases expired on the new dispatcher, %d answers held back, %d repeats",
+			total.Records, 2*records, total.Leases, total.LostLeases, total.Combined, total.Retries, expired, held, repeats)
 	})
 }
 

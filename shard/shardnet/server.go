@@ -14,11 +14,14 @@ import (
 )
 
 // RPC methods of the protocol ('S' for shard in the high byte). Payloads are the shardwire
-// encodings: AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status.
+// encodings: AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status,
+// ReportAcquireRequest -> AcquireResponse. A server without the last answers it with the RPC
+// layer's unknown-method error, which the client turns into errors.ErrUnsupported.
 const (
-	methodAcquire uint16 = 0x5301
-	methodReport  uint16 = 0x5302
-	methodLeave   uint16 = 0x5303
+	methodAcquire       uint16 = 0x5301
+	methodReport        uint16 = 0x5302
+	methodLeave         uint16 = 0x5303
+	methodReportAcquire uint16 = 0x5304
 )
 
 // codeBadRequest is the RPC error code of a request the server could not decode.
@@ -26,10 +29,11 @@ const codeBadRequest = rpc.MinAppCode + 1
 
 // ServerStats are a server's counters since NewServer.
 type ServerStats struct {
-	Acquires  uint64 // Acquire calls served
-	Reports   uint64 // Report calls served
-	Leaves    uint64 // Leave calls served
-	Malformed uint64 // requests refused because they could not be decoded
+	Acquires       uint64 // Acquire calls served
+	Reports        uint64 // Report calls served
+	Leaves         uint64 // Leave calls served
+	ReportAcquires uint64 // ReportAndAcquire calls served (including those answered Unsupported)
+	Malformed      uint64 // requests refused because they could not be decoded
 }
 
 // Server serves a shard.Service (typically the coordinator's *shard.Dispatcher) to
@@ -40,12 +44,13 @@ type Server struct {
 	log *slog.Logger
 	rpc *rpc.Server
 
-	closed    atomic.Bool
-	bufs      sync.Pool // *[]byte response scratch
-	acquires  atomic.Uint64
-	reports   atomic.Uint64
-	leaves    atomic.Uint64
-	malformed atomic.Uint64
+	closed         atomic.Bool
+	bufs           sync.Pool // *[]byte response scratch
+	acquires       atomic.Uint64
+	reports        atomic.Uint64
+	leaves         atomic.Uint64
+	reportAcquires atomic.Uint64
+	malformed      atomic.Uint64
 }
 
 // NewServer returns a server for cfg.Service, or an error joining every problem of cfg. It
@@ -63,7 +68,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s := &Server{svc: cfg.Service, log: cfg.Logger, rpc: r}
-	for m, h := range map[uint16]rpc.Handler{methodAcquire: s.handleAcquire, methodReport: s.handleReport, methodLeave: s.handleLeave} {
+	handlers := map[uint16]rpc.Handler{
+		methodAcquire: s.handleAcquire, methodReport: s.handleReport, methodLeave: s.handleLeave,
+		methodReportAcquire: s.handleReportAcquire,
+	}
+	for m, h := range handlers {
 		if err := r.Register(m, h); err != nil {
 			return nil, err
 		}
@@ -101,7 +110,10 @@ func (s *Server) Close() error {
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{Acquires: s.acquires.Load(), Reports: s.reports.Load(), Leaves: s.leaves.Load(), Malformed: s.malformed.Load()}
+	return ServerStats{
+		Acquires: s.acquires.Load(), Reports: s.reports.Load(), Leaves: s.leaves.Load(),
+		ReportAcquires: s.reportAcquires.Load(), Malformed: s.malformed.Load(),
+	}
 }
 
 // badRequest counts and logs an undecodable request and returns the error sent back.
@@ -155,6 +167,23 @@ func (s *Server) handleReport(ctx context.Context, req []byte, resp *rpc.Buffer)
 	st := shardwire.NewStatus(s.svc.Report(ctx, r.Worker, r.Lease, r.Offset, r.Done))
 	bp := s.scratch()
 	*bp = shardwire.AppendStatus(*bp, st)
+	s.putAnswer(resp, bp)
+	return nil
+}
+
+// handleReportAcquire serves the combined call; a Service without it is answered Unsupported.
+func (s *Server) handleReportAcquire(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	r, rest, err := shardwire.DecodeReportAcquireRequest(req)
+	if err == nil && len(rest) != 0 {
+		err = fmt.Errorf("%d trailing bytes", len(rest))
+	}
+	if err != nil {
+		return s.badRequest("report and acquire", err)
+	}
+	s.reportAcquires.Add(1)
+	out := shardwire.NewAcquireResponse(shard.ReportAndAcquire(ctx, s.svc, r.Worker, r.Lease, r.Offset))
+	bp := s.scratch()
+	*bp = shardwire.AppendAcquireResponse(*bp, out)
 	s.putAnswer(resp, bp)
 	return nil
 }
