@@ -5,10 +5,11 @@
 //
 // # Pieces
 //
-// The coordinator runs a Dispatcher (New). Workers talk to it through the Service interface:
-// the Dispatcher implements it in process, and package shardnet serves it over the network
-// (shardnet.Server) and implements it on workers (shardnet.Client), with the codecs of package
-// shardwire. On a worker, a Reader acquires shards over the Service, reads
+// The coordinator runs a Dispatcher (New). Workers talk to it through the Service interface
+// and its optional combined call, ReportAcquirer: the Dispatcher implements both in process, and
+// package shardnet serves them over the network (shardnet.Server) and implements them on
+// workers (shardnet.Client), with the codecs of package shardwire. On a worker, a Reader
+// acquires shards over the Service, reads
 // their records through a Source (IndexedSource for in-memory data, TextSource for text files
 // cut by SplitText, or an application's stream source), hands batches to the training loop
 // (Next) and reports progress as batches are trained (Done). Parsers turn text lines into
@@ -59,6 +60,21 @@
 // Any other report returns ErrStaleLease and changes nothing but a counter. An accepted report
 // with an offset at or below the accepted one only renews the lease (retries are harmless).
 //
+// # One call per shard
+//
+// A worker that reaches the end of a shard reports it done and wants the next: ReportAndAcquire
+// (the optional interface ReportAcquirer) does both in one call, halving the round trips per
+// shard when shards are small. It is Report(done) followed, if the report is accepted, by
+// Acquire, under one lock. A report rejected as stale or out of range makes the whole call a
+// no-op (no lease is granted); ErrNoMoreWork or a *WaitError after it mean the report was
+// accepted and no shard was free. A repeat after a lost answer is safe: the dispatcher remembers
+// each worker's last finished lease and the lease the finishing call granted, so a repeat counts
+// nothing and returns that same lease while the worker holds it, instead of granting a second
+// one the worker would never learn of (which would only be freed by expiry or the lease limit,
+// counting failures). The Reader uses the combined call whenever it needs the next shard at the
+// moment it finishes one, and falls back to two calls when the Service lacks it
+// (errors.ErrUnsupported).
+//
 // # Exactly once
 //
 // A record (a position of a shard in an epoch) counts as trained when a report covering it is
@@ -70,7 +86,9 @@
 // with its offset) or TODO (handed out again from its accepted offset), every position of an
 // ended epoch is covered exactly once or belongs to the tail of a FAILED shard. The package's
 // tests check this with a ledger of accepted reports (shardtest.Ledger) while workers crash,
-// stall, come back as zombies and the dispatcher is restored from snapshots.
+// stall, come back as zombies, lose the answers of their calls (combined ones included) and
+// retry them, and the dispatcher is restored from snapshots. The combined call does not change
+// the argument: its report part is an ordinary report, and a repeat accepts nothing.
 //
 // Records a worker trained but had not reported when it lost its lease are trained again by the
 // next holder: a worker must call Reader.Done only after a batch's updates are applied, and the
@@ -97,7 +115,8 @@
 // (errors.Is(err, ErrStaleLease) holds on both sides). A call without an answer (dispatcher
 // down, partition, timeout) is an error the Reader retries with backoff (ReaderConfig.Backoff,
 // MaxRetries); errors matching ErrPermanent (a wrong secret, a peer that is not a dispatcher, a
-// closed client) end the Reader's call at once.
+// closed client) end the Reader's call at once. Over a network the combined call matters most:
+// a shard costs one round trip instead of two.
 //
 // A coordinator that crashes is replaced by a process that restores the last committed
 // snapshot into a new Dispatcher (a new incarnation) and serves it on the same address (or

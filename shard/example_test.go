@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -76,4 +77,39 @@ func Example() {
 	// epoch 0: 1000 of 1000 records trained, 0 failed
 	// epoch 1: 1000 of 1000 records trained, 0 failed
 	// finished=true trained=2000 positives=1000 shards done=10
+}
+
+// A worker reports each shard done and gets the next in a single call. Repeating a call whose
+// answer was lost returns the same lease: nothing is counted twice, no lease is left behind.
+func ExampleDispatcher_ReportAndAcquire() {
+	d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(30), ShardSize: 10, Incarnation: 1})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	l, err := d.Acquire(ctx, "w")
+	if err != nil {
+		panic(err)
+	}
+	for {
+		// ... train the records of l from l.Offset on ...
+		next, err := d.ReportAndAcquire(ctx, "w", l.ID, l.Shard.Records)
+		if errors.Is(err, shard.ErrNoMoreWork) { // the report was accepted; the job is over
+			fmt.Printf("shard %d done, no more work\n", l.Shard.Index)
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		again, _ := d.ReportAndAcquire(ctx, "w", l.ID, l.Shard.Records) // as if the answer was lost
+		fmt.Printf("shard %d done, next %d (lease %d), repeat gives lease %d\n", l.Shard.Index, next.Shard.Index, next.ID.Seq, again.ID.Seq)
+		l = next
+	}
+	p := d.Progress()
+	fmt.Printf("%d leases, %d records done\n", p.Leases, p.EpochRecords[0].Done)
+	// Output:
+	// shard 0 done, next 1 (lease 2), repeat gives lease 2
+	// shard 1 done, next 2 (lease 3), repeat gives lease 3
+	// shard 2 done, no more work
+	// 3 leases, 30 records done
 }

@@ -24,10 +24,16 @@
 // Calls travel over the project's RPC layer: a few persistent connections per client, each
 // authenticated both ways by the cluster secret before any request is read (the secret never
 // crosses the wire; the handshake authenticates, it does not encrypt), with many calls
-// multiplexed on a connection. The three methods carry the encodings of package shardwire
-// (AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status), so the
-// dispatcher's errors arrive as the same sentinels: errors.Is(err, shard.ErrStaleLease) holds
-// on either side of the wire. Frames are capped at 64 KiB. A request that cannot be decoded is
+// multiplexed on a connection. The four methods carry the encodings of package shardwire
+// (AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status, and the
+// combined call ReportAcquireRequest -> AcquireResponse), so the dispatcher's errors arrive as
+// the same sentinels: errors.Is(err, shard.ErrStaleLease) holds on either side of the wire.
+//
+// The combined call (shard.ReportAcquirer) reports a shard done and leases the next in one round
+// trip, so a worker pays one round trip per shard rather than two; shard.Reader uses it on a
+// Client by itself. A server whose Service lacks it (or a server of the protocol before it,
+// which does not know the method) answers it with an error matching errors.ErrUnsupported, which
+// is not permanent: the Reader makes the two calls instead. Frames are capped at 64 KiB. A request that cannot be decoded is
 // refused with an error (and counted in ServerStats.Malformed); bytes that are not the protocol
 // at all close that one connection. Neither affects other clients.
 //
@@ -51,7 +57,12 @@
 //
 // An Acquire that times out keeps its request outstanding; the worker's next Acquire returns
 // its answer rather than asking again (see Client), so retries during a partition do not make
-// the dispatcher grant, then revoke, a shard per retry once the partition heals.
+// the dispatcher grant, then revoke, a shard per retry once the partition heals. A combined call
+// that times out is simply repeated: the dispatcher answers a repeat with the lease the first
+// call granted (see shard.ReportAcquirer), whichever of the requests reaches it first, so no
+// lease is left behind either. The package's tests hold back combined answers past the call
+// timeout and across a partition and a coordinator crash, and check that no lease is revoked
+// for the lease limit and every record counts once.
 //
 // # Concurrency and ownership
 //
