@@ -1,0 +1,104 @@
+package train_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/elasticps/elasticps/examples/dlrm/train"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// freeAddr returns a loopback address whose port and control port are both free now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		l.Close()
+		caddr, err := train.ControlAddr(addr)
+		if err != nil {
+			continue
+		}
+		if c, err := net.Listen("tcp", caddr); err == nil {
+			c.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port pair")
+	return ""
+}
+
+// TestRolesInSeparateRunners runs a job with each role on its own (as separate processes would:
+// they share nothing but the addresses, the secret and the checkpoint directory), then resumes
+// the finished job's last checkpoint in a second coordinator to check the restore path.
+func TestRolesInSeparateRunners(t *testing.T) {
+	records := int64(6000)
+	base := smallConfig(t, records, 2)
+	base.CheckpointEvery = 10
+	secret := []byte("a cluster secret shared by every process")
+	nodes := []ps.Node{{ID: "ps-0", Addr: freeAddr(t)}, {ID: "ps-1", Addr: freeAddr(t)}}
+	coordAddr := freeAddr(t)
+	role := func(id, listen string) train.RoleConfig {
+		return train.RoleConfig{Config: base, ID: id, Listen: listen, PS: nodes, Dispatcher: coordAddr, Workers: 2, Secret: secret}
+	}
+
+	psCtx, stopPS := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	psErr := make([]error, len(nodes))
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); psErr[i] = train.RunServer(psCtx, role(n.ID, n.Addr)) }()
+	}
+	defer func() {
+		stopPS()
+		wg.Wait()
+		for _, err := range psErr {
+			assert.NoError(t, err)
+		}
+	}()
+
+	var sum *train.Summary
+	var coordErr error
+	var cw sync.WaitGroup
+	cw.Add(1)
+	go func() {
+		defer cw.Done()
+		sum, coordErr = train.RunCoordinator(context.Background(), role("coordinator", coordAddr))
+	}()
+	samples := make([]int64, 2)
+	werr := make([]error, 2)
+	var ww sync.WaitGroup
+	for i := range 2 {
+		ww.Add(1)
+		go func() {
+			defer ww.Done()
+			samples[i], werr[i] = train.RunWorker(context.Background(), role(fmt.Sprintf("worker-%d", i), ""))
+		}()
+	}
+	ww.Wait()
+	cw.Wait()
+	require.NoError(t, coordErr)
+	for _, err := range werr {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, records*2, samples[0]+samples[1], "the workers trained every record once per epoch")
+	assert.Equal(t, records*2, sum.TotalSamples, "the dispatcher counted every record once per epoch")
+	assert.Equal(t, "every epoch done", sum.StopReason)
+	assert.Positive(t, sum.Checkpoints.Committed)
+	assert.Zero(t, sum.Checkpoints.Failed)
+	t.Logf("%d checkpoints committed, blocked %v on average", sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked())
+
+	again := role("coordinator", coordAddr)
+	again.Resume = true
+	s2, err := train.RunCoordinator(context.Background(), again)
+	require.NoError(t, err)
+	assert.True(t, s2.Resumed)
+	assert.Equal(t, sum.Checkpoints.LastCommitted, s2.ResumedStep)
+	assert.Equal(t, "every epoch done", s2.StopReason, "the restored dispatcher knows the job is done")
+}
