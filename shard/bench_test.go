@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,12 +16,20 @@ import (
 
 // BenchmarkAcquireReportDone measures Acquire + Report(done) round trips per second in process
 // (one shard per round trip), with 1 and 8 concurrent workers, over 1024 shards (the state fits
-// in cache) and 65536 shards (shuffled order: most round trips miss the cache). The baseline is the same number
-// of calls into an empty mutex-guarded critical section: the floor for any locked dispatcher.
+// in cache) and 65536 shards (shuffled order: most round trips miss the cache), as two calls
+// and as one ReportAndAcquire. The baseline is the same number of calls into an empty
+// mutex-guarded critical section: the floor for any locked dispatcher making two calls.
 func BenchmarkAcquireReportDone(b *testing.B) {
-	for _, c := range []struct{ workers, shards int }{{1, 1 << 10}, {8, 1 << 10}, {1, 1 << 16}, {8, 1 << 16}} {
+	for _, c := range []struct {
+		workers, shards int
+		combined        bool
+	}{{1, 1 << 10, false}, {1, 1 << 10, true}, {8, 1 << 10, false}, {8, 1 << 10, true}, {1, 1 << 16, false}, {8, 1 << 16, false}, {8, 1 << 16, true}} {
 		workers, shards := c.workers, int64(c.shards)
-		b.Run(fmt.Sprintf("workers=%d/shards=%d", workers, shards), func(b *testing.B) {
+		calls := 2
+		if c.combined {
+			calls = 1
+		}
+		b.Run(fmt.Sprintf("workers=%d/shards=%d/calls=%d", workers, shards, calls), func(b *testing.B) {
 			d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(shards), ShardSize: 1, Epochs: 1 << 30, Shuffle: true})
 			if err != nil {
 				b.Fatal(err)
@@ -36,11 +45,16 @@ func BenchmarkAcquireReportDone(b *testing.B) {
 					n += b.N % workers
 				}
 				name := fmt.Sprintf("w%d", w)
+				if c.combined {
+					wg.Go(func() { combinedRoundTrips(b, d, name, n) })
+					continue
+				}
 				wg.Go(func() {
 					for i := 0; i < n; {
 						l, err := d.Acquire(ctx, name)
 						if errors.Is(err, shard.ErrWait) {
-							continue // epoch barrier: the others hold the last shards
+							runtime.Gosched() // epoch barrier: the others hold the last shards
+							continue
 						}
 						if err != nil {
 							b.Error(err)
@@ -77,6 +91,40 @@ func BenchmarkAcquireReportDone(b *testing.B) {
 		wg.Wait()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "roundtrips/s")
 	})
+}
+
+// combinedRoundTrips finishes n shards with ReportAndAcquire, acquiring only when a combined
+// call found no shard (the epoch barrier). It hands its last lease back, which the other
+// workers would otherwise wait for at the next barrier.
+func combinedRoundTrips(b *testing.B, d *shard.Dispatcher, name string, n int) {
+	ctx := context.Background()
+	defer func() { _ = d.Leave(ctx, name) }()
+	var l shard.Lease
+	have := false
+	for i := 0; i < n; {
+		if !have {
+			var err error
+			if l, err = d.Acquire(ctx, name); errors.Is(err, shard.ErrWait) {
+				runtime.Gosched() // let the holders of the epoch's last shards report them
+				continue
+			} else if err != nil {
+				b.Error(err)
+				return
+			}
+			have = true
+		}
+		next, err := d.ReportAndAcquire(ctx, name, l.ID, l.Shard.Records)
+		switch {
+		case err == nil:
+			l = next
+		case errors.Is(err, shard.ErrWait): // the shard is done; the next epoch has not begun
+			have = false
+		default:
+			b.Error(err)
+			return
+		}
+		i++
+	}
 }
 
 // BenchmarkReportBatch512 measures the cost of a progress report that covers one batch of 512

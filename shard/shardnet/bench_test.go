@@ -63,8 +63,49 @@ func benchDispatch(b *testing.B, call func(ctx context.Context, addr string, w i
 }
 
 // BenchmarkDispatchTCP compares the Client with bare RPC calls carrying the same encodings:
-// the difference is the Client's own cost.
+// the difference is the Client's own cost. "combined" finishes each shard with one
+// ReportAndAcquire instead of a Report and an Acquire.
 func BenchmarkDispatchTCP(b *testing.B) {
+	b.Run("combined", func(b *testing.B) {
+		benchDispatch(b, func(ctx context.Context, addr string, w int) (func() (bool, error), func()) {
+			c, err := NewClient(ClientConfig{Addr: addr, Secret: testSecret})
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := fmt.Sprint("w", w)
+			if err := c.Leave(ctx, name); err != nil {
+				b.Fatal(err)
+			}
+			var l shard.Lease
+			have := false
+			return func() (bool, error) {
+				if !have {
+					var err error
+					l, err = c.Acquire(ctx, name)
+					switch {
+					case errors.Is(err, shard.ErrNoMoreWork):
+						return false, nil
+					case errors.Is(err, shard.ErrWait):
+						return true, nil
+					case err != nil:
+						return false, err
+					}
+				}
+				next, err := c.ReportAndAcquire(ctx, name, l.ID, l.Shard.Records)
+				switch {
+				case errors.Is(err, shard.ErrNoMoreWork):
+					return false, nil
+				case errors.Is(err, shard.ErrWait):
+					have = false
+					return true, nil
+				case err != nil:
+					return false, err
+				}
+				l, have = next, true
+				return true, nil
+			}, func() { _ = c.Close() }
+		})
+	})
 	b.Run("client", func(b *testing.B) {
 		benchDispatch(b, func(ctx context.Context, addr string, w int) (func() (bool, error), func()) {
 			c, err := NewClient(ClientConfig{Addr: addr, Secret: testSecret})
