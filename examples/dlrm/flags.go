@@ -20,6 +20,15 @@ type options struct {
 	cfg     train.Config
 	plain   bool // log lines even on a terminal
 	verbose bool
+
+	// One role per process (empty: the embedded cluster).
+	role       string
+	id         string
+	listen     string
+	psList     string
+	dispatcher string
+	secretFile string
+	workers    int
 }
 
 // parseFlags reads the command line into options. Every problem is reported at once.
@@ -67,6 +76,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
 	fs.BoolVar(&c.KeepShm, "keep-shm", false, "keep the shared-memory copies at exit (a resume on this host then reads them)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
+	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or dispatcher (default: the whole cluster in this process)")
+	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
+	fs.StringVar(&o.listen, "listen", "", "-role ps or dispatcher: the address to serve on (its control channel uses the port + 100)")
+	fs.StringVar(&o.psList, "servers", "", "roles: every parameter server, ID=HOST:PORT,... (same list and order everywhere)")
+	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the dispatcher's address")
+	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -119,6 +134,28 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	case c.EvalEvery < 0:
 		errs = append(errs, fmt.Errorf("-eval-every %v is negative", c.EvalEvery))
 	}
+	switch o.role {
+	case "":
+	case "ps", "worker", "dispatcher":
+		if o.secretFile == "" {
+			errs = append(errs, errors.New("-role needs -secret-file"))
+		}
+		if o.psList == "" {
+			errs = append(errs, errors.New("-role needs -servers"))
+		}
+		if o.role != "worker" && o.listen == "" {
+			errs = append(errs, fmt.Errorf("-role %s needs -listen", o.role))
+		}
+		if o.role == "worker" && (o.dispatcher == "" || o.id == "") {
+			errs = append(errs, errors.New("-role worker needs -dispatcher and -id"))
+		}
+		if o.role == "ps" && o.id == "" {
+			errs = append(errs, errors.New("-role ps needs -id"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("-role %q: want ps, worker or dispatcher", o.role))
+	}
+	o.workers = c.Workers
 	if len(errs) == 0 {
 		if err := c.Validate(); err != nil {
 			errs = append(errs, err)

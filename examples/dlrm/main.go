@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -61,6 +62,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop()
 	}()
 
+	if o.role != "" {
+		err := runRole(ctx, o, stdout, stderr)
+		disp.close()
+		if err != nil {
+			fmt.Fprintf(stderr, "dlrm: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	fmt.Fprintf(stdout, "dlrm: training for %v; Ctrl-C stops after a final checkpoint, -resume continues from it\n", o.cfg.Duration)
 	sum, err := train.Run(ctx, o.cfg)
 	disp.close()
@@ -75,4 +85,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// runRole runs one role of a multi-process job until it is done or interrupted.
+func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	secret, err := os.ReadFile(o.secretFile)
+	if err != nil {
+		return err
+	}
+	secret = bytes.TrimSpace(secret)
+	if len(secret) < 16 {
+		return fmt.Errorf("the secret in %s is %d bytes; use at least 16", o.secretFile, len(secret))
+	}
+	nodes, err := train.ParseNodes(o.psList)
+	if err != nil {
+		return fmt.Errorf("-servers: %w", err)
+	}
+	if o.cfg.Logger == nil {
+		o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	rc := train.RoleConfig{Config: o.cfg, ID: o.id, Listen: o.listen, PS: nodes, Dispatcher: o.dispatcher, Workers: o.workers, Secret: secret}
+	switch o.role {
+	case "ps":
+		fmt.Fprintf(stdout, "dlrm: parameter server %s on %s; Ctrl-C stops it\n", o.id, o.listen)
+		return train.RunServer(ctx, rc)
+	case "worker":
+		fmt.Fprintf(stdout, "dlrm: worker %s, dispatcher %s\n", o.id, o.dispatcher)
+		n, err := train.RunWorker(ctx, rc)
+		fmt.Fprintf(stdout, "dlrm: worker %s trained %d samples\n", o.id, n)
+		return err
+	default:
+		fmt.Fprintf(stdout, "dlrm: dispatcher and coordinator on %s for %d workers; Ctrl-C stops the job after a final checkpoint\n", o.listen, o.workers)
+		sum, err := train.RunCoordinator(ctx, rc)
+		if sum != nil {
+			fmt.Fprintf(stdout, "\njob: %s; %d samples counted by the dispatcher (%d in this run, %.0f/s); %d checkpoints committed, training blocked %v on average, newest step %d in %s\n",
+				sum.StopReason, sum.TotalSamples, sum.Samples, sum.SamplesPerSec, sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked().Round(time.Microsecond), sum.Checkpoints.LastCommitted, sum.Checkpoints.Dir)
+		}
+		return err
+	}
 }
