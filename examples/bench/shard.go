@@ -18,8 +18,10 @@ import (
 )
 
 // runShard measures the data-shard dispatcher served over loopback TCP (shardnet server and
-// clients) against the same calls on the in-process Dispatcher: get-shard + report-done round
-// trips with 8 concurrent workers, and the cost of progress reports per record at batch 512.
+// clients) against the same calls on the in-process Dispatcher and against raw TCP ping-pongs:
+// what a worker does per shard (report it done and get the next lease, with the combined call
+// ReportAndAcquire: one RPC per shard), the same with two calls (Report, then Acquire), both
+// with 8 concurrent workers, and the cost of progress reports per record at batch 512.
 func runShard(ctx context.Context, opt options, r *report) error {
 	const workers, batch = 8, 512
 	shards, reports, rounds := 100_000, 4000, 3
@@ -28,35 +30,52 @@ func runShard(ctx context.Context, opt options, r *report) error {
 	}
 	secret := make([]byte, 32)
 	rand.Read(secret)
+	inProcess := func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
+		return func(int) shard.Service { return d }, func() {}, nil
+	}
 
-	var tcpRates, sharedRates, inRates, rawRates, tcpReport, inReport []float64
-	var tcpLat []time.Duration
+	var tcpRates, twoRates, sharedRates, inRates, inTwoRates, rawRates, rawPairRates, tcpReport, inReport []float64
+	var tcpLat, twoLat []time.Duration
+	var calls, twoCalls int64
 	for round := 0; round < rounds; round++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		rate, lat, err := shardDispatchTCP(ctx, secret, workers, shards, false)
+		res, err := shardDispatchTCP(ctx, secret, workers, shards, true, false)
 		if err != nil {
 			return fmt.Errorf("dispatch over TCP: %w", err)
 		}
-		tcpRates, tcpLat = append(tcpRates, rate), append(tcpLat, lat...)
-		rate, _, err = shardDispatchTCP(ctx, secret, workers, shards, true)
+		tcpRates, tcpLat, calls = append(tcpRates, res.rate), append(tcpLat, res.lat...), calls+res.calls
+		res, err = shardDispatchTCP(ctx, secret, workers, shards, false, false)
+		if err != nil {
+			return fmt.Errorf("dispatch over TCP, two calls: %w", err)
+		}
+		twoRates, twoLat, twoCalls = append(twoRates, res.rate), append(twoLat, res.lat...), twoCalls+res.calls
+		res, err = shardDispatchTCP(ctx, secret, workers, shards, true, true)
 		if err != nil {
 			return fmt.Errorf("dispatch over TCP, one client: %w", err)
 		}
-		sharedRates = append(sharedRates, rate)
-		rate, _, err = shardDispatch(ctx, workers, shards, func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
-			return func(int) shard.Service { return d }, func() {}, nil
-		})
+		sharedRates = append(sharedRates, res.rate)
+		res, err = shardDispatch(ctx, workers, shards, true, inProcess)
 		if err != nil {
 			return fmt.Errorf("dispatch in process: %w", err)
 		}
-		inRates = append(inRates, rate)
-		rate, err = shardRawTCP(ctx, workers, shards)
+		inRates = append(inRates, res.rate)
+		res, err = shardDispatch(ctx, workers, shards, false, inProcess)
+		if err != nil {
+			return fmt.Errorf("dispatch in process, two calls: %w", err)
+		}
+		inTwoRates = append(inTwoRates, res.rate)
+		rate, err := shardRawTCP(ctx, workers, shards, 1)
 		if err != nil {
 			return fmt.Errorf("raw TCP: %w", err)
 		}
 		rawRates = append(rawRates, rate)
+		rate, err = shardRawTCP(ctx, workers, shards, 2)
+		if err != nil {
+			return fmt.Errorf("raw TCP pairs: %w", err)
+		}
+		rawPairRates = append(rawPairRates, rate)
 
 		ns, err := shardReportTCP(ctx, secret, batch, reports)
 		if err != nil {
@@ -69,16 +88,26 @@ func runShard(ctx context.Context, opt options, r *report) error {
 		}
 		inReport = append(inReport, ns)
 	}
-	tcp, in, raw := shardMedian(tcpRates), shardMedian(inRates), shardMedian(rawRates)
+	tcp, two, in, raw, rawPairs := shardMedian(tcpRates), shardMedian(twoRates), shardMedian(inRates), shardMedian(rawRates), shardMedian(rawPairRates)
 	slices.Sort(tcpLat)
-	r.add("dispatch_per_s", tcp, fmt.Sprintf("acquire + report-done round trips/s, %d workers (a client each) over loopback TCP to one server; target >= 20000; baselines: in process and raw TCP below", workers))
-	r.add("dispatch_one_client_per_s", shardMedian(sharedRates), fmt.Sprintf("the same %d workers sharing one client (one process, one connection): concurrent calls share writes", workers))
-	r.add("dispatch_inproc_per_s", in, "the same round trips on the in-process Dispatcher (baseline, no network)")
-	r.add("dispatch_tcp_vs_inproc", tcp/in, "TCP / in process: the share of dispatcher speed left after the network")
-	r.add("raw_tcp_pairs_per_s", raw, fmt.Sprintf("physical limit: pairs of 64-byte ping-pongs/s, %d goroutines on their own loopback TCP connections to an echo server", workers))
-	r.add("dispatch_vs_raw_tcp", tcp/raw, "dispatch round trips / raw ping-pong pairs: what the RPC stack and dispatcher keep of the machine's loopback speed")
-	r.add("dispatch_p50_us", shardMicros(tcpLat, 0.50), "median round trip (acquire + report) over TCP under the same load, µs")
-	r.add("dispatch_p99_us", shardMicros(tcpLat, 0.99), "99th percentile round trip over TCP, µs")
+	slices.Sort(twoLat)
+	rpcs, twoRPCs := float64(calls)/float64(rounds*shards), float64(twoCalls)/float64(rounds*shards)
+	r.add("dispatch_per_s", tcp, fmt.Sprintf("shards/s through report-done + next lease, the combined call ReportAndAcquire (%.2f RPCs per shard), %d workers (a client each) over loopback TCP to one server; target >= 20000; baselines: two calls, in process and raw TCP below", rpcs, workers))
+	r.add("dispatch_rpcs_per_shard", rpcs, "RPCs a worker made per shard in dispatch_per_s (an Acquire only when a combined call found no shard free)")
+	r.add("dispatch_two_calls_per_s", two, fmt.Sprintf("the same with two calls per shard (Acquire, then Report(done); %.2f RPCs per shard), %d workers over loopback TCP (the figure before the combined call)", twoRPCs, workers))
+	r.add("dispatch_combined_vs_two_calls", tcp/two, "dispatch_per_s / dispatch_two_calls_per_s")
+	r.add("dispatch_one_client_per_s", shardMedian(sharedRates), fmt.Sprintf("the combined call with the same %d workers sharing one client (one process, one connection): concurrent calls share writes", workers))
+	r.add("dispatch_inproc_per_s", in, "the combined call on the in-process Dispatcher (baseline, no network)")
+	r.add("dispatch_inproc_two_calls_per_s", shardMedian(inTwoRates), "two calls per shard on the in-process Dispatcher")
+	r.add("dispatch_tcp_vs_inproc", tcp/in, "dispatch_per_s / dispatch_inproc_per_s: the share of dispatcher speed left after the network")
+	r.add("raw_tcp_pingpongs_per_s", raw, fmt.Sprintf("physical limit for one RPC per shard: 64-byte ping-pongs/s, %d goroutines on their own loopback TCP connections to an echo server", workers))
+	r.add("raw_tcp_pairs_per_s", rawPairs, "physical limit for two RPCs per shard: pairs of the same ping-pongs/s")
+	r.add("dispatch_vs_raw_tcp", tcp/raw, "dispatch_per_s / raw_tcp_pingpongs_per_s: what the RPC stack and dispatcher keep of the machine's loopback speed")
+	r.add("dispatch_two_calls_vs_raw_pairs", two/rawPairs, "dispatch_two_calls_per_s / raw_tcp_pairs_per_s")
+	r.add("dispatch_p50_us", shardMicros(tcpLat, 0.50), "median time per shard (the combined call) over TCP under the same load, µs")
+	r.add("dispatch_p99_us", shardMicros(tcpLat, 0.99), "99th percentile time per shard (the combined call) over TCP, µs")
+	r.add("dispatch_two_calls_p50_us", shardMicros(twoLat, 0.50), "median time per shard with two calls (Acquire + Report) over TCP, µs")
+	r.add("dispatch_two_calls_p99_us", shardMicros(twoLat, 0.99), "99th percentile time per shard with two calls over TCP, µs")
 	rep, inRep := shardMedian(tcpReport), shardMedian(inReport)
 	r.add("report_overhead_per_record_ns", rep, fmt.Sprintf("ns of Report calls per record covered, one report per %d-record batch over TCP, one worker; target <= 500 (a report round trip under 256 µs); baseline: in process below", batch))
 	r.add("report_overhead_per_record_inproc_ns", inRep, "the same in process (baseline)")
@@ -103,8 +132,8 @@ func shardServe(d *shard.Dispatcher, secret []byte) (string, func(), error) {
 
 // shardDispatchTCP runs shardDispatch with a shardnet client per worker (or one client shared
 // by all workers), each connected (one Leave call) before the clock starts.
-func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int, shared bool) (float64, []time.Duration, error) {
-	return shardDispatch(ctx, workers, shards, func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
+func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int, combined, shared bool) (dispatchResult, error) {
+	return shardDispatch(ctx, workers, shards, combined, func(d *shard.Dispatcher) (func(int) shard.Service, func(), error) {
 		addr, stop, err := shardServe(d, secret)
 		if err != nil {
 			return nil, nil, err
@@ -139,9 +168,10 @@ func shardDispatchTCP(ctx context.Context, secret []byte, workers, shards int, s
 }
 
 // shardRawTCP measures the machine's floor for the same traffic pattern: workers goroutines,
-// each on its own loopback TCP connection to an echo server, doing pairs of 64-byte
-// request/response exchanges (as a dispatch round trip is two calls), pairs times in all.
-func shardRawTCP(ctx context.Context, workers, pairs int) (float64, error) {
+// each on its own loopback TCP connection to an echo server, doing groups of exchanges 64-byte
+// request/response exchanges (one per RPC a shard costs), groups times in all. It returns
+// groups per second.
+func shardRawTCP(ctx context.Context, workers, groups, exchanges int) (float64, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -181,8 +211,8 @@ func shardRawTCP(ctx context.Context, workers, pairs int) (float64, error) {
 	for w, c := range conns {
 		wg.Go(func() {
 			buf := make([]byte, 64)
-			for next.Add(1) <= int64(pairs) && ctx.Err() == nil {
-				for range 2 {
+			for next.Add(1) <= int64(groups) && ctx.Err() == nil {
+				for range exchanges {
 					if _, err := c.Write(buf); err != nil {
 						errs[w] = err
 						return
@@ -203,26 +233,35 @@ func shardRawTCP(ctx context.Context, workers, pairs int) (float64, error) {
 	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
 		return 0, err
 	}
-	return float64(pairs) / elapsed.Seconds(), nil
+	return float64(groups) / elapsed.Seconds(), nil
 }
 
 func shardWorker(w int) string { return fmt.Sprintf("worker-%d", w) }
 
-// shardDispatch builds a dispatcher of shards one-record shards, lets workers goroutines take
-// them through the services setup returns (acquire, then report the shard done) until none is
-// left, and returns round trips per second and the latency of each.
-func shardDispatch(ctx context.Context, workers, shards int, setup func(*shard.Dispatcher) (func(int) shard.Service, func(), error)) (float64, []time.Duration, error) {
+// dispatchResult is what shardDispatch measured.
+type dispatchResult struct {
+	rate  float64         // shards per second
+	lat   []time.Duration // time spent on each shard's calls
+	calls int64           // dispatcher calls made
+}
+
+// shardDispatch builds a dispatcher of shards one-record shards and lets workers goroutines take
+// them through the services setup returns until none is left: with combined, each shard is
+// reported done with ReportAndAcquire, which brings the next lease (Acquire only when it found
+// no shard free); otherwise each shard is an Acquire and then a Report(done).
+func shardDispatch(ctx context.Context, workers, shards int, combined bool, setup func(*shard.Dispatcher) (func(int) shard.Service, func(), error)) (dispatchResult, error) {
 	d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(int64(shards)), ShardSize: 1, RetryAfter: time.Millisecond})
 	if err != nil {
-		return 0, nil, err
+		return dispatchResult{}, err
 	}
 	svc, stop, err := setup(d)
 	if err != nil {
-		return 0, nil, err
+		return dispatchResult{}, err
 	}
 	defer stop()
 	runtime.GC()
 	lat := make([][]time.Duration, workers)
+	calls := make([]int64, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -230,9 +269,14 @@ func shardDispatch(ctx context.Context, workers, shards int, setup func(*shard.D
 		wg.Go(func() {
 			s, name := svc(w), shardWorker(w)
 			lat[w] = make([]time.Duration, 0, 2*shards/workers)
+			if combined {
+				errs[w] = shardCombinedWorker(ctx, s, name, &lat[w], &calls[w])
+				return
+			}
 			for {
 				t0 := time.Now()
 				l, err := s.Acquire(ctx, name)
+				calls[w]++
 				if errors.Is(err, shard.ErrNoMoreWork) {
 					return
 				}
@@ -242,6 +286,7 @@ func shardDispatch(ctx context.Context, workers, shards int, setup func(*shard.D
 				}
 				if err == nil {
 					err = s.Report(ctx, name, l.ID, l.Shard.Records, true)
+					calls[w]++
 				}
 				if err != nil {
 					errs[w] = err
@@ -254,12 +299,58 @@ func shardDispatch(ctx context.Context, workers, shards int, setup func(*shard.D
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
-		return 0, nil, err
+		return dispatchResult{}, err
 	}
 	if p := d.Progress(); !p.Finished || p.EpochRecords[0].Done != int64(shards) {
-		return 0, nil, fmt.Errorf("dispatcher not finished: %+v", p.EpochRecords)
+		return dispatchResult{}, fmt.Errorf("dispatcher not finished: %+v", p.EpochRecords)
 	}
-	return float64(shards) / elapsed.Seconds(), slices.Concat(lat...), nil
+	var n int64
+	for _, c := range calls {
+		n += c
+	}
+	return dispatchResult{rate: float64(shards) / elapsed.Seconds(), lat: slices.Concat(lat...), calls: n}, nil
+}
+
+// shardCombinedWorker is one worker of shardDispatch with the combined call: it holds a lease,
+// reports it done and gets the next in one call, and acquires only when it holds none.
+func shardCombinedWorker(ctx context.Context, s shard.Service, name string, lat *[]time.Duration, calls *int64) error {
+	ra, ok := s.(shard.ReportAcquirer)
+	if !ok {
+		return fmt.Errorf("%T has no combined call", s)
+	}
+	var l shard.Lease
+	have := false
+	for {
+		t0 := time.Now()
+		if !have {
+			var err error
+			l, err = s.Acquire(ctx, name)
+			*calls++
+			switch {
+			case errors.Is(err, shard.ErrNoMoreWork):
+				return nil
+			case errors.Is(err, shard.ErrWait): // the last shards are held by others
+				runtime.Gosched()
+				continue
+			case err != nil:
+				return err
+			}
+		}
+		next, err := ra.ReportAndAcquire(ctx, name, l.ID, l.Shard.Records)
+		*calls++
+		*lat = append(*lat, time.Since(t0))
+		switch {
+		case err == nil:
+			l, have = next, true
+		case errors.Is(err, shard.ErrNoMoreWork): // l is done, and so is the job
+			return nil
+		case errors.Is(err, shard.ErrWait): // l is done; no shard is free right now
+			have = false
+			runtime.Gosched()
+		default:
+			return err
+		}
+	}
 }
 
 // shardReportTCP runs shardReportCost through a shardnet client on loopback TCP.
