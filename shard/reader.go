@@ -711,7 +711,8 @@ func (r *Reader) Leave(ctx context.Context) error {
 }
 
 // Close releases the open shard's cursor. It does not talk to the dispatcher: held leases (and
-// a lease a combined call brought that Next has not opened yet) expire unless Leave was called. Idempotent; Next returns ErrClosed afterwards.
+// a lease a combined call brought that Next has not opened yet) expire unless Leave was called.
+// Idempotent; Next returns ErrClosed afterwards.
 func (r *Reader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
