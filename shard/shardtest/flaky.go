@@ -147,15 +147,20 @@ func (f *Flaky) Report(ctx context.Context, worker string, lease shard.LeaseID, 
 }
 
 // ReportAndAcquire implements shard.ReportAcquirer. When the wrapped service cannot combine,
-// a call that gets through returns its error matching errors.ErrUnsupported, never a lost
-// answer.
+// a call that gets through returns its error matching errors.ErrUnsupported; that answer is
+// never lost.
 func (f *Flaky) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (shard.Lease, error) {
 	svc, lose := f.pick()
 	if svc == nil {
 		return shard.Lease{}, ErrUnavailable
 	}
 	l, err := shard.ReportAndAcquire(ctx, svc, worker, lease, offset)
-	if lose && !errors.Is(err, errors.ErrUnsupported) {
+	switch {
+	case lose && errors.Is(err, errors.ErrUnsupported):
+		f.mu.Lock()
+		f.lost--
+		f.mu.Unlock()
+	case lose:
 		return shard.Lease{}, ErrUnavailable
 	}
 	return l, err
