@@ -220,6 +220,29 @@ func (t *Table) Lookup(ids []uint64, dst []float32) error {
 	return nil
 }
 
+// Peek fills dst (len(ids)*Dim) like Lookup but creates no row and counts no sighting: ids
+// without a row read their initial value. Use it to evaluate a model without growing it.
+func (t *Table) Peek(ids []uint64, dst []float32) error {
+	d := t.dim
+	if len(dst) != len(ids)*d {
+		return fmt.Errorf("%w: %s: peek of %d ids needs %d floats, got %d", ErrLength, t.name(), len(ids), len(ids)*d, len(dst))
+	}
+	for i, id := range ids {
+		h := t.hash(id)
+		s := &t.shards[t.shardOf(h)]
+		out := dst[i*d : (i+1)*d]
+		s.mu.RLock()
+		if r := s.findLocked(id, h, t.stride); r >= 0 {
+			copy(out, s.rowFloats(uint32(r), t.stride)[hdrWords:hdrWords+d])
+			s.mu.RUnlock()
+			continue
+		}
+		s.mu.RUnlock()
+		t.initRow(id, out)
+	}
+	return nil
+}
+
 // lookupMissing handles the ids of one shard that had no row under the read lock.
 func (t *Table) lookupMissing(s *shard, ids []uint64, sc *scratch, dst []float32) error {
 	d, stride := t.dim, t.stride

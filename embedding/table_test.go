@@ -245,3 +245,17 @@ func TestReserve(t *testing.T) {
 	assert.Equal(t, 5000, tab.Len())
 	assert.Equal(t, grown, tab.MemoryBytes(), "5000 rows fit in the reserved room")
 }
+
+func TestPeekCreatesNothing(t *testing.T) {
+	tab := newTestTable(t, Config{Dim: 3, Seed: 4, Optimizer: Optimizer{Kind: SGD, LearningRate: 1}})
+	require.NoError(t, tab.Apply([]uint64{1}, []float32{1, 1, 1}, 1))
+	got := make([]float32, 6)
+	require.NoError(t, tab.Peek([]uint64{1, 2}, got))
+	r1, _ := tab.Row(1)
+	init2 := make([]float32, 3)
+	require.NoError(t, tab.InitialWeights(2, init2))
+	assert.Equal(t, r1.Weights, got[:3])
+	assert.Equal(t, init2, got[3:])
+	assert.Equal(t, 1, tab.Len(), "peek created no row")
+	require.ErrorIs(t, tab.Peek([]uint64{1}, got), ErrLength)
+}

@@ -186,8 +186,15 @@ func split(t *OwnerTable, uniq []uint64, idx []int32, all bool) []part {
 	return parts
 }
 
+// PullOption adjusts one Pull.
+type PullOption func(*tableReq)
+
+// ReadOnly makes a pull create no rows: ids without a row read their initial value and are not
+// stored or counted for admission. Use it to evaluate a model without growing it.
+func ReadOnly() PullOption { return func(r *tableReq) { r.flags |= flagReadOnly } }
+
 // Pull fills dst (len(ids)*dim floats; dim is the table's) with the rows of ids from table.
-func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []float32) error {
+func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []float32, opts ...PullOption) error {
 	if len(ids) == 0 || len(dst)%len(ids) != 0 {
 		if len(ids) == 0 && len(dst) == 0 {
 			return nil
@@ -202,7 +209,11 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 	err := c.route(ctx, sc.uniq, false, true, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
 		defer c.putBuffer(buf)
-		req := appendReqHeader(*buf, &tableReq{version: t.Version, dim: uint32(dim), table: table}, len(p.idx))
+		hdr := tableReq{version: t.Version, dim: uint32(dim), table: table}
+		for _, o := range opts {
+			o(&hdr)
+		}
+		req := appendReqHeader(*buf, &hdr, len(p.idx))
 		for _, i := range p.idx {
 			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
 		}

@@ -91,7 +91,7 @@ func (d *decoder) skipPad8(total int) {
 // A request to the table methods, little-endian:
 //
 //	version u64 | step u32 | worker u32 | dim u32 | table (len u16, bytes) | zero pad to 8 |
-//	n u32 | pad u32 | ids n×u64 | [push: grads n×dim×f32]
+//	n u32 | flags u32 | ids n×u64 | [push: grads n×dim×f32]
 //
 // Pull answers n×dim float32; Push answers nothing. For the dense methods ids are absent
 // (n counts floats) and the payload is n float32.
@@ -104,7 +104,13 @@ type tableReq struct {
 	ids     []uint64 // aliases the request when aligned
 	floats  []byte   // raw little-endian float32 values
 	n       int      // ids, or floats of a dense request
+	flags   uint32
 }
+
+// Request flags.
+const (
+	flagReadOnly uint32 = 1 << iota // pull: create no rows (Table.Peek)
+)
 
 func appendTableReq(dst []byte, r *tableReq, ids []uint64, floats []float32, nFloats int) []byte {
 	n := len(ids)
@@ -126,7 +132,7 @@ func appendReqHeader(dst []byte, r *tableReq, n int) []byte {
 	dst = appendString(dst, r.table)
 	dst = pad8(dst, start)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
-	return binary.LittleEndian.AppendUint32(dst, 0)
+	return binary.LittleEndian.AppendUint32(dst, r.flags)
 }
 
 func appendIDs(dst []byte, ids []uint64) []byte {
@@ -153,7 +159,7 @@ func decodeTableReq(b []byte, withIDs bool) (tableReq, error) {
 	r := tableReq{version: d.u64(), step: d.u32(), worker: d.u32(), dim: d.u32(), table: d.str()}
 	d.skipPad8(len(b))
 	n := int(d.u32())
-	d.u32()
+	r.flags = d.u32()
 	if d.err != nil || n > 1<<28 {
 		return r, errShort
 	}

@@ -451,3 +451,20 @@ func TestClientAheadOfServerWaits(t *testing.T) {
 	defer publish.Stop()
 	require.NoError(t, cl.Push(pstest.Context(t), "emb", []uint64{id}, make([]float32, dim), 1))
 }
+
+func TestReadOnlyPull(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	cl := c.Client("w", ps.ClientConfig{})
+	ctx := pstest.Context(t)
+	ref := reference(t)
+	ids := []uint64{1, 2, 3, 4}
+	got := make([]float32, len(ids)*dim)
+	want := make([]float32, len(ids)*dim)
+	require.NoError(t, cl.Pull(ctx, "emb", ids, got, ps.ReadOnly()))
+	require.NoError(t, ref.Lookup(ids, want))
+	assert.Equal(t, want, got, "unknown ids read their initial value")
+	for _, s := range c.Servers {
+		tab, _ := s.Table("emb")
+		assert.Equal(t, 0, tab.Len(), "and no row was made")
+	}
+}

@@ -307,12 +307,19 @@ func (s *Server) handlePull(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	if len(r.floats) != 0 {
 		return remote(codeBadRequest, "pull carries %d stray bytes", len(r.floats))
 	}
+	if r.flags&^flagReadOnly != 0 {
+		return remote(codeBadRequest, "unknown pull flags %#x", r.flags)
+	}
+	lookup := h.t.Lookup
+	if r.flags&flagReadOnly != 0 {
+		lookup = h.t.Peek
+	}
 	out := resp.Extend(4 * d * len(r.ids))
 	if dst := floatView(out); dst != nil {
-		err = h.t.Lookup(r.ids, dst)
+		err = lookup(r.ids, dst)
 	} else {
 		tmp := sc.floatsN(d * len(r.ids))
-		if err = h.t.Lookup(r.ids, tmp); err == nil {
+		if err = lookup(r.ids, tmp); err == nil {
 			putFloats(out, tmp)
 		}
 	}
