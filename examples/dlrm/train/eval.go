@@ -70,7 +70,7 @@ func (e *evaluator) run(ctx context.Context) (Eval, error) {
 		e.rt.split(e.bb.Keys())
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(fanOut)
-		e.rt.pull(gctx, g, e.cli, e.tables, e.bb.Rows())
+		e.rt.pull(gctx, g, e.cli, e.tables, e.bb.Rows(), ps.ReadOnly()) // evaluation grows no rows
 		if err := g.Wait(); err != nil {
 			return Eval{}, fmt.Errorf("evaluate: %w", err)
 		}

@@ -175,7 +175,7 @@ func (r *router) split(keys []model.Key) {
 }
 
 // pull fetches every field's rows and scatters them into rows (the batch's layout).
-func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, tables []string, rows []float32) {
+func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, tables []string, rows []float32, opts ...ps.PullOption) {
 	d := r.dim
 	for f := range tables {
 		if len(r.ids[f]) == 0 {
@@ -183,7 +183,7 @@ func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, ta
 		}
 		g.Go(func() error {
 			buf := r.buf[f]
-			if err := cli.Pull(ctx, tables[f], r.ids[f], buf); err != nil {
+			if err := cli.Pull(ctx, tables[f], r.ids[f], buf, opts...); err != nil {
 				return fmt.Errorf("%s: %w", tables[f], err)
 			}
 			for j, p := range r.pos[f] {
