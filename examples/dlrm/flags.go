@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 )
 
@@ -47,8 +48,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		data, test, bottom, top string
 		embOpt, denseOpt        string
 		embLR, denseLR, embInit float64
-		testFraction            float64
+		testFraction, skew      float64
 		seed                    uint64
+		vocabCap                int
 	)
 	c := &o.cfg
 	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...] or movielens:DIR")
@@ -84,6 +86,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
+	fs.Float64Var(&skew, "skew", 1.2, "synthetic data: Zipf exponent of the ids (larger is easier to learn)")
+	fs.IntVar(&vocabCap, "vocab-cap", 20_000, "synthetic data: cap on each field's number of distinct ids (0: Criteo's own sizes, up to 100000)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -101,6 +105,19 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		}
 	}
 	c.TestFraction, c.Seed = testFraction, seed
+	if skew <= 1 {
+		errs = append(errs, fmt.Errorf("-skew %v must be above 1", skew))
+	}
+	c.Synth.ZipfExponent = skew
+	switch {
+	case vocabCap < 0:
+		errs = append(errs, fmt.Errorf("-vocab-cap %d is negative", vocabCap))
+	case vocabCap > 0:
+		c.Synth.Vocab = model.DefaultVocab()
+		for i, v := range c.Synth.Vocab {
+			c.Synth.Vocab[i] = min(v, vocabCap)
+		}
+	}
 	if c.BottomHidden, err = parseWidths(bottom); err != nil {
 		errs = append(errs, fmt.Errorf("-bottom: %w", err))
 	}

@@ -54,6 +54,10 @@ var defaultVocab = [...]int{
 	27, 14992, 100000, 10, 5652, 2173, 4, 100000, 18, 15, 100000, 105, 14276,
 }
 
+// DefaultVocab returns the default per-field vocabulary sizes (Criteo Kaggle's, capped at
+// 100 000), a fresh slice.
+func DefaultVocab() []int { return append([]int(nil), defaultVocab[:]...) }
+
 func (c SynthConfig) withDefaults() SynthConfig {
 	if c.DenseFeatures == 0 {
 		c.DenseFeatures = 13
