@@ -3,7 +3,9 @@
 // pull rows, compute gradients and push them back, and servers and workers may join, leave, fail
 // and be resized while training runs.
 //
-// This package holds only documentation; the library is in its sub-packages.
+// This package holds only documentation; the library is in its sub-packages. Membership, live
+// repartition of slots while training runs and automatic resource recommendation (package
+// elastic) are not built yet; today the program gives the servers' addresses.
 //
 // # The flow of a training job
 //
@@ -30,10 +32,33 @@
 //	err = cli.Pull(ctx, "user", ids, rows)
 //	err = cli.Push(ctx, "user", ids, grads, step)
 //
+// Workers do not own a fixed slice of the data. The coordinator runs a shard.Dispatcher that
+// leases shards of the dataset to whoever asks (shardnet serves it over the network), and each
+// worker's shard.Reader reports the record offset it has trained through; when a worker dies
+// or its lease expires, its shard goes back to the queue starting at that offset, so every record
+// of an epoch is trained exactly once:
+//
+//	rd, err := shard.NewReader(shard.ReaderConfig{Service: dispatcher, Worker: "w-0", Source: src})
+//	for {
+//		b, err := rd.Next(ctx) // a batch of records; io.EOF when the job is done
+//		...                    // pull, compute, push
+//		rd.Done(ctx, b)        // progress: the batch is trained
+//	}
+//
+// A flash checkpoint pauses training only for a memory copy: at a step boundary every server's
+// checkpoint.Checkpointer copies its tables' rows into pre-faulted shared memory (all rows, or
+// only those changed since the last full one), the dispatcher's snapshot goes along as a blob,
+// and training resumes while the copy is checksummed, persisted to storage and committed by the
+// coordinator once every server's part is durable. A restore loads the newest commit, from shared
+// memory when the host still has it, onto any number of servers, each taking the slots it owns.
+// examples/dlrm puts all of this together.
+//
 // # Packages
 //
 //	embedding   pointer-free embedding tables with optimizers, admission and eviction
 //	ps          parameter servers and clients, owner tables, synchronous mode, per-slot stats
+//	shard       the data-shard dispatcher, its worker-side reader and data parsers
+//	checkpoint  flash checkpoints: shared memory, storage, two-phase commit, restore
 //
 // The design and the invariants every package defends are described in the repository's design
 // notes; the benchmarks live in examples/bench.
