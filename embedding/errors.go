@@ -22,8 +22,8 @@ var (
 	ErrSchema = errors.New("embedding: schema mismatch")
 	// ErrNoBase is returned by CopyRaw and RawSize with changedOnly when no base copy was taken yet.
 	ErrNoBase = errors.New("embedding: no base copy to compare against")
-	// ErrFull is returned when a shard of the table cannot hold another row (more than
-	// MaxRowsPerShard rows). Use more shards.
+	// ErrFull is returned when a shard of the table cannot hold another row: it has
+	// MaxRowsPerShard rows (use more shards), or the system has no memory for another slab.
 	ErrFull = errors.New("embedding: table shard full")
 	// ErrClosed is returned by the methods of a Tracker after Close.
 	ErrClosed = errors.New("embedding: tracker closed")

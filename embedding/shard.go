@@ -51,6 +51,7 @@ type shard struct {
 	mu sync.RWMutex
 	_  [64]byte // readers' lock traffic must not evict the fields below from other cores' caches
 
+	arena *arena
 	words [][]uint32  // chunks, as words
 	flts  [][]float32 // the same chunks, as float32
 	hi    uint32      // rows ever allocated; row indices < hi exist
@@ -210,14 +211,31 @@ func (s *shard) allocLocked(stride int) (uint32, bool) {
 	c := int(r >> chunkShift)
 	in := int(r & chunkMask)
 	if c == len(s.words) {
-		s.setChunk(c, make([]uint32, minChunkRows*stride), true)
+		w := s.arena.alloc(minChunkRows * stride)
+		if w == nil {
+			return 0, false
+		}
+		s.setChunk(c, w, true)
 	} else if have := len(s.words[c]) / stride; in >= have {
-		grown := make([]uint32, min(2*have, chunkRows)*stride)
-		copy(grown, s.words[c])
-		s.setChunk(c, grown, false)
+		if !s.growChunkLocked(c, min(2*have, chunkRows)*stride) {
+			return 0, false
+		}
 	}
 	s.hi++
 	return r, true
+}
+
+// growChunkLocked replaces chunk c by a copy of n words.
+func (s *shard) growChunkLocked(c, n int) bool {
+	grown := s.arena.alloc(n)
+	if grown == nil {
+		return false
+	}
+	copy(grown, s.words[c])
+	old := s.words[c]
+	s.setChunk(c, grown, false)
+	s.arena.free(old)
+	return true
 }
 
 func (s *shard) setChunk(c int, w []uint32, appendNew bool) {
@@ -259,7 +277,7 @@ func (s *shard) reserveIndexLocked(t *Table, rows int) {
 }
 
 // reserveRowsLocked allocates slab chunks for rows rows in all, touching every page so that later
-// inserts do not stop on page faults.
+// inserts do not stop on page faults. It stops early when the system is out of memory.
 func (s *shard) reserveRowsLocked(rows, stride int) {
 	rows = min(rows, MaxRowsPerShard)
 	touch := func(w []uint32) {
@@ -268,13 +286,17 @@ func (s *shard) reserveRowsLocked(rows, stride int) {
 		}
 	}
 	if n := len(s.words); n > 0 && len(s.words[n-1]) < chunkRows*stride && (n-1)*chunkRows < rows {
-		grown := make([]uint32, chunkRows*stride)
-		copy(grown, s.words[n-1])
-		touch(grown[len(s.words[n-1]):])
-		s.setChunk(n-1, grown, false)
+		had := len(s.words[n-1])
+		if !s.growChunkLocked(n-1, chunkRows*stride) {
+			return
+		}
+		touch(s.words[n-1][had:])
 	}
 	for len(s.words)*chunkRows < rows {
-		w := make([]uint32, chunkRows*stride)
+		w := s.arena.alloc(chunkRows * stride)
+		if w == nil {
+			return
+		}
 		touch(w)
 		s.setChunk(len(s.words), w, true)
 	}
@@ -349,7 +371,7 @@ func (s *shard) markLocked(r uint32) {
 func (s *shard) memoryBytesLocked() int64 {
 	var n int64
 	for _, w := range s.words {
-		n += int64(cap(w)) * 4
+		n += slabBytes(len(w))
 	}
 	n += int64(cap(s.words)+cap(s.flts)) * 24
 	n += int64(cap(s.idx))*4 + int64(cap(s.free))*4

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -52,9 +53,14 @@ func New(cfg Config) (*Table, error) {
 		bits++
 	}
 	t.shift = 64 - bits
+	a := newArena()
 	for i := range t.shards {
 		t.shards[i].rng = mix64(t.hashSeed + uint64(i))
+		t.shards[i].arena = a
 	}
+	// The slabs go when the shards do. Every access to a slab holds its shard's lock, so the
+	// shard array is alive (and the slab mapped) until the access is over.
+	runtime.AddCleanup(&t.shards[0], func(a *arena) { a.release() }, a)
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -283,7 +289,7 @@ func (t *Table) createLocked(s *shard, id, h uint64, step uint32) (int, error) {
 	}
 	r, ok := s.allocLocked(t.stride)
 	if !ok {
-		return -1, fmt.Errorf("%w: %s holds %d rows in one shard", ErrFull, t.name(), s.live)
+		return -1, fmt.Errorf("%w: %s: no room for another row in a shard of %d rows", ErrFull, t.name(), s.live)
 	}
 	w := s.rowWords(r, t.stride)
 	w[0], w[1] = uint32(id), uint32(id>>32)
