@@ -2,6 +2,7 @@ package embedding
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -81,4 +82,15 @@ func (s *SlotSet) Len() int {
 		}
 	}
 	return n
+}
+
+// Members returns the slots in the set, in increasing order.
+func (s *SlotSet) Members() []int {
+	out := make([]int, 0, s.Len())
+	for i, w := range s.bits {
+		for ; w != 0; w &= w - 1 {
+			out = append(out, i*64+bits.TrailingZeros64(w))
+		}
+	}
+	return out
 }

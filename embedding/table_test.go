@@ -259,3 +259,14 @@ func TestPeekCreatesNothing(t *testing.T) {
 	assert.Equal(t, 1, tab.Len(), "peek created no row")
 	require.ErrorIs(t, tab.Peek([]uint64{1}, got), ErrLength)
 }
+
+func TestSlotSet(t *testing.T) {
+	s := NewSlotSet(130, 0, 64, 129, 200, -1)
+	assert.Equal(t, []int{0, 64, 129}, s.Members())
+	assert.Equal(t, 3, s.Len())
+	s.Remove(64)
+	assert.False(t, s.Has(64))
+	assert.Equal(t, 130, s.Slots())
+	id := uint64(99)
+	assert.Equal(t, s.Has(Slot(id, 130)), s.Contains(id))
+}
