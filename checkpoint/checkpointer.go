@@ -24,6 +24,10 @@ type Checkpointer struct {
 	nonce  uint64 // random per process: makes persist ids unique across restarts
 
 	snapMu sync.Mutex // serialises Snapshot, Reserve, Verify, Load, Restore
+	// reportMu is held by the persister while it hands a result out (waiter and OnPersist), and taken
+	// by a Load or Restore after it ends an epoch, so that once the tables change no result of a
+	// snapshot taken before is reported any more.
+	reportMu sync.Mutex
 
 	mu          sync.Mutex
 	closed      bool
@@ -35,13 +39,20 @@ type Checkpointer struct {
 	chainOwned  slotSet
 	idSeq       uint64
 	durable     durablePos
-	lastFull    int64 // bytes of the newest full snapshot
-	maxDelta    int64 // bytes of the largest delta snapshot
-	results     map[uint64]*persistWait
-	resultOrder []uint64
-	work        int           // pipeline stages not yet finished
-	idle        chan struct{} // closed when work drops to zero
+	lastFull    int64                   // bytes of the newest full snapshot
+	maxDelta    int64                   // bytes of the largest delta snapshot
+	results     map[uint64]*persistWait // by step, for WaitPersisted
+	resultOrder []uint64                // steps of results, oldest first
+	work        int                     // pipeline stages not yet finished
+	idle        chan struct{}           // closed when work drops to zero
 	stats       Stats
+
+	// epoch counts the Loads and Restores that changed the tables. A snapshot belongs to the epoch it
+	// was taken in; once a later epoch starts its stages are abandoned: not sealed, not persisted (or,
+	// if running, cancelled through epochCtx), and never reported. Guarded by mu.
+	epoch     uint64
+	epochCtx  context.Context
+	epochStop context.CancelFunc
 
 	hooks testHooks // set only by tests, before the first Snapshot
 
@@ -74,17 +85,44 @@ type durablePos struct {
 	manifest string
 }
 
-// stageJob is one snapshot passing through the sealer and then the persister.
+// stageJob is one snapshot passing through the sealer and then the persister. It carries its own
+// waiter: the step alone does not identify a snapshot, since a Load or Restore lets later steps be
+// taken again.
 type stageJob struct {
 	gen   *generation
 	chain uint64
 	idx   int
 	step  uint64
+	epoch uint64
+	wait  *persistWait
 }
 
+// persistWait is the outcome of one snapshot's persist: res is written once, under mu, before done is
+// closed, and only read after done is closed.
 type persistWait struct {
 	done chan struct{}
 	res  PersistResult
+}
+
+// finishLocked reports res unless w already has an outcome. The caller holds mu.
+func (w *persistWait) finishLocked(res PersistResult) {
+	select {
+	case <-w.done:
+	default:
+		w.res = res
+		close(w.done)
+	}
+}
+
+// abandonedWait returns a finished waiter reporting step's snapshot as abandoned.
+func abandonedWait(step uint64) *persistWait {
+	w := &persistWait{done: make(chan struct{})}
+	w.finishLocked(abandonedResult(step))
+	return w
+}
+
+func abandonedResult(step uint64) PersistResult {
+	return PersistResult{Step: step, Err: &PersistError{Step: step, Err: ErrAbandoned}}
 }
 
 // maxResults bounds the persist results remembered for WaitPersisted.
@@ -134,6 +172,7 @@ type Stats struct {
 	LastPersistError error
 	PersistedRaw     uint64 // uncompressed bytes persisted
 	PersistedStored  uint64 // bytes written to storage
+	Abandoned        uint64 // snapshots whose persist a Load or Restore abandoned before it finished
 	ShmBytes         int64  // shared memory mapped
 	Pending          int    // pipeline stages (seal, persist) not yet finished
 }
@@ -168,6 +207,7 @@ func New(cfg Config) (*Checkpointer, error) {
 	c.sealQ.init()
 	c.persistQ.init()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.epochCtx, c.epochStop = context.WithCancel(c.ctx)
 	c.wg.Add(2)
 	go c.sealLoop()
 	go c.persistLoop()
@@ -187,8 +227,9 @@ func newestGen(r *region) int {
 	return best
 }
 
-// Close stops the background goroutines (a persist in progress is abandoned; its step is reported as
-// failed), unmaps the region and releases its lock. The region's files stay for a later process to
+// Close stops the background goroutines (a persist in progress is cancelled and removes what it wrote;
+// it and the snapshots not yet persisted are reported to WaitPersisted as a *PersistError wrapping
+// ErrClosed), unmaps the region and releases its lock. The region's files stay for a later process to
 // reattach. Close is idempotent.
 func (c *Checkpointer) Close() error {
 	c.mu.Lock()
@@ -203,15 +244,12 @@ func (c *Checkpointer) Close() error {
 	c.snapMu.Lock() // wait for a Snapshot or Restore in progress
 	defer c.snapMu.Unlock()
 	c.mu.Lock()
+	c.epochStop()
 	for _, step := range c.resultOrder {
-		w := c.results[step]
-		select {
-		case <-w.done:
-		default:
-			w.res.Err = &PersistError{Step: step, Err: ErrClosed}
-			close(w.done)
-		}
+		c.results[step].finishLocked(PersistResult{Step: step, Err: &PersistError{Step: step, Err: ErrClosed}})
 	}
+	// Stages left in the queues never run.
+	c.work = 0
 	if c.idle != nil {
 		close(c.idle)
 		c.idle = nil
@@ -236,10 +274,15 @@ func (c *Checkpointer) Stats() Stats {
 	return s
 }
 
-// Flush waits until every snapshot taken so far has been sealed and persisted (successfully or not)
-// and background provisioning of shared memory is done.
+// Flush waits until every snapshot taken so far has been sealed and persisted (successfully or not),
+// or dropped because a Load or Restore abandoned it, and background provisioning of shared memory is
+// done. After Close it returns ErrClosed.
 func (c *Checkpointer) Flush(ctx context.Context) error {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
 	if c.work == 0 {
 		c.mu.Unlock()
 		return nil
@@ -248,6 +291,9 @@ func (c *Checkpointer) Flush(ctx context.Context) error {
 	c.mu.Unlock()
 	select {
 	case <-idle:
+		if c.isClosed() {
+			return ErrClosed
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -255,7 +301,10 @@ func (c *Checkpointer) Flush(ctx context.Context) error {
 }
 
 // WaitPersisted waits for the persist of step's snapshot and returns its manifest, which the
-// coordinator needs for Commit. A failed persist returns its *PersistError.
+// coordinator needs for Commit. A failed persist returns its *PersistError; so does a snapshot that
+// a later Load or Restore abandoned (wrapping ErrAbandoned), and, once the tables have been loaded
+// with a step before it, any earlier snapshot of step, finished or not: the manifest returned is
+// always of the newest snapshot of step since the tables were last loaded.
 func (c *Checkpointer) WaitPersisted(ctx context.Context, step uint64) (ManifestRef, error) {
 	c.mu.Lock()
 	w, ok := c.results[step]
@@ -290,6 +339,41 @@ func (c *Checkpointer) doneWork(g *generation) {
 	}
 }
 
+// abandonPipeline starts a new epoch because the tables are being loaded with step: every snapshot
+// taken so far whose persist has not been reported is abandoned (WaitPersisted reports ErrAbandoned,
+// OnPersist is not called, a persist in progress is cancelled and removes what it wrote), and results
+// of snapshots after step are forgotten, since those steps will be taken again. It returns once no
+// result of the old epoch is being reported.
+func (c *Checkpointer) abandonPipeline(step uint64) {
+	c.mu.Lock()
+	c.epoch++
+	c.epochStop()
+	c.epochCtx, c.epochStop = context.WithCancel(c.ctx)
+	for s, w := range c.results {
+		select {
+		case <-w.done:
+			if s > step {
+				c.results[s] = abandonedWait(s)
+			}
+		default:
+			w.finishLocked(abandonedResult(s))
+			c.stats.Abandoned++
+		}
+	}
+	c.durable = durablePos{}
+	// The next snapshot is full and starts a new chain in a generation with no stage pending, so no
+	// segment of the new epoch ever follows an abandoned (unsealed) one in a chain.
+	c.needFull = true
+	c.mu.Unlock()
+	// The persister checks the epoch and reports under reportMu: once this returns, whatever it
+	// reports next belongs to the new epoch.
+	c.reportMu.Lock()
+	c.reportMu.Unlock()
+}
+
+// liveLocked reports whether job belongs to the current epoch. The caller holds mu.
+func (c *Checkpointer) liveLocked(job stageJob) bool { return job.epoch == c.epoch }
+
 // newID returns an id unique to this process and call.
 func (c *Checkpointer) newIDLocked() uint64 {
 	c.idSeq++
@@ -318,8 +402,13 @@ func (q *queue[T]) push(v T) {
 	}
 }
 
+// pop returns the next item, waiting for one; it returns false once ctx is done, even if items are left.
 func (q *queue[T]) pop(ctx context.Context) (T, bool) {
 	for {
+		if ctx.Err() != nil {
+			var zero T
+			return zero, false
+		}
 		q.mu.Lock()
 		if len(q.items) > 0 {
 			v := q.items[0]

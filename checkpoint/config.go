@@ -60,6 +60,8 @@ type Config struct {
 	// Logger receives warnings (failed persists, skipped checkpoints). Nil discards.
 	Logger *slog.Logger
 	// OnPersist, if set, is called from the persister goroutine after each persist, successful or not.
+	// It is not called for a snapshot that a Load or Restore abandoned, and never for a snapshot taken
+	// before a Load or Restore once that call has begun changing the tables.
 	// It must not block for long and must not call the Checkpointer.
 	OnPersist func(PersistResult)
 }

@@ -52,6 +52,10 @@
 // newest commit can be restored from shared memory even when it is a delta; the price is that a
 // generation holds the base plus up to FullEvery-1 deltas.
 //
+// An extent is created under a temporary name and renamed once it is reserved and mapped, and seals
+// are written the same way; the owner removes temporary files, and extents no seal names that cannot
+// be mapped, left by a process that died mid-way, when it opens the region.
+//
 // Shared memory grows when needed (Headroom sizes the growth), by adding extents; the sealer also
 // grows it ahead of time — room for another delta as large as the largest seen, and room for the
 // next full snapshot in the other generation — so faulting memory in stays off the blocking path.
@@ -110,9 +114,18 @@
 // be empty before a restore (rows the checkpoint does not hold are left alone); the next snapshot
 // after a restore is full.
 //
+// A restore rolls a node back: the steps after the one loaded will be taken again, and snapshots
+// still in the pipeline describe tables that are gone. So before Load or Restore changes a table it
+// abandons every snapshot whose persist has not been reported (a persist in progress is cancelled and
+// removes what it wrote; WaitPersisted reports a *PersistError wrapping ErrAbandoned; OnPersist is not
+// called) and forgets the results of steps after the one loaded. Each snapshot carries its own
+// result, so a step taken again yields only its new manifest, and nothing an abandoned persist does
+// afterwards reaches the new chain.
+//
 // A failed persist (full disk, I/O error) is reported by WaitPersisted and OnPersist as a
 // *PersistError, counted in Stats, logged, and removes what it wrote; earlier commits are untouched
-// and snapshots go on.
+// and snapshots go on. Close cancels a persist in progress the same way, and reports it and the
+// snapshots not yet persisted as failed with ErrClosed.
 //
 // # Concurrency and ownership
 //

@@ -38,6 +38,11 @@ var (
 	// ErrUnknownStep is returned by WaitPersisted for a step this Checkpointer did not snapshot, or whose
 	// result is no longer remembered.
 	ErrUnknownStep = errors.New("checkpoint: unknown step")
+	// ErrAbandoned is returned, wrapped in a *PersistError, by WaitPersisted for a snapshot that a Load
+	// or Restore superseded: its persist had not been reported when the tables were loaded, or its
+	// step lies after the step loaded (that step may be snapshotted again, and only the new snapshot's
+	// manifest may be committed).
+	ErrAbandoned = errors.New("checkpoint: snapshot abandoned by a restore")
 	// ErrInjected is the default error of a FaultStorage fault.
 	ErrInjected = errors.New("checkpoint: injected fault")
 )

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -21,33 +22,65 @@ func (c *Checkpointer) persistLoop() {
 		if !ok {
 			return
 		}
-		res := c.persistJob(job)
-		c.mu.Lock()
+		c.persistOne(job)
+		c.doneWork(job.gen)
+	}
+}
+
+// persistOne persists one segment and reports the result to the segment's own waiter and OnPersist,
+// unless a Load or Restore abandoned the segment first: then it is not persisted at all, or, if that
+// happened while it was being written, what was written is removed and nothing is reported.
+func (c *Checkpointer) persistOne(job stageJob) {
+	start := time.Now()
+	c.mu.Lock()
+	if !c.liveLocked(job) {
+		c.mu.Unlock()
+		return
+	}
+	ctx := c.epochCtx
+	p := c.planLocked(job)
+	c.mu.Unlock()
+
+	res, w, err := c.persist(ctx, p)
+	res.Step, res.Full, res.Segments, res.Duration = job.step, p.full, len(p.segs), time.Since(start)
+	closing := c.ctx.Err() != nil
+	if err != nil {
+		if closing {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		res.Err = &PersistError{Step: job.step, Err: err}
+	}
+
+	c.reportMu.Lock()
+	c.mu.Lock()
+	live := c.liveLocked(job)
+	if live {
 		if res.Err == nil {
 			c.stats.Persists++
 			c.stats.PersistedRaw += uint64(res.RawBytes)
 			c.stats.PersistedStored += uint64(res.Stored)
+			c.durable = durablePos{ok: true, gen: job.gen.idx, chain: job.chain, seg: job.idx, step: job.step,
+				baseStep: p.baseStep, manifest: res.Manifest.Name}
 		} else {
 			c.stats.PersistErrors++
 			c.stats.LastPersistError = res.Err
 		}
-		if w, ok := c.results[job.step]; ok {
-			select {
-			case <-w.done:
-			default:
-				w.res = res
-				close(w.done)
-			}
-		}
-		c.mu.Unlock()
-		if res.Err != nil {
+		job.wait.finishLocked(res)
+	}
+	c.mu.Unlock()
+	if live {
+		if res.Err != nil && !closing {
 			c.log.Warn("checkpoint: persist failed; earlier commits are intact and the next persist carries these rows",
 				"step", job.step, "err", res.Err)
 		}
 		if c.cfg.OnPersist != nil {
 			c.cfg.OnPersist(res)
 		}
-		c.doneWork(job.gen)
+	}
+	c.reportMu.Unlock()
+	if !live && res.Err == nil {
+		// Abandoned after it was written: its manifest was never handed out, so nothing can commit it.
+		w.cleanup()
 	}
 }
 
@@ -65,10 +98,11 @@ type persistPlan struct {
 	id         uint64
 }
 
-func (c *Checkpointer) persistJob(job stageJob) PersistResult {
-	start := time.Now()
+// planLocked resolves what the persist of job writes: the segment alone if the chain's previous
+// segment is durable, else every segment back to the newest durable one, or to the base. The caller
+// holds mu.
+func (c *Checkpointer) planLocked(job stageJob) persistPlan {
 	g := job.gen
-	c.mu.Lock()
 	p := persistPlan{step: job.step, id: c.newIDLocked()}
 	first := 0
 	p.baseStep = job.step // a full checkpoint is its own base, even when it carries several segments
@@ -92,24 +126,13 @@ func (c *Checkpointer) persistJob(job stageJob) PersistResult {
 	for _, b := range last.Blobs {
 		p.blobs = append(p.blobs, g.data(b.Extent, b.Off, b.Len))
 	}
-	c.mu.Unlock()
-
-	res, err := c.persist(c.ctx, p)
-	res.Step, res.Full, res.Segments, res.Duration = job.step, p.full, len(p.segs), time.Since(start)
-	if err != nil {
-		res.Err = &PersistError{Step: job.step, Err: err}
-		return res
-	}
-	c.mu.Lock()
-	c.durable = durablePos{ok: true, gen: g.idx, chain: job.chain, seg: job.idx, step: job.step,
-		baseStep: p.baseStep, manifest: res.Manifest.Name}
-	c.mu.Unlock()
-	return res
+	return p
 }
 
-// persist writes the chunks and blobs of p, then its manifest. On failure it deletes what it wrote (best
-// effort; the names are unique to this attempt, so nothing else refers to them).
-func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResult, error) {
+// persist writes the chunks and blobs of p, then its manifest, and returns the writer that knows their
+// names. On failure it deletes what it wrote (best effort; the names are unique to this attempt, so
+// nothing else refers to them).
+func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResult, *objWriter, error) {
 	var res PersistResult
 	last := p.segs[len(p.segs)-1]
 	m := &manifest{Job: c.cfg.Job, Node: c.cfg.Node, Step: p.step, ID: p.id, Slots: c.cfg.Slots,
@@ -119,9 +142,9 @@ func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResul
 	}
 	dir := m.dir()
 	w := &objWriter{c: c, dir: dir}
-	fail := func(err error) (PersistResult, error) {
+	fail := func(err error) (PersistResult, *objWriter, error) {
 		w.cleanup()
-		return res, err
+		return res, w, err
 	}
 	for ti, t := range last.Tables {
 		mt := manifestTable{Name: t.Name, Schema: t.Schema, RowSize: t.RowSize}
@@ -149,7 +172,7 @@ func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResul
 	}
 	res.Manifest = ManifestRef{Node: c.cfg.Node, Step: p.step, Name: name, Size: int64(len(body)), Sum: xxhashSum(body)}
 	res.Chunks, res.RawBytes, res.Stored = w.chunks, w.raw, w.stored+int64(len(body))
-	return res, nil
+	return res, w, nil
 }
 
 // objWriter writes the objects of one persist (or commit) and remembers them for cleanup.
@@ -178,10 +201,15 @@ func (w *objWriter) put(ctx context.Context, name string, data []byte) error {
 	return putObject(ctx, w.storage(), name, data)
 }
 
+// cleanup deletes every object written, newest first, so a manifest (written last) goes before the
+// chunks it names.
 func (w *objWriter) cleanup() {
-	// The persist context may be cancelled (Close); cleanup is best effort with a fresh one.
+	// The persist context may be cancelled (Close, a restore); cleanup is best effort with a fresh one.
 	ctx := context.Background()
-	for _, n := range w.names {
+	w.mu.Lock()
+	names := slices.Clone(w.names)
+	w.mu.Unlock()
+	for _, n := range slices.Backward(names) {
 		_ = w.storage().Delete(ctx, n)
 	}
 }

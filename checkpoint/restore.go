@@ -138,6 +138,12 @@ func (c *Checkpointer) Verify(ctx context.Context, step uint64, opts ...RestoreO
 // checkpoint does not hold are left as they are). It verifies everything first, so a corrupt or
 // incomplete checkpoint returns an error wrapping ErrCorrupt or ErrNotCommitted with the tables
 // untouched; an error while applying wraps ErrPartialRestore. After a Load the next snapshot is full.
+//
+// Before it changes the tables, Load abandons the snapshots taken earlier whose persists have not been
+// reported: a persist in progress is cancelled and removes what it wrote, the others never start,
+// WaitPersisted reports them as a *PersistError wrapping ErrAbandoned and OnPersist is not called.
+// Results of snapshots after step are forgotten the same way, so a step taken again after the Load
+// only ever yields its new manifest. Flush waits for abandoned persists to wind down.
 func (c *Checkpointer) Load(ctx context.Context, step uint64, opts ...RestoreOption) (*Restored, error) {
 	var o restoreOpts
 	if err := o.build(opts); err != nil {
@@ -159,6 +165,7 @@ func (c *Checkpointer) Load(ctx context.Context, step uint64, opts ...RestoreOpt
 // Restore loads the newest committed checkpoint that verifies, skipping (and logging) corrupt,
 // truncated or half-committed ones, and returns ErrNoCheckpoint if none does. Each node decides alone,
 // so with several nodes use Committer.Choose with Verify and Load, which makes them agree on the step.
+// Snapshots in the pipeline are abandoned as by Load.
 func (c *Checkpointer) Restore(ctx context.Context, opts ...RestoreOption) (*Restored, error) {
 	var o restoreOpts
 	if err := o.build(opts); err != nil {
@@ -576,13 +583,12 @@ type decoded struct {
 	rows []byte
 }
 
-// apply loads the verified plan into the tables.
+// apply loads the verified plan into the tables. Snapshots taken before describe tables that are about
+// to be replaced, so it first abandons those whose persists have not been reported.
 func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts) (*Restored, error) {
+	c.abandonPipeline(p.rec.Step)
 	res := &Restored{Step: p.rec.Step, Sources: map[string]Source{}, Records: map[string]int64{}}
 	partial := func(err error) (*Restored, error) {
-		c.mu.Lock()
-		c.needFull = true
-		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: %w", ErrPartialRestore, err)
 	}
 	for _, nt := range c.tables {
@@ -667,9 +673,7 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 		res.Blobs = append(res.Blobs, blobs...)
 	}
 	c.mu.Lock()
-	c.needFull = true
 	c.haveStep, c.lastStep = true, p.rec.Step
-	c.durable = durablePos{}
 	if p.own >= 0 {
 		c.cur = p.own // keep the generation restored from until a newer chain is complete elsewhere
 	}

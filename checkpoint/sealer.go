@@ -5,13 +5,22 @@ import (
 )
 
 // sealLoop checksums each new segment, rewrites its generation's seal file, hands the segment to the
-// persister, and then grows shared memory ahead of the next snapshots.
+// persister, and then grows shared memory ahead of the next snapshots. A segment a Load or Restore
+// abandoned is passed on unsealed: nothing can commit it, and the persister drops it.
 func (c *Checkpointer) sealLoop() {
 	defer c.wg.Done()
 	for {
 		job, ok := c.sealQ.pop(c.ctx)
 		if !ok {
 			return
+		}
+		c.mu.Lock()
+		live := c.liveLocked(job)
+		c.mu.Unlock()
+		if !live {
+			c.persistQ.push(job)
+			c.doneWork(job.gen)
+			continue
 		}
 		if c.hooks.beforeSeal != nil {
 			c.hooks.beforeSeal(job.step)

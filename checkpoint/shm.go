@@ -82,6 +82,10 @@ type region struct {
 
 const alignment = 64
 
+// tmpPrefix starts the name of a file being written (a seal, an extent); the owner removes such files
+// left by a process that died.
+const tmpPrefix = ".tmp-"
+
 func alignUp(n int64) int64 { return (n + alignment - 1) &^ (alignment - 1) }
 
 func sealPath(dir string, gen int) string { return filepath.Join(dir, fmt.Sprintf("g%d.seal", gen)) }
@@ -131,7 +135,7 @@ func (r *region) load(log *slog.Logger) error {
 	files := map[string]int64{} // extent name -> size
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".tmp") {
+		if strings.HasPrefix(name, tmpPrefix) {
 			if r.writable {
 				os.Remove(filepath.Join(r.dir, name))
 			}
@@ -161,6 +165,7 @@ func (r *region) load(log *slog.Logger) error {
 				names = append(names, x.Name)
 			}
 		}
+		sealed := len(names) // names[:sealed] are the seal's extents, in its order
 		if r.writable {
 			// The owner also maps unsealed extents of the generation: they are capacity to reuse.
 			listed := map[string]bool{}
@@ -180,8 +185,16 @@ func (r *region) load(log *slog.Logger) error {
 			})
 			names = append(names, extra...)
 		}
-		for _, name := range names {
-			data, err := openExtent(filepath.Join(r.dir, name), r.writable)
+		for i, name := range names {
+			path := filepath.Join(r.dir, name)
+			data, err := openExtent(path, r.writable)
+			if err != nil && i >= sealed {
+				// Not named by the seal, so only capacity: an extent whose creation was cut short
+				// (empty, or of a size that cannot be mapped). Drop it rather than the region.
+				log.Warn("checkpoint: removing an unusable shared-memory extent", "dir", r.dir, "extent", name, "err", err)
+				os.Remove(path)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("checkpoint: shm extent %s: %w", name, err)
 			}
@@ -231,12 +244,19 @@ func (r *region) readSeal(g int, files map[string]int64) (*sealFile, error) {
 	return s, nil
 }
 
-// newExtent creates and maps a pre-faulted extent file for generation g. The caller attaches it.
+// newExtent creates and maps a pre-faulted extent file for generation g. The caller attaches it. The
+// file is created under a temporary name and renamed once its blocks are reserved and mapped, so a
+// process that dies meanwhile leaves only a temporary file, which the next owner removes.
 func (r *region) newExtent(g, seq int, size int64) (*extent, error) {
 	name := fmt.Sprintf("g%d-%d", g, seq)
-	data, err := createExtent(filepath.Join(r.dir, name), size)
+	tmp := filepath.Join(r.dir, tmpPrefix+name)
+	data, err := createExtent(tmp, size)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: shm extent of %d bytes: %w", size, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(r.dir, name)); err != nil {
+		os.Remove(tmp)
+		return nil, errors.Join(fmt.Errorf("checkpoint: shm extent of %d bytes: %w", size, err), unmap(data))
 	}
 	return &extent{name: name, data: data}, nil
 }
@@ -246,7 +266,7 @@ func (r *region) writeSeal(s *sealFile) error {
 	r.sealMu.Lock()
 	defer r.sealMu.Unlock()
 	b := appendSeal(nil, s)
-	tmp := filepath.Join(r.dir, fmt.Sprintf(".tmp-g%d.seal", s.Gen))
+	tmp := filepath.Join(r.dir, fmt.Sprintf("%sg%d.seal", tmpPrefix, s.Gen))
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		os.Remove(tmp)
 		return err

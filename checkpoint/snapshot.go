@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -65,8 +66,11 @@ func SnapshotFull() SnapshotOption {
 // Sealing (checksums) and persisting to storage follow in the background; WaitPersisted reports the
 // outcome. For a consistent checkpoint call it at a step barrier; otherwise each row is consistent.
 //
-// Steps must increase. ErrBusy means the generation a full snapshot needs is still being persisted;
-// nothing was copied and the next snapshot may try again. After any other error the next snapshot is
+// Steps must increase, except that after a Load or Restore of step R the next step need only exceed R.
+// A step taken again after such a rollback is a new snapshot: WaitPersisted and OnPersist report its
+// own persist, never the abandoned one's. ErrBusy means the generation a full snapshot needs is still
+// being persisted (or, just after a Load, that an abandoned persist is still winding down); nothing
+// was copied and the next snapshot may try again. After any other error the next snapshot is
 // taken in full, as the tables' change sets may already have been cleared.
 func (c *Checkpointer) Snapshot(ctx context.Context, step uint64, opts ...SnapshotOption) (SnapshotInfo, error) {
 	var o snapOpts
@@ -171,15 +175,18 @@ func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (Snapsho
 	}
 	c.chainOwned = owned
 	c.haveStep, c.lastStep = true, step
+	// A result already kept for this step is of a snapshot a Load or Restore abandoned (steps
+	// increase otherwise): this snapshot's own waiter replaces it.
 	w := &persistWait{done: make(chan struct{})}
-	if _, ok := c.results[step]; !ok {
-		c.resultOrder = append(c.resultOrder, step)
+	if _, ok := c.results[step]; ok {
+		c.resultOrder = slices.DeleteFunc(c.resultOrder, func(s uint64) bool { return s == step })
 	}
+	c.resultOrder = append(c.resultOrder, step)
 	c.results[step] = w
 	c.trimResultsLocked()
 	g.pending += 2
 	c.addWorkLocked(2)
-	c.sealQ.push(stageJob{gen: g, chain: chain, idx: len(g.segs) - 1, step: step})
+	c.sealQ.push(stageJob{gen: g, chain: chain, idx: len(g.segs) - 1, step: step, epoch: c.epoch, wait: w})
 	return SnapshotInfo{Step: step, Full: full, BaseStep: seg.BaseStep, Generation: gi, Bytes: bytes,
 		Blocked: time.Since(start)}, nil
 }
