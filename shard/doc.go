@@ -9,10 +9,11 @@
 // and its optional combined call, ReportAcquirer: the Dispatcher implements both in process, and
 // package shardnet serves them over the network (shardnet.Server) and implements them on
 // workers (shardnet.Client), with the codecs of package shardwire. On a worker, a Reader
-// acquires shards over the Service, reads
-// their records through a Source (IndexedSource for in-memory data, TextSource for text files
-// cut by SplitText, or an application's stream source), hands batches to the training loop
-// (Next) and reports progress as batches are trained (Done). Parsers turn text lines into
+// acquires shards over the Service, reads their records through a Source (IndexedSource for
+// in-memory data, TextSource for text files cut by SplitText, or an application's stream
+// source), hands batches to the training loop (Next) and reports progress as batches are
+// trained (Done): every position it reports lies in a batch passed to Done, skipped lines
+// included (a batch of only skipped lines has no records). Parsers turn text lines into
 // Records: Criteo (TSV), LibSVM (libSVM/libFM) and MovieLensRatings (MovieLens CSV joined with
 // its movies); LoadMovieLens holds a MovieLens set in memory as an Indexed data set.
 //

@@ -119,7 +119,7 @@ func (c ReaderConfig) Validate() error {
 type ReaderStats struct {
 	Leases     int64 // shards acquired
 	LostLeases int64 // shards lost (ErrStaleLease, or dropped after a read error)
-	Batches    int64 // batches handed out
+	Batches    int64 // batches handed out (empty ones included: see Next)
 	Records    int64 // records handed out
 	Skipped    int64 // malformed lines skipped (SkipMalformed)
 	Reported   int64 // offsets accepted by the dispatcher (records and skipped lines)
@@ -152,7 +152,10 @@ type held struct {
 //
 // A record counts as trained when the report covering its batch is accepted, so call Done only
 // after the batch's updates are applied (acknowledged by the parameter servers). Batches may be
-// done out of order: the reader reports the contiguous prefix.
+// done out of order: the reader reports the contiguous prefix. Every position it reports lies in
+// a batch handed out by Next and passed to Done, including positions of lines the Source skipped
+// (a batch may consist of nothing else; see Next), so a caller can account for every position
+// the dispatcher counts.
 //
 // When the Service implements ReportAcquirer (and SeparateCalls is not set), the final report of
 // a shard also leases the next shard (one round trip instead of two) if the reader needs that
@@ -237,6 +240,12 @@ func (r *Reader) Stats() ReaderStats {
 // the dispatcher has no more work, ctx's error when ctx ends, and a read or parse error (for
 // example a *ParseError under FailOnMalformed) after dropping the shard, which is then lost to
 // this worker: its lease expires and the dispatcher counts a failure.
+//
+// A batch may hold no records (Len 0): when all that is left of a shard is lines the Source
+// skipped (malformed lines under SkipMalformed, or records a Source leaves out, such as a
+// held-out split), the batch covers those positions [Start, End) and nothing else. Pass it to
+// Done like any other batch; its positions count as trained when that report is accepted, so
+// every position the dispatcher counts arrives in some batch the caller passed to Done.
 func (r *Reader) Next(ctx context.Context) (*Batch, error) {
 	r.nextMu.Lock()
 	defer r.nextMu.Unlock()
@@ -262,36 +271,30 @@ func (r *Reader) Next(ctx context.Context) (*Batch, error) {
 }
 
 func (r *Reader) next(ctx context.Context) (*Batch, error) {
-	for {
-		r.mu.Lock()
-		h := r.cur
-		if h != nil && (h.exhausted || h.lost) {
-			if !h.exhausted {
-				_ = h.cursor.Close()
-			}
-			r.cur, h = nil, nil
+	r.mu.Lock()
+	h := r.cur
+	if h != nil && (h.exhausted || h.lost) {
+		if !h.exhausted {
+			_ = h.cursor.Close()
 		}
-		r.mu.Unlock()
-		if h == nil {
-			var err error
-			if h, err = r.open(ctx); err != nil {
-				return nil, err
-			}
-		}
-		b, err := r.fill(h)
-		if err != nil {
-			r.drop(h, "read error", err)
-			return nil, err
-		}
-		if b.Len() > 0 {
-			return b, nil
-		}
-		// Only skipped lines were left: they are done as they are.
-		r.recycle(b)
-		if err := r.finishSpan(ctx, h, b.Start, b.End); err != nil {
+		r.cur, h = nil, nil
+	}
+	r.mu.Unlock()
+	if h == nil {
+		var err error
+		if h, err = r.open(ctx); err != nil {
 			return nil, err
 		}
 	}
+	b, err := r.fill(h)
+	if err != nil {
+		r.drop(h, "read error", err)
+		return nil, err
+	}
+	// A batch without records (the rest of the shard was skipped lines) is handed out too:
+	// its positions count as trained when the caller passes it to Done, like any other batch's,
+	// so a caller that keeps its own account of the positions it trained sees them.
+	return b, nil
 }
 
 // open waits for room under MaxLeases, acquires a shard and opens it. A finished shard whose
@@ -472,10 +475,8 @@ func (r *Reader) fill(h *held) (*Batch, error) {
 	h.readPos = b.End
 	h.exhausted = exhausted
 	h.pending = append(h.pending, span{start: b.Start, end: b.End})
-	if b.Len() > 0 {
-		r.stats.Batches++
-		r.stats.Records += int64(b.Len())
-	}
+	r.stats.Batches++
+	r.stats.Records += int64(b.Len())
 	r.stats.Skipped += b.Skipped()
 	return b, nil
 }

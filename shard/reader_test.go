@@ -346,6 +346,61 @@ func TestReaderMalformedLines(t *testing.T) {
 	}
 }
 
+// A shard whose remaining lines are all skipped after a full batch still reaches the caller: as
+// a batch without records covering those positions, reported only when it is passed to Done,
+// so a caller that counts the positions it trained sees every position the dispatcher counts.
+func TestReaderHandsOutSkippedTail(t *testing.T) {
+	ctx := context.Background()
+	// Shard 0: two records, then two malformed lines; shard 1: malformed lines only.
+	fsys := fstest.MapFS{"a": {Data: []byte("1\n2\n!\n!\n")}, "b": {Data: []byte("!\n!\n!\n")}}
+	shards, err := shard.SplitText(ctx, fsys, []string{"a", "b"}, shard.SplitConfig{RecordsPerShard: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := newDispatcher(t, shard.Config{Dataset: shard.TextDataset(shards)})
+	ledger := shardtest.NewLedger()
+	r := newReader(t, shard.ReaderConfig{Service: ledger.Wrap(d), Worker: "w",
+		Source: shard.TextSource{FS: fsys, Parser: labelParser{}, OnError: shard.SkipMalformed}, BatchSize: 2, SeparateCalls: true})
+	type span struct {
+		shard, records   int
+		start, end, skip int64
+	}
+	var got []span
+	covered := int64(0)
+	for {
+		b, err := r.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, span{b.Shard.Index, b.Len(), b.Start, b.End, b.Skipped()})
+		before := d.Progress().EpochRecords[0].Done
+		if before != covered {
+			t.Fatalf("dispatcher counted %d positions before the batch [%d, %d) was done, want %d", before, b.Start, b.End, covered)
+		}
+		if err := r.Done(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		covered += b.End - b.Start
+		if after := d.Progress().EpochRecords[0].Done; after != covered {
+			t.Fatalf("dispatcher counted %d positions after the batch [%d, %d) was done, want %d", after, b.Start, b.End, covered)
+		}
+	}
+	want := []span{{0, 2, 0, 2, 0}, {0, 0, 2, 4, 2}, {1, 0, 0, 3, 3}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+	p := d.Progress()
+	if err := ledger.Check(p); err != nil || !p.Finished || covered != 7 {
+		t.Fatalf("%v %+v covered %d", err, p, covered)
+	}
+	if st := r.Stats(); st.Batches != 3 || st.Records != 2 || st.Skipped != 5 || st.Reported != 7 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 func TestReaderLeave(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(100), ShardSize: 100, MaxFailures: 1})
