@@ -28,16 +28,6 @@ const (
 // persistTimeout bounds the wait for a checkpoint's persist before its commit is abandoned.
 const persistTimeout = 10 * time.Minute
 
-// gate separates applying batches (workers, shared) from taking a checkpoint (exclusive): a
-// checkpoint closes the gate, which waits for the batches being applied and holds back new
-// ones, so the snapshot sees every batch either wholly applied and reported or not at all.
-type gate struct{ mu sync.RWMutex }
-
-func (g *gate) enter() { g.mu.RLock() }
-func (g *gate) exit()  { g.mu.RUnlock() }
-func (g *gate) close() { g.mu.Lock() }
-func (g *gate) open()  { g.mu.Unlock() }
-
 // CheckpointStats are the checkpoint figures of a run.
 type CheckpointStats struct {
 	Dir    string // storage directory
@@ -84,7 +74,7 @@ type ckptNode struct {
 }
 
 // checkpoints drives the checkpoints of the embedded cluster: snapshots at the gate, persists
-// in the background, commits in step order.
+// in the background, commits in step order (commitQueue).
 type checkpoints struct {
 	storage   *checkpoint.FSStorage
 	committer *checkpoint.Committer
@@ -94,54 +84,59 @@ type checkpoints struct {
 	keepShm   bool
 	logger    *slog.Logger
 	emit      func(kind EventKind, ev CheckpointEvent)
-
-	queue chan pendingCommit
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	commits   *commitQueue
+	// last holds, per node, the newest step it snapshotted, in a checkpoint that may have failed
+	// on another node. Used only by snapshot (one at a time).
+	last []uint64
 
 	mu       sync.Mutex
 	stats    CheckpointStats
-	lastSnap uint64
-}
-
-type pendingCommit struct {
-	step  uint64
-	blobs []checkpoint.Blob
-	taken time.Time
-	full  bool
+	lastSnap uint64 // step of the newest snapshot taken on every node (or restored)
 }
 
 // openCheckpoints opens storage and one Checkpointer per server over its embedding tables (the
-// same set on every server). Without resume, earlier checkpoints of the job are deleted first.
+// same set on every server). Without resume, earlier checkpoints of the job and every
+// shared-memory region of the job (those of servers an earlier run had and this one has not
+// included) are deleted first. If it fails, it leaves no region it created behind.
 func openCheckpoints(ctx context.Context, cfg *Config, srvs *servers, tables []string, emit func(EventKind, CheckpointEvent)) (*checkpoints, error) {
 	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
 	if err != nil {
 		return nil, err
 	}
-	shmDir := cfg.ShmDir
-	if shmDir == "" {
-		shmDir = defaultShmDir(cfg.CheckpointDir)
-	}
 	logger := cfg.Logger
+	if logger == nil {
+		logger = discardLogger()
+	}
 	committer, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
+	shmDir, prev, err := placeShm(cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	if prev != "" {
+		// Regions an earlier run kept elsewhere: no run would find them again.
+		if err := deleteRegions(prev, nil, false); err != nil {
+			logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
+		}
+	}
 	if !cfg.Resume {
-		if err := wipe(ctx, st, shmDir, srvs); err != nil {
+		if err := wipeStorage(ctx, st); err != nil {
+			return nil, err
+		}
+		if err := deleteRegions(shmDir, nil, false); err != nil {
 			return nil, err
 		}
 	}
-	c := &checkpoints{storage: st, committer: committer, shmDir: shmDir, ownShm: cfg.ShmDir == "", keepShm: cfg.KeepShm, logger: logger, emit: emit,
-		queue: make(chan pendingCommit, 64)}
+	c := &checkpoints{storage: st, committer: committer, shmDir: shmDir, ownShm: cfg.ShmDir == "", keepShm: cfg.KeepShm, logger: logger, emit: emit}
 	c.stats.Dir, c.stats.ShmDir = cfg.CheckpointDir, shmDir
 	for i, srv := range srvs.list {
 		tabs := map[string]checkpoint.Table{}
 		for _, name := range tables {
 			t, ok := srv.Table(name)
 			if !ok {
-				c.closeNodes()
+				c.abandon(cfg.Resume && cfg.KeepShm)
 				return nil, fmt.Errorf("server %s has no table %s", srv.ID(), name)
 			}
 			tabs[name] = t
@@ -149,19 +144,32 @@ func openCheckpoints(ctx context.Context, cfg *Config, srvs *servers, tables []s
 		ck, err := checkpoint.New(checkpoint.Config{Job: jobName, Node: srv.ID(), Tables: tabs, Storage: st,
 			Slots: cfg.Slots, ShmDir: shmDir, FullEvery: cfg.FullEvery, Logger: logger})
 		if err != nil {
-			c.closeNodes()
+			c.abandon(cfg.Resume && cfg.KeepShm)
 			return nil, fmt.Errorf("checkpointer of %s: %w", srv.ID(), err)
 		}
 		c.nodes = append(c.nodes, ckptNode{srv: srv, ck: ck, slots: srvs.owned(i)})
 	}
-	c.ctx, c.stop = context.WithCancel(context.Background())
-	c.wg.Add(1)
-	go c.commitLoop()
+	c.last = make([]uint64, len(c.nodes))
+	c.commits = newCommitQueue(committer, commitBacklog, c.persisted, c.committed)
 	return c, nil
 }
 
-// wipe deletes the job's earlier checkpoints and shared-memory regions.
-func wipe(ctx context.Context, st *checkpoint.FSStorage, shmDir string, srvs *servers) error {
+// abandon closes the checkpointers opened so far and, unless keep, deletes their regions.
+func (c *checkpoints) abandon(keep bool) {
+	c.closeNodes()
+	if !keep {
+		for _, n := range c.nodes {
+			if err := checkpoint.DeleteRegion(c.shmDir, jobName, n.srv.ID()); err != nil {
+				c.logger.Warn("shared memory left behind", "node", n.srv.ID(), "err", err)
+			}
+		}
+		c.removeShmDirs()
+	}
+	c.nodes = nil
+}
+
+// wipeStorage deletes the job's earlier checkpoints.
+func wipeStorage(ctx context.Context, st *checkpoint.FSStorage) error {
 	names, err := st.List(ctx, jobName+"/")
 	if err != nil {
 		return err
@@ -169,11 +177,6 @@ func wipe(ctx context.Context, st *checkpoint.FSStorage, shmDir string, srvs *se
 	for _, n := range names {
 		if err := st.Delete(ctx, n); err != nil {
 			return err
-		}
-	}
-	for _, srv := range srvs.list {
-		if err := checkpoint.DeleteRegion(shmDir, jobName, srv.ID()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("clear shared memory of %s: %w", srv.ID(), err)
 		}
 	}
 	return nil
@@ -188,57 +191,123 @@ func (c *checkpoints) reserve(ctx context.Context, bytes int64) error {
 	return g.Wait()
 }
 
-// snapshot takes a checkpoint of step. The caller has closed the gate. blobs returns the
-// coordinator's blobs (dispatcher, ledger, meta) at this instant. It returns false when there
-// was nothing new to save.
-func (c *checkpoints) snapshot(ctx context.Context, step uint64, blobs []checkpoint.Blob) (CheckpointEvent, bool) {
+// room reserves a place in the commit queue for the next snapshot (see commitQueue); the final
+// checkpoint waits for one, a periodic one is skipped without. Call it before closing the
+// gate: it may wait for storage. snapshot uses or gives back the place.
+func (c *checkpoints) room(ctx context.Context, final bool) error {
+	err := c.commits.reserve(ctx, final)
+	if err != nil {
+		c.mu.Lock()
+		c.stats.Skipped++
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// refuse gives back the place reserved by room for a checkpoint that is not taken because err
+// (the gate is broken), and counts it as failed.
+func (c *checkpoints) refuse(step uint64, err error) CheckpointEvent {
+	c.commits.release()
+	c.mu.Lock()
+	c.stats.Failed++
+	c.mu.Unlock()
+	return CheckpointEvent{Step: step, Err: err}
+}
+
+// snapshot takes a checkpoint of step, using the place room reserved. The caller has closed
+// the gate. blobs are the coordinator's blobs (dispatcher, ledger, meta) at this instant. It
+// returns false when there was nothing new to save.
+//
+// A node that cannot snapshot because both its generations are still being persisted
+// (checkpoint.ErrBusy) makes a periodic checkpoint skipped; for the final one (final), it waits
+// for the node's persists (Flush) and tries again. Every snapshot a node took is kept: a node
+// that took step in an earlier attempt whose other nodes failed still holds the state of step
+// (no batch was applied since, or the step would be higher), so it is not asked again.
+func (c *checkpoints) snapshot(ctx context.Context, step uint64, blobs []checkpoint.Blob, final bool) (CheckpointEvent, bool) {
+	ev := CheckpointEvent{Step: step}
 	c.mu.Lock()
 	last := c.lastSnap
 	c.mu.Unlock()
-	ev := CheckpointEvent{Step: step}
 	if step <= last {
+		c.commits.release()
 		return ev, false
 	}
 	infos := make([]checkpoint.SnapshotInfo, len(c.nodes))
-	g, gctx := errgroup.WithContext(ctx)
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		g.Go(func() error {
-			dense, err := encodeDense(n.srv)
-			if err != nil {
-				return err
+		if c.last[i] >= step {
+			continue
+		}
+		wg.Go(func() {
+			infos[i], errs[i] = c.snapshotNode(ctx, n, step, final)
+			if errs[i] == nil {
+				c.last[i] = step
 			}
-			infos[i], err = n.ck.Snapshot(gctx, step, checkpoint.SnapshotSlots(n.slots), checkpoint.SnapshotBlob(denseBlobName, dense))
-			if err != nil {
-				return fmt.Errorf("%s: %w", n.srv.ID(), err)
-			}
-			return nil
 		})
 	}
-	err := g.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lastSnap = step
+	wg.Wait()
+	busy, failed := false, false
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, checkpoint.ErrBusy):
+			busy = true
+		default:
+			failed = true
+		}
+	}
+	err := errors.Join(errs...)
 	for _, in := range infos {
 		ev.Bytes += in.Bytes
 		ev.Full = ev.Full || in.Full
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	switch {
-	case errors.Is(err, checkpoint.ErrBusy):
-		c.stats.Skipped++
-		ev.Skipped, ev.Err = true, err
-		return ev, true
-	case err != nil:
+	case failed:
 		c.stats.Failed++
 		ev.Err = err
+	case busy:
+		c.stats.Skipped++
+		ev.Skipped, ev.Err = true, err
+	default:
+		c.lastSnap = step
+		c.stats.Taken++
+		if ev.Full {
+			c.stats.Full++
+		}
+		c.stats.Copied += ev.Bytes
+	}
+	if err != nil {
+		c.commits.release()
 		return ev, true
 	}
-	c.stats.Taken++
-	if ev.Full {
-		c.stats.Full++
-	}
-	c.stats.Copied += ev.Bytes
-	c.queue <- pendingCommit{step: step, blobs: blobs, taken: time.Now(), full: ev.Full}
+	c.commits.push(pendingCommit{step: step, blobs: blobs, taken: time.Now(), full: ev.Full})
 	return ev, true
+}
+
+// finalBusyRetries bounds the flush-and-retry rounds of a final snapshot that finds its node busy.
+const finalBusyRetries = 3
+
+// snapshotNode snapshots one server's rows and MLP tensors.
+func (c *checkpoints) snapshotNode(ctx context.Context, n ckptNode, step uint64, final bool) (checkpoint.SnapshotInfo, error) {
+	dense, err := encodeDense(n.srv)
+	if err != nil {
+		return checkpoint.SnapshotInfo{}, fmt.Errorf("%s: %w", n.srv.ID(), err)
+	}
+	for attempt := 0; ; attempt++ {
+		info, err := n.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(n.slots), checkpoint.SnapshotBlob(denseBlobName, dense))
+		if err == nil {
+			return info, nil
+		}
+		if !final || !errors.Is(err, checkpoint.ErrBusy) || attempt == finalBusyRetries {
+			return info, fmt.Errorf("%s: %w", n.srv.ID(), err)
+		}
+		if err := n.ck.Flush(ctx); err != nil {
+			return info, fmt.Errorf("%s: wait for earlier persists: %w", n.srv.ID(), err)
+		}
+	}
 }
 
 // blocked adds a snapshot's blocking time to the figures.
@@ -249,50 +318,41 @@ func (c *checkpoints) blocked(d time.Duration) {
 	c.stats.MaxBlocked = max(c.stats.MaxBlocked, d)
 }
 
-// commitLoop waits for each snapshot's persist on every server and commits it, in step order.
-func (c *checkpoints) commitLoop() {
-	defer c.wg.Done()
-	for p := range c.queue {
-		ev := CheckpointEvent{Step: p.step, Full: p.full}
-		stored, err := c.commit(p)
-		ev.Persist, ev.Stored, ev.Err = time.Since(p.taken), stored, err
-		c.mu.Lock()
-		if err != nil {
-			c.stats.Failed++
-		} else {
-			c.stats.Committed++
-			c.stats.LastCommitted = p.step
-			c.stats.Stored += stored
-			c.stats.MaxPersist = max(c.stats.MaxPersist, ev.Persist)
-		}
-		c.mu.Unlock()
-		c.emit(EventCommit, ev)
-	}
-}
-
-func (c *checkpoints) commit(p pendingCommit) (int64, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, persistTimeout)
-	defer cancel()
+// persisted waits for every server's persist of step and returns their manifests and the bytes
+// stored meanwhile (the commit goroutine's figure).
+func (c *checkpoints) persisted(ctx context.Context, step uint64) ([]checkpoint.ManifestRef, int64, error) {
 	refs := make([]checkpoint.ManifestRef, len(c.nodes))
-	var before int64
+	var before, after int64
 	for _, n := range c.nodes {
 		before += int64(n.ck.Stats().PersistedStored)
 	}
 	for i, n := range c.nodes {
-		ref, err := n.ck.WaitPersisted(ctx, p.step)
+		ref, err := n.ck.WaitPersisted(ctx, step)
 		if err != nil {
-			return 0, fmt.Errorf("persist of step %d on %s: %w", p.step, n.srv.ID(), err)
+			return nil, 0, fmt.Errorf("%s: %w", n.srv.ID(), err)
 		}
 		refs[i] = ref
 	}
-	var after int64
 	for _, n := range c.nodes {
 		after += int64(n.ck.Stats().PersistedStored)
 	}
-	if _, err := c.committer.Commit(ctx, p.step, refs, p.blobs...); err != nil {
-		return 0, fmt.Errorf("commit of step %d: %w", p.step, err)
+	return refs, after - before, nil
+}
+
+// committed records a commit's outcome.
+func (c *checkpoints) committed(p pendingCommit, stored int64, err error) {
+	ev := CheckpointEvent{Step: p.step, Full: p.full, Persist: time.Since(p.taken), Stored: stored, Err: err}
+	c.mu.Lock()
+	if err != nil {
+		c.stats.Failed++
+	} else {
+		c.stats.Committed++
+		c.stats.LastCommitted = p.step
+		c.stats.Stored += stored
+		c.stats.MaxPersist = max(c.stats.MaxPersist, ev.Persist)
 	}
-	return after - before, nil
+	c.mu.Unlock()
+	c.emit(EventCommit, ev)
 }
 
 // restored is what a restore brought back besides the tables.
@@ -388,10 +448,8 @@ func (c *checkpoints) Stats() CheckpointStats {
 
 // finish waits for every queued commit.
 func (c *checkpoints) finish() {
-	if c.queue != nil {
-		close(c.queue)
-		c.wg.Wait()
-		c.queue = nil
+	if c.commits != nil {
+		c.commits.finish()
 	}
 }
 
@@ -403,25 +461,35 @@ func (c *checkpoints) closeNodes() error {
 	return errors.Join(errs...)
 }
 
-// Close abandons queued commits, closes every checkpointer and, unless kept, deletes the
-// shared-memory regions (storage keeps the committed checkpoints).
-func (c *checkpoints) Close() error {
-	if c.stop != nil {
-		c.stop()
+// removeShmDirs removes the directories the regions lived in if nothing else is there.
+func (c *checkpoints) removeShmDirs() {
+	os.Remove(filepath.Join(c.shmDir, jobName))
+	if c.ownShm {
+		os.Remove(c.shmDir)
 	}
-	c.finish()
+}
+
+// Close abandons queued commits, closes every checkpointer and, unless kept, deletes the job's
+// shared-memory regions (storage keeps the committed checkpoints). Kept or not, the regions of
+// servers this run does not have (left by an earlier run with more servers, and read by a
+// restore at most) are deleted once this run has committed a checkpoint of its own.
+func (c *checkpoints) Close() error {
+	if c.commits != nil {
+		c.commits.abort()
+	}
 	err := c.closeNodes()
+	ours := map[string]bool{}
+	for _, n := range c.nodes {
+		ours[n.srv.ID()] = true
+	}
+	switch {
+	case !c.keepShm:
+		err = errors.Join(err, deleteRegions(c.shmDir, nil, false))
+	case c.Stats().Committed > 0:
+		err = errors.Join(err, deleteRegions(c.shmDir, func(node string) bool { return ours[node] }, false))
+	}
 	if !c.keepShm {
-		for _, n := range c.nodes {
-			if e := checkpoint.DeleteRegion(c.shmDir, jobName, n.srv.ID()); e != nil && !errors.Is(e, os.ErrNotExist) {
-				err = errors.Join(err, e)
-			}
-		}
-		// Remove the directories the regions lived in if nothing else is there.
-		os.Remove(filepath.Join(c.shmDir, jobName))
-		if c.ownShm {
-			os.Remove(c.shmDir)
-		}
+		c.removeShmDirs()
 	}
 	c.nodes = nil
 	return err

@@ -84,11 +84,14 @@ type Config struct {
 	// Resume restores the newest committed checkpoint of CheckpointDir before training. Without
 	// it, earlier checkpoints in CheckpointDir are deleted.
 	Resume bool
-	// ShmDir holds the shared-memory tier of the checkpoints. Default: /dev/shm/elasticps when
-	// /dev/shm exists, else a directory beside CheckpointDir.
+	// ShmDir holds the shared-memory tier of the checkpoints. Default: a directory named after
+	// CheckpointDir under /dev/shm when /dev/shm has 1 GiB free, else under the temporary
+	// directory. The directory used is recorded in CheckpointDir, and a resume without ShmDir
+	// uses the recorded one.
 	ShmDir string
 	// KeepShm leaves the shared-memory regions in place at the end, so that a resume on this
 	// host restores from memory. Default false: they are deleted (the storage copy stays).
+	// Regions of servers the run does not have are deleted either way once it has committed.
 	KeepShm bool
 
 	// EvalEvery evaluates the held-out set this often while training. Default 15s; negative

@@ -99,7 +99,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		case <-poll.C:
 			if cfg.CheckpointEvery > 0 && r.steps.Load()-lastCk >= int64(cfg.CheckpointEvery) {
 				lastCk = r.steps.Load()
-				r.checkpoint(ctx)
+				r.checkpoint(ctx, false)
 			}
 		}
 	}
@@ -122,7 +122,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
 	if failure == nil && !cfg.NoFinalCheckpoint {
-		r.checkpoint(fctx)
+		r.checkpoint(fctx, true)
 	}
 	r.ckpts.finish()
 
@@ -213,20 +213,39 @@ func (r *run) describe() string {
 }
 
 // checkpoint closes the gate, snapshots every server, the dispatcher and the ledger, reopens
-// the gate and queues the commit.
-func (r *run) checkpoint(ctx context.Context) {
-	r.gate.close()
+// the gate and queues the commit. The dispatcher's clock stands still meanwhile, so the pause
+// costs no live worker its lease. final is the run's last checkpoint, taken after the workers
+// stopped: it waits for room in the commit queue and for busy generations to be persisted
+// rather than being skipped. A broken gate (a batch failed while being applied) refuses it.
+func (r *run) checkpoint(ctx context.Context, final bool) {
+	if err := r.gate.broken(); err != nil {
+		return // the run is failing: the worker's error says why
+	}
+	if err := r.ckpts.room(ctx, final); err != nil {
+		r.emit(Event{Kind: EventCheckpoint, Checkpoint: CheckpointEvent{Step: uint64(r.steps.Load()), Skipped: true, Err: err}})
+		return
+	}
 	t0 := time.Now()
+	r.clock.pause()
+	r.gate.close()
 	step := r.steps.Load()
+	if err := r.gate.broken(); err != nil {
+		r.gate.open()
+		r.clock.resume()
+		ev := r.ckpts.refuse(uint64(step), fmt.Errorf("checkpoint not taken: %w", err))
+		r.emit(Event{Kind: EventCheckpoint, Checkpoint: ev})
+		return
+	}
 	meta, _ := json.Marshal(runMeta{Version: 1, Fingerprint: r.fingerprint(), Step: step, Samples: r.samples.Load()})
 	blobs := []checkpoint.Blob{
 		{Name: blobDispatcher, Data: r.disp.Snapshot()},
 		{Name: blobLedger, Data: r.ledger.encode()},
 		{Name: blobMeta, Data: meta},
 	}
-	ev, took := r.ckpts.snapshot(ctx, uint64(step), blobs)
+	ev, took := r.ckpts.snapshot(ctx, uint64(step), blobs, final)
 	blocked := time.Since(t0)
 	r.gate.open()
+	r.clock.resume()
 	if !took {
 		return
 	}

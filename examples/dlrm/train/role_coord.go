@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"sort"
 	"sync"
 	"time"
 
@@ -17,23 +19,64 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// barrierTimeout bounds the wait for every worker to reach a checkpoint barrier; a checkpoint
-// whose barrier times out is abandoned and training goes on.
-const barrierTimeout = 30 * time.Second
+// Timings of the checkpoint barrier of a multi-process job. A worker applies batches only while
+// it keeps in touch with the coordinator: it long-polls (Coord.Wait), and when a poll fails or
+// outlasts pollTimeout it closes its gate and registers again (Coord.Join) before it applies
+// another batch. The coordinator stops waiting for a worker at barriers once it has heard
+// nothing from it for workerSilence, longer than pollTimeout, by which time a live worker that
+// lost touch has closed its gate itself. So a crashed worker delays a barrier by about
+// workerSilence, not barrierTimeout.
+const (
+	// pollWait is how long the coordinator holds a barrier poll open when nothing changes.
+	pollWait = 2 * time.Second
+	// pollTimeout bounds a worker's barrier poll and registration.
+	pollTimeout = pollWait + 3*time.Second
+	// workerSilence is how long after a worker's last call ended the coordinator still counts
+	// it at barriers.
+	workerSilence = pollTimeout + 2*time.Second
+	// barrierTimeout bounds the wait for every counted worker to reach a checkpoint barrier; a
+	// checkpoint whose barrier times out is abandoned and training goes on. The dispatcher's
+	// clock stands still during a barrier, so waiting costs no worker its leases.
+	barrierTimeout = 20 * time.Second
+	// arriveTimeout bounds a worker's wait at a barrier for the coordinator's release (the
+	// barrier, the servers' snapshots); a worker that gives up keeps its gate closed and
+	// registers again.
+	arriveTimeout = barrierTimeout + snapshotTimeout + pollTimeout
+	// snapshotTimeout bounds the servers' snapshots of one checkpoint.
+	snapshotTimeout = 2 * time.Minute
+)
 
-// coordService is the coordinator's control service: the workers' checkpoint barrier.
+// barrierWorker is what the coordinator knows of one registered worker.
+type barrierWorker struct {
+	id      string
+	calls   int       // barrier calls in progress
+	seen    time.Time // when its last call began or ended
+	arrived uint64    // the barrier generation it has arrived at
+}
+
+// coordService is the coordinator's control service: the workers' registration and checkpoint
+// barrier. Safe for concurrent use.
 type coordService struct {
+	now    func() time.Time
+	logger *slog.Logger
+
 	mu       sync.Mutex
 	gen      uint64 // barrier generation: odd while a barrier is up
 	released uint64
 	stop     bool
-	known    map[string]bool
-	arrived  map[string]uint64
+	failure  error // a worker failed while applying a batch
+	workers  map[string]*barrierWorker
 	changed  chan struct{}
 }
 
-func newCoordService() *coordService {
-	return &coordService{known: map[string]bool{}, arrived: map[string]uint64{}, changed: make(chan struct{})}
+func newCoordService(now func() time.Time, logger *slog.Logger) *coordService {
+	if now == nil {
+		now = time.Now
+	}
+	if logger == nil {
+		logger = discardLogger()
+	}
+	return &coordService{now: now, logger: logger, workers: map[string]*barrierWorker{}, changed: make(chan struct{})}
 }
 
 func (c *coordService) broadcastLocked() {
@@ -41,95 +84,188 @@ func (c *coordService) broadcastLocked() {
 	c.changed = make(chan struct{})
 }
 
-// Wait is a worker's long poll: it returns when the barrier state differs from what the worker
-// saw, or after a while.
+// replyLocked is the barrier state as worker w (nil: not registered) should see it.
+func (c *coordService) replyLocked(w *barrierWorker) ctl.BarrierReply {
+	if c.stop {
+		return ctl.BarrierReply{Gen: c.gen, Stop: true}
+	}
+	if w == nil {
+		return ctl.BarrierReply{Gen: c.gen, Rejoin: true}
+	}
+	return ctl.BarrierReply{Gen: c.gen, Pause: c.gen%2 == 1 && w.arrived != c.gen}
+}
+
+// Join registers a worker (again) and returns at once: from now on barriers wait for it. A
+// worker calls it, with its gate closed, before it applies its first batch and after it lost
+// touch with the coordinator; if the answer says Pause, it arrives before opening its gate.
+func (c *coordService) Join(a ctl.Barrier, r *ctl.BarrierReply) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop {
+		*r = c.replyLocked(nil)
+		return nil
+	}
+	w := c.workers[a.Worker]
+	if w == nil {
+		w = &barrierWorker{id: a.Worker}
+		c.workers[a.Worker] = w
+	}
+	// A worker registering again lost track of the barrier (its Arrived may have failed): it
+	// must arrive again at a barrier that is up, or it would open its gate during the snapshot.
+	w.arrived = 0
+	w.seen = c.now()
+	c.broadcastLocked()
+	*r = c.replyLocked(w)
+	return nil
+}
+
+// Wait is a registered worker's long poll: it returns when the barrier state differs from what
+// the worker saw (a.Gen), or after pollWait. An unregistered worker is told to Rejoin.
 func (c *coordService) Wait(a ctl.Barrier, r *ctl.BarrierReply) error {
-	deadline := time.After(10 * time.Second)
+	c.mu.Lock()
+	w := c.workers[a.Worker]
+	if w == nil || c.stop {
+		*r = c.replyLocked(w)
+		c.mu.Unlock()
+		return nil
+	}
+	w.calls++
+	w.seen = c.now()
+	c.mu.Unlock()
+	timer := time.NewTimer(pollWait)
+	defer timer.Stop()
 	for {
 		c.mu.Lock()
-		if !c.known[a.Worker] {
-			c.known[a.Worker] = true
-			c.broadcastLocked()
-		}
-		pause := c.gen%2 == 1
-		if c.stop || (pause && c.arrived[a.Worker] != c.gen) || c.gen != a.Gen {
-			*r = ctl.BarrierReply{Gen: c.gen, Pause: pause, Stop: c.stop}
-			c.mu.Unlock()
+		rep := c.replyLocked(w)
+		if rep.Stop || rep.Pause || c.gen != a.Gen {
+			c.endCallLocked(w, r, rep)
 			return nil
 		}
 		ch := c.changed
 		c.mu.Unlock()
 		select {
 		case <-ch:
-		case <-deadline:
+		case <-timer.C:
 			c.mu.Lock()
-			*r = ctl.BarrierReply{Gen: c.gen, Pause: c.gen%2 == 1 && c.arrived[a.Worker] != c.gen, Stop: c.stop}
-			c.mu.Unlock()
+			c.endCallLocked(w, r, c.replyLocked(w))
 			return nil
 		}
 	}
 }
 
+// endCallLocked ends a call of w with rep and unlocks.
+func (c *coordService) endCallLocked(w *barrierWorker, r *ctl.BarrierReply, rep ctl.BarrierReply) {
+	w.calls--
+	w.seen = c.now()
+	if c.workers[w.id] != w {
+		rep = c.replyLocked(nil) // it left or was dropped meanwhile
+	}
+	*r = rep
+	c.mu.Unlock()
+}
+
 // Arrived records that a worker closed its gate for barrier a.Gen and returns when the
-// barrier is released.
+// barrier is released. An unregistered worker is told to Rejoin at once: the barrier does not
+// count it.
 func (c *coordService) Arrived(a ctl.Barrier, r *ctl.BarrierReply) error {
 	c.mu.Lock()
-	c.known[a.Worker] = true
-	c.arrived[a.Worker] = a.Gen
+	w := c.workers[a.Worker]
+	if w == nil || c.stop {
+		*r = c.replyLocked(w)
+		c.mu.Unlock()
+		return nil
+	}
+	w.calls++
+	w.seen = c.now()
+	w.arrived = a.Gen
 	c.broadcastLocked()
-	for c.released < a.Gen && !c.stop {
+	for c.released < a.Gen && !c.stop && c.workers[a.Worker] == w {
 		ch := c.changed
 		c.mu.Unlock()
 		<-ch
 		c.mu.Lock()
 	}
-	*r = ctl.BarrierReply{Gen: c.gen, Stop: c.stop}
-	c.mu.Unlock()
+	c.endCallLocked(w, r, c.replyLocked(w))
 	return nil
 }
 
-// Leave forgets a worker that stopped training: barriers no longer wait for it.
+// Leave forgets a worker that stopped training cleanly: barriers no longer wait for it.
 func (c *coordService) Leave(a ctl.Barrier, _ *ctl.Empty) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.known, a.Worker)
-	delete(c.arrived, a.Worker)
+	delete(c.workers, a.Worker)
 	c.broadcastLocked()
 	return nil
 }
 
-// raise puts up a barrier and waits until every known worker (and at least want of them) has
-// arrived; it returns the generation to release.
-func (c *coordService) raise(ctx context.Context, want int) (uint64, error) {
+// Failed records that a worker failed while applying a batch (and forgets it): no checkpoint
+// is taken from now on, and the coordinator stops the job.
+func (c *coordService) Failed(a ctl.Failure, _ *ctl.Empty) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failure == nil {
+		c.failure = fmt.Errorf("%w: worker %s: %s", ErrPartialApply, a.Worker, a.Err)
+	}
+	delete(c.workers, a.Worker)
+	c.broadcastLocked()
+	return nil
+}
+
+// failed returns the first failure a worker reported, or nil.
+func (c *coordService) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
+// raise puts up a barrier and waits until every registered worker has arrived; it returns the
+// generation to release. A worker not heard from for workerSilence is dropped (it has to
+// register again), so a crashed worker does not hold the barrier up. On failure the barrier
+// is released.
+func (c *coordService) raise(ctx context.Context) (uint64, error) {
 	c.mu.Lock()
 	c.gen++
 	gen := c.gen
 	c.broadcastLocked()
 	c.mu.Unlock()
-	timeout := time.After(barrierTimeout)
+	timeout := time.NewTimer(barrierTimeout)
+	defer timeout.Stop()
+	tick := time.NewTicker(workerSilence / 8)
+	defer tick.Stop()
 	for {
 		c.mu.Lock()
-		n, all := 0, true
-		for w := range c.known {
-			if c.arrived[w] == gen {
-				n++
-			} else {
-				all = false
+		now := c.now()
+		var waiting []string
+		for id, w := range c.workers {
+			switch {
+			case w.arrived == gen:
+			case w.calls == 0 && now.Sub(w.seen) >= workerSilence:
+				delete(c.workers, id)
+				c.logger.Warn("worker silent: no longer waited for at checkpoint barriers", "worker", id, "silent", now.Sub(w.seen).Round(time.Millisecond))
+			default:
+				waiting = append(waiting, id)
 			}
 		}
+		failure := c.failure
 		ch := c.changed
 		c.mu.Unlock()
-		if all && n >= want {
+		if failure != nil {
+			c.release(gen)
+			return 0, failure
+		}
+		if len(waiting) == 0 {
 			return gen, nil
 		}
 		select {
 		case <-ch:
+		case <-tick.C:
 		case <-ctx.Done():
 			c.release(gen)
 			return 0, ctx.Err()
-		case <-timeout:
+		case <-timeout.C:
 			c.release(gen)
-			return 0, fmt.Errorf("checkpoint barrier: %d of %d workers arrived within %v", n, max(want, len(c.known)), barrierTimeout)
+			sort.Strings(waiting)
+			return 0, fmt.Errorf("checkpoint barrier: workers %v did not arrive within %v", waiting, barrierTimeout)
 		}
 	}
 }
@@ -153,9 +289,12 @@ func (c *coordService) shutdown() {
 // ends: it serves the data-shard dispatcher on rc.Listen (with the cluster secret), raises a
 // checkpoint barrier every CheckpointEvery steps' worth of records and once at the end, has
 // every parameter server snapshot and persist its part, and commits the checkpoint with the
-// dispatcher's snapshot. With Resume it first has every server restore the newest commit and
+// dispatcher's snapshot; commits are made one at a time, in step order. With Resume it first
+// has every server restore the newest commit (the servers must be freshly started) and
 // restores the dispatcher. The returned summary holds the data, progress and checkpoint
-// figures (the exactly-once ledger and the evaluation belong to the embedded mode).
+// figures (the exactly-once ledger and the evaluation belong to the embedded mode). When a
+// worker reports that a batch failed while being applied, the coordinator takes no further
+// checkpoint, stops the job and returns an error wrapping ErrPartialApply with the summary.
 func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if err := rc.prepare(); err != nil {
 		return nil, err
@@ -165,7 +304,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{cfg: *cfg, logger: rc.Logger, data: data, ledger: newLedger(), secret: rc.Secret}
+	r := &run{cfg: *cfg, logger: rc.Logger, data: data, ledger: newLedger(), secret: rc.Secret, clock: newPausableClock(nil)}
 	r.mcfg = model.Config{DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
 		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling, Seed: cfg.Seed}
 	m0, err := model.New(r.mcfg)
@@ -174,7 +313,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	r.mcfg = m0.Config()
 	if r.disp, err = shard.New(shard.Config{Dataset: data.dataset, ShardSize: cfg.ShardSize, Epochs: cfg.Epochs, Seed: cfg.Seed,
-		Shuffle: true, ShuffleRecords: data.shuffle, LeaseTTL: cfg.LeaseTTL, Logger: rc.Logger}); err != nil {
+		Shuffle: true, ShuffleRecords: data.shuffle, LeaseTTL: cfg.LeaseTTL, Clock: r.clock, Logger: rc.Logger}); err != nil {
 		return nil, err
 	}
 	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
@@ -276,7 +415,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); dsrv.Serve(l) }()
-	coord := newCoordService()
+	coord := newCoordService(nil, rc.Logger)
 	defer coord.shutdown()
 	cs, err := ctl.NewServer(rc.Secret, "Coord", coord)
 	if err != nil {
@@ -295,94 +434,79 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	go func() { defer wg.Done(); cs.Serve(cl) }()
 	r.emit(Event{Kind: EventStart, Message: fmt.Sprintf("coordinator: dispatcher on %s (control %s), %d servers; %s", l.Addr(), caddr, len(rc.PS), data.desc)})
 
-	var commits sync.WaitGroup
-	defer commits.Wait()
 	var statsMu sync.Mutex
 	stats := CheckpointStats{Dir: cfg.CheckpointDir}
-	// checkpointNow takes a checkpoint; with barrier it first pauses every worker at a step
-	// boundary (not needed once the data is done: every batch was applied and reported).
-	checkpointNow := func(ctx context.Context, barrier bool) {
-		statsMu.Lock()
-		step++
-		s := step
-		statsMu.Unlock()
-		t0 := time.Now()
-		var gen uint64
-		if barrier {
-			var err error
-			if gen, err = coord.raise(ctx, rc.Workers); err != nil {
-				statsMu.Lock()
-				stats.Failed++
-				statsMu.Unlock()
-				r.emit(Event{Kind: EventCheckpoint, Checkpoint: CheckpointEvent{Step: s, Err: err}})
-				return
-			}
-		}
-		var bytes int64
-		var full bool
-		var mu sync.Mutex
-		err = each(ctx, func(_ int, c *ctl.Client) error {
-			var rep ctl.SnapshotReply
-			if err := c.Call(ctx, "PS.Snapshot", ctl.Step{Step: s}, &rep); err != nil {
-				return err
-			}
-			mu.Lock()
-			bytes += rep.Bytes
-			full = full || rep.Full
-			mu.Unlock()
-			return nil
-		})
-		samples := r.disp.Progress()
-		var done int64
-		for _, e := range samples.EpochRecords {
-			done += e.Done
-		}
-		meta, _ := json.Marshal(runMeta{Version: 1, Fingerprint: r.fingerprint(), Step: int64(s), Samples: done})
-		blobs := []checkpoint.Blob{{Name: blobDispatcher, Data: r.disp.Snapshot()}, {Name: blobLedger, Data: newLedger().encode()}, {Name: blobMeta, Data: meta}}
-		if barrier {
-			coord.release(gen)
-		}
-		blocked := time.Since(t0)
-		ev := CheckpointEvent{Step: s, Full: full, Bytes: bytes, Blocked: blocked, Err: err}
-		statsMu.Lock()
-		if err != nil {
-			stats.Failed++
-		} else {
-			stats.Taken++
-			stats.TotalBlocked += blocked
-			stats.MaxBlocked = max(stats.MaxBlocked, blocked)
-			stats.Copied += bytes
-		}
-		statsMu.Unlock()
-		r.emit(Event{Kind: EventCheckpoint, Checkpoint: ev})
-		if err != nil {
-			return
-		}
-		commits.Add(1)
-		go func() {
-			defer commits.Done()
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), persistTimeout)
-			defer cancel()
+	commits := newCommitQueue(committer, commitBacklog,
+		func(ctx context.Context, s uint64) ([]checkpoint.ManifestRef, int64, error) {
 			refs := make([]checkpoint.ManifestRef, len(servers))
-			err := each(cctx, func(i int, c *ctl.Client) error {
+			err := each(ctx, func(i int, c *ctl.Client) error {
 				var rep ctl.ManifestReply
-				err := c.Call(cctx, "PS.WaitPersisted", ctl.Step{Step: s}, &rep)
+				err := c.Call(ctx, "PS.WaitPersisted", ctl.Step{Step: s}, &rep)
 				refs[i] = rep.Ref
 				return err
 			})
-			if err == nil {
-				_, err = committer.Commit(cctx, s, refs, blobs...)
-			}
+			return refs, 0, err
+		},
+		func(p pendingCommit, _ int64, err error) {
+			ev := CheckpointEvent{Step: p.step, Full: p.full, Persist: time.Since(p.taken), Err: err}
 			statsMu.Lock()
 			if err == nil {
 				stats.Committed++
-				stats.LastCommitted = max(stats.LastCommitted, s)
+				stats.LastCommitted = p.step
+				stats.MaxPersist = max(stats.MaxPersist, ev.Persist)
 			} else {
 				stats.Failed++
 			}
 			statsMu.Unlock()
-			r.emit(Event{Kind: EventCommit, Checkpoint: CheckpointEvent{Step: s, Persist: time.Since(t0), Err: err}})
-		}()
+			r.emit(Event{Kind: EventCommit, Checkpoint: ev})
+		})
+	defer commits.abort()
+	count := func(f func(*CheckpointStats)) {
+		statsMu.Lock()
+		f(&stats)
+		statsMu.Unlock()
+	}
+	// checkpointNow takes a checkpoint; with barrier it first pauses every worker at a step
+	// boundary (not needed once the data is done: every batch was applied and reported). The
+	// commit follows in the background, after the earlier ones.
+	checkpointNow := func(ctx context.Context, barrier, final bool) {
+		if coord.failed() != nil {
+			return
+		}
+		step++
+		s := step
+		if err := commits.reserve(ctx, final); err != nil {
+			count(func(st *CheckpointStats) { st.Skipped++ })
+			r.emit(Event{Kind: EventCheckpoint, Checkpoint: CheckpointEvent{Step: s, Skipped: true, Err: err}})
+			return
+		}
+		t0 := time.Now()
+		r.clock.pause()
+		ev, blobs := r.snapshotRoles(ctx, coord, each, s, barrier, final)
+		r.clock.resume()
+		ev.Blocked = time.Since(t0)
+		count(func(st *CheckpointStats) {
+			switch {
+			case ev.Skipped:
+				st.Skipped++
+			case ev.Err != nil:
+				st.Failed++
+			default:
+				st.Taken++
+				if ev.Full {
+					st.Full++
+				}
+				st.TotalBlocked += ev.Blocked
+				st.MaxBlocked = max(st.MaxBlocked, ev.Blocked)
+				st.Copied += ev.Bytes
+			}
+		})
+		r.emit(Event{Kind: EventCheckpoint, Checkpoint: ev})
+		if ev.Err != nil {
+			commits.release()
+			return
+		}
+		commits.push(pendingCommit{step: s, blobs: blobs, taken: t0, full: ev.Full})
 	}
 
 	r.start = time.Now()
@@ -396,6 +520,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	lastCk := r.accepted()
 	reason := ""
+	var failure error
 	for reason == "" {
 		select {
 		case <-ctx.Done():
@@ -404,6 +529,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case <-tick.C:
 			r.disp.Expire()
+			if failure = coord.failed(); failure != nil {
+				reason = "a worker failed"
+				break
+			}
 			if r.disp.Progress().Finished {
 				reason = "every epoch done"
 				break
@@ -413,18 +542,21 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			r.emit(Event{Kind: EventProgress})
 			if cfg.CheckpointEvery > 0 && acc-lastCk >= int64(cfg.CheckpointEvery*cfg.BatchSize) {
 				lastCk = acc
-				checkpointNow(ctx, true)
+				checkpointNow(ctx, true, false)
 			}
 		}
 	}
 	r.emit(Event{Kind: EventNote, Message: "stopping: " + reason})
-	if !cfg.NoFinalCheckpoint {
+	if failure == nil && !cfg.NoFinalCheckpoint {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
-		checkpointNow(fctx, !r.disp.Progress().Finished)
+		checkpointNow(fctx, !r.disp.Progress().Finished, true)
 		cancel()
 	}
 	coord.shutdown()
-	commits.Wait()
+	commits.finish()
+	if failure == nil {
+		failure = coord.failed()
+	}
 	statsMu.Lock()
 	sum.Checkpoints = stats
 	statsMu.Unlock()
@@ -435,7 +567,57 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if sec := sum.Elapsed.Seconds(); sec > 0 {
 		sum.SamplesPerSec = float64(sum.Samples) / sec
 	}
-	return sum, nil
+	return sum, failure
+}
+
+// snapshotRoles takes checkpoint s of a multi-process job: with barrier, every registered
+// worker pauses at a step boundary first and is released after; every server snapshots its
+// part; the dispatcher's snapshot and the run's description are the coordinator's blobs. A
+// server answering Busy makes the checkpoint skipped (ev.Skipped).
+func (r *run) snapshotRoles(ctx context.Context, coord *coordService, each func(context.Context, func(int, *ctl.Client) error) error,
+	s uint64, barrier, final bool) (CheckpointEvent, []checkpoint.Blob) {
+	ev := CheckpointEvent{Step: s}
+	if barrier {
+		gen, err := coord.raise(ctx)
+		if err != nil {
+			ev.Err = err
+			return ev, nil
+		}
+		defer coord.release(gen)
+	} else if err := coord.failed(); err != nil {
+		ev.Err = err
+		return ev, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	busy := false
+	err := each(sctx, func(_ int, c *ctl.Client) error {
+		var rep ctl.SnapshotReply
+		if err := c.Call(sctx, "PS.Snapshot", ctl.SnapshotArgs{Step: s, Final: final}, &rep); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ev.Bytes += rep.Bytes
+		ev.Full = ev.Full || rep.Full
+		busy = busy || rep.Busy
+		return nil
+	})
+	switch {
+	case err != nil:
+		ev.Err = err
+		return ev, nil
+	case busy:
+		ev.Skipped, ev.Err = true, fmt.Errorf("a server's %w", checkpoint.ErrBusy)
+		return ev, nil
+	}
+	var done int64
+	for _, e := range r.disp.Progress().EpochRecords {
+		done += e.Done
+	}
+	meta, _ := json.Marshal(runMeta{Version: 1, Fingerprint: r.fingerprint(), Step: int64(s), Samples: done})
+	return ev, []checkpoint.Blob{{Name: blobDispatcher, Data: r.disp.Snapshot()}, {Name: blobLedger, Data: newLedger().encode()}, {Name: blobMeta, Data: meta}}
 }
 
 // accepted returns the positions the dispatcher counted as trained, over every epoch.
@@ -445,18 +627,4 @@ func (r *run) accepted() int64 {
 		n += e.Done
 	}
 	return n
-}
-
-// wipeStorage deletes the job's earlier checkpoints.
-func wipeStorage(ctx context.Context, st *checkpoint.FSStorage) error {
-	names, err := st.List(ctx, jobName+"/")
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := st.Delete(ctx, n); err != nil {
-			return err
-		}
-	}
-	return nil
 }

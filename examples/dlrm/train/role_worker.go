@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -31,7 +30,9 @@ func (c *workerCounters) trained(n int, _ float64) {
 // RunWorker runs one worker until the data is done, the coordinator says stop, or ctx ends. It
 // pulls from and pushes to the parameter servers of rc.PS, leases data shards from the
 // coordinator's dispatcher at rc.Dispatcher, and pauses at the coordinator's checkpoint
-// barriers. It returns the samples it trained.
+// barriers; it applies no batch before it has registered with the coordinator, nor while it
+// cannot reach it. It returns the samples it trained, and an error wrapping ErrPartialApply if
+// a batch failed while being applied (the coordinator is told, and stops the job).
 func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	if err := rc.prepare(); err != nil {
 		return 0, err
@@ -96,6 +97,9 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	defer stop()
 	var g gate
 	var c workerCounters
+	// The gate starts closed: no batch is applied before the coordinator knows this worker, so
+	// no checkpoint barrier can miss it.
+	g.close()
 	var bwg sync.WaitGroup
 	bwg.Add(1)
 	go func() {
@@ -107,43 +111,122 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	bwg.Wait()
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	coord.Call(lctx, "Coord.Leave", ctl.Barrier{Worker: rc.ID}, &ctl.Empty{})
+	if broken := g.broken(); broken != nil {
+		// Tell the coordinator, which then takes no checkpoint, rather than leave: a worker that
+		// left would not hold up the next barrier, and its checkpoint would hold part of a batch.
+		if ferr := coord.Call(lctx, "Coord.Failed", ctl.Failure{Worker: rc.ID, Err: broken.Error()}, &ctl.Empty{}); ferr != nil {
+			rc.Logger.Warn("cannot tell the coordinator that a batch failed", "err", ferr)
+		}
+	} else {
+		coord.Call(lctx, "Coord.Leave", ctl.Barrier{Worker: rc.ID}, &ctl.Empty{})
+	}
 	return c.samples.Load(), err
 }
 
-// followBarrier long-polls the coordinator: at a barrier it closes the worker's gate (waiting
-// for the batch being applied), says it arrived and reopens the gate when released.
+// followBarrier keeps the worker registered with the coordinator and its gate in step with the
+// coordinator's checkpoint barriers. The caller closed the gate; it stays closed until the
+// worker has registered (Coord.Join). At a barrier the follower closes the gate (waiting for
+// the batch being applied), says it arrived and reopens the gate when released. When a poll
+// fails or outlasts pollTimeout, or the coordinator does not count the worker any more, it
+// closes the gate and registers again before it reopens it, so a worker that lost touch with
+// the coordinator applies nothing a checkpoint could miss. While it waits for a batch being
+// applied to finish before arriving, it keeps polling, so that the coordinator does not take it
+// for dead. A worker whose gate broke (a batch
+// failed while being applied) tells the coordinator instead of arriving. It opens the gate when
+// it returns, so that the training loop can see its context ended.
 func followBarrier(ctx context.Context, coord *ctl.Client, id string, g *gate, stop func(), logger *slog.Logger) {
-	var gen uint64
-	for ctx.Err() == nil {
-		var rep ctl.BarrierReply
-		if err := coord.Call(ctx, "Coord.Wait", ctl.Barrier{Worker: id, Gen: gen}, &rep); err != nil {
-			if ctx.Err() == nil {
-				logger.Debug("coordinator unreachable", "err", err)
-				select {
-				case <-time.After(500 * time.Millisecond):
-				case <-ctx.Done():
-				}
-			}
-			continue
+	closed := true
+	defer func() {
+		if closed {
+			g.open()
 		}
-		gen = rep.Gen
-		if rep.Stop {
-			stop()
+	}()
+	call := func(method string, timeout time.Duration, args, reply any) error {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return coord.Call(cctx, method, args, reply)
+	}
+	retry := func(err error) {
+		if ctx.Err() != nil {
 			return
 		}
-		if rep.Pause {
-			g.close()
-			var rel ctl.BarrierReply
-			err := coord.Call(ctx, "Coord.Arrived", ctl.Barrier{Worker: id, Gen: gen}, &rel)
-			g.open()
-			if err != nil && !errors.Is(err, context.Canceled) {
-				logger.Warn("checkpoint barrier failed", "err", err)
-			}
-			if rel.Stop {
+		logger.Debug("coordinator unreachable", "err", err)
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	for ctx.Err() == nil {
+		var rep ctl.BarrierReply
+		if err := call("Coord.Join", pollTimeout, ctl.Barrier{Worker: id}, &rep); err != nil {
+			retry(err)
+			continue
+		}
+	follow:
+		for {
+			switch {
+			case rep.Stop:
 				stop()
 				return
+			case rep.Rejoin:
+				break follow
+			case rep.Pause:
+				if !closed {
+					closeGate(g, func() {
+						// Still alive, closing the gate: a batch being applied may take a
+						// while, and the coordinator drops workers it does not hear from.
+						var hb ctl.BarrierReply
+						_ = call("Coord.Wait", pollTimeout, ctl.Barrier{Worker: id, Gen: rep.Gen}, &hb)
+					})
+					closed = true
+				}
+				if err := g.broken(); err != nil {
+					// The coordinator learns of it from RunWorker (Coord.Failed); arriving would
+					// let it checkpoint the broken batch.
+					stop()
+					return
+				}
+				gen := rep.Gen
+				rep = ctl.BarrierReply{}
+				if err := call("Coord.Arrived", arriveTimeout, ctl.Barrier{Worker: id, Gen: gen}, &rep); err != nil {
+					retry(err)
+					break follow
+				}
+				continue
 			}
+			if closed {
+				g.open()
+				closed = false
+			}
+			gen := rep.Gen
+			rep = ctl.BarrierReply{}
+			if err := call("Coord.Wait", pollTimeout, ctl.Barrier{Worker: id, Gen: gen}, &rep); err != nil {
+				// Lost touch: apply nothing until registered again.
+				g.close()
+				closed = true
+				retry(err)
+				break follow
+			}
+		}
+	}
+}
+
+// closeGate closes g, calling heartbeat every pollWait/2 while it waits for the batch being
+// applied to finish.
+func closeGate(g *gate, heartbeat func()) {
+	closed := make(chan struct{})
+	go func() {
+		g.close()
+		close(closed)
+	}()
+	tick := time.NewTicker(pollWait / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-closed:
+			return
+		case <-tick.C:
+			heartbeat()
 		}
 	}
 }

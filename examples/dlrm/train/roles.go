@@ -31,8 +31,9 @@ type RoleConfig struct {
 	PS []ps.Node
 	// Dispatcher is the coordinator's address (for workers).
 	Dispatcher string
-	// Workers is the number of workers the coordinator waits for at a checkpoint barrier
-	// before its first checkpoint (workers that show up later are waited for too).
+	// Workers is the number of workers the job is started with, for the coordinator's summary.
+	// Barriers do not depend on it: they wait for every worker registered and alive, and a
+	// worker applies nothing before it has registered.
 	Workers int
 	// Secret is the cluster secret.
 	Secret []byte
@@ -182,13 +183,27 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	shmDir := cfg.ShmDir
-	if shmDir == "" {
-		shmDir = defaultShmDir(cfg.CheckpointDir)
+	shmDir, prev, err := placeShm(cfg, rc.ID)
+	if err != nil {
+		return err
+	}
+	if prev != "" {
+		if err := checkpoint.DeleteRegion(prev, jobName, rc.ID); err != nil {
+			rc.Logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
+		}
 	}
 	if !cfg.Resume {
 		if err := checkpoint.DeleteRegion(shmDir, jobName, rc.ID); err != nil {
 			return err
+		}
+		// Regions of servers an earlier run had and this job has not: no one deletes them
+		// otherwise. Those of the job's other servers, and regions in use, stay.
+		inJob := map[string]bool{}
+		for _, n := range rc.PS {
+			inJob[n.ID] = true
+		}
+		if err := deleteRegions(shmDir, func(node string) bool { return inJob[node] }, true); err != nil {
+			rc.Logger.Warn("shared memory of an earlier run left behind", "dir", shmDir, "err", err)
 		}
 	}
 	tabs := map[string]checkpoint.Table{}
@@ -248,19 +263,33 @@ type psService struct {
 	owned []int
 }
 
-// Snapshot snapshots the server's rows and MLP tensors at a step.
-func (s *psService) Snapshot(a ctl.Step, r *ctl.SnapshotReply) error {
+// Snapshot snapshots the server's rows and MLP tensors at a step. Both generations busy is
+// answered Busy (the coordinator skips the checkpoint), except for the final checkpoint, which
+// waits for the persists and tries again.
+func (s *psService) Snapshot(a ctl.SnapshotArgs, r *ctl.SnapshotReply) error {
 	t0 := time.Now()
 	dense, err := encodeDense(s.srv)
 	if err != nil {
 		return err
 	}
-	info, err := s.ck.Snapshot(s.ctx, a.Step, checkpoint.SnapshotSlots(s.owned), checkpoint.SnapshotBlob(denseBlobName, dense))
-	if err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		info, err := s.ck.Snapshot(s.ctx, a.Step, checkpoint.SnapshotSlots(s.owned), checkpoint.SnapshotBlob(denseBlobName, dense))
+		if errors.Is(err, checkpoint.ErrBusy) {
+			if !a.Final || attempt == finalBusyRetries {
+				*r = ctl.SnapshotReply{Busy: true, Blocked: time.Since(t0)}
+				return nil
+			}
+			if err := s.ck.Flush(s.ctx); err != nil {
+				return fmt.Errorf("wait for earlier persists: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		*r = ctl.SnapshotReply{Bytes: info.Bytes, Full: info.Full, Blocked: time.Since(t0)}
+		return nil
 	}
-	*r = ctl.SnapshotReply{Bytes: info.Bytes, Full: info.Full, Blocked: time.Since(t0)}
-	return nil
 }
 
 // WaitPersisted waits for the persist of a step and returns its manifest.
@@ -275,9 +304,48 @@ func (s *psService) Verify(a ctl.Step, _ *ctl.Empty) error {
 	return s.ck.Verify(s.ctx, a.Step, checkpoint.RestoreSlots(s.owned))
 }
 
+// errNotFresh is returned by PS.Load on a server that has applied updates since it started.
+var errNotFresh = errors.New("train: a checkpoint is restored only into a parameter server that has applied no update since it started; restart every process of the job to resume")
+
 // Load restores a committed step: the rows of the owned slots and the MLP tensors this server
-// owns now.
+// owns now. It refuses a server that has applied a push since it started (its tables would mix
+// the checkpoint with later updates), and fails if a push arrives while it loads.
 func (s *psService) Load(a ctl.Step, r *ctl.LoadReply) error {
+	if name, ok := updatedTable(s.srv); ok {
+		return fmt.Errorf("server %s: table %s holds trained rows: %w", s.id, name, errNotFresh)
+	}
+	before := s.srv.Stats(false).Pushes
+	if err := s.load(a, r); err != nil {
+		return err
+	}
+	if after := s.srv.Stats(false).Pushes; after != before {
+		return fmt.Errorf("server %s received %d pushes while it restored step %d: %w", s.id, after-before, a.Step, errNotFresh)
+	}
+	return nil
+}
+
+// updatedTable returns a table of srv (embedding table or MLP tensor) holding a row that an
+// update has changed, if any. Rows created by pulls hold their initial values, which a restore
+// may leave alone.
+func updatedTable(srv *ps.Server) (string, bool) {
+	for _, name := range srv.TableNames() {
+		t, ok := srv.Table(name)
+		if !ok {
+			continue
+		}
+		updated := false
+		t.Range(func(v embedding.RowView) bool {
+			updated = v.Freq > 0
+			return !updated
+		})
+		if updated {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+func (s *psService) load(a ctl.Step, r *ctl.LoadReply) error {
 	res, err := s.ck.Load(s.ctx, a.Step, checkpoint.RestoreSlots(s.owned),
 		checkpoint.RestoreBlobs(func(_, name string) bool { return name == denseBlobName }))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/elasticps/elasticps/ps"
@@ -41,6 +42,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	records := int64(6000)
 	base := smallConfig(t, records, 2)
 	base.CheckpointEvery = 10
+	base.ProgressEvery = 20 * time.Millisecond // the coordinator checks for a checkpoint this often
 	secret := []byte("a cluster secret shared by every process")
 	nodes := []ps.Node{{ID: "ps-0", Addr: freeAddr(t)}, {ID: "ps-1", Addr: freeAddr(t)}}
 	coordAddr := freeAddr(t)
@@ -48,20 +50,30 @@ func TestRolesInSeparateRunners(t *testing.T) {
 		return train.RoleConfig{Config: base, ID: id, Listen: listen, PS: nodes, Dispatcher: coordAddr, Workers: 2, Secret: secret}
 	}
 
-	psCtx, stopPS := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	psErr := make([]error, len(nodes))
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); psErr[i] = train.RunServer(psCtx, role(n.ID, n.Addr)) }()
-	}
-	defer func() {
-		stopPS()
-		wg.Wait()
-		for _, err := range psErr {
-			assert.NoError(t, err)
+	// startServers runs every parameter server until the returned function stops them.
+	startServers := func(resume bool) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		errs := make([]error, len(nodes))
+		for i, n := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rc := role(n.ID, n.Addr)
+				rc.Resume = resume
+				errs[i] = train.RunServer(ctx, rc)
+			}()
 		}
-	}()
+		return func() {
+			cancel()
+			wg.Wait()
+			for _, err := range errs {
+				assert.NoError(t, err)
+			}
+		}
+	}
+	stopPS := startServers(false)
+	defer func() { stopPS() }()
 
 	var sum *train.Summary
 	var coordErr error
@@ -90,12 +102,21 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.Equal(t, records*2, samples[0]+samples[1], "the workers trained every record once per epoch")
 	assert.Equal(t, records*2, sum.TotalSamples, "the dispatcher counted every record once per epoch")
 	assert.Equal(t, "every epoch done", sum.StopReason)
-	assert.Positive(t, sum.Checkpoints.Committed)
+	assert.GreaterOrEqual(t, sum.Checkpoints.Committed, 2, "periodic and final checkpoints")
 	assert.Zero(t, sum.Checkpoints.Failed)
 	t.Logf("%d checkpoints committed, blocked %v on average", sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked())
 
+	// The servers hold the trained model: a restore into them would mix the checkpoint with
+	// the updates made after it, so the coordinator refuses.
 	again := role("coordinator", coordAddr)
 	again.Resume = true
+	_, err := train.RunCoordinator(context.Background(), again)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "restart every process of the job to resume")
+
+	// Restarted servers restore it.
+	stopPS()
+	stopPS = startServers(true)
 	s2, err := train.RunCoordinator(context.Background(), again)
 	require.NoError(t, err)
 	assert.True(t, s2.Resumed)

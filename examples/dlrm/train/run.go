@@ -52,6 +52,7 @@ type run struct {
 	ckpts    *checkpoints
 	ledger   *ledger
 	gate     gate
+	clock    *pausableClock // the dispatcher's: stands still while the gate is closed
 	eval     *evaluator
 	workers  []*worker
 
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
-	r := &run{cfg: cfg, logger: cfg.Logger, ledger: newLedger()}
+	r := &run{cfg: cfg, logger: cfg.Logger, ledger: newLedger(), clock: newPausableClock(nil)}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,7 +145,7 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	r.disp, err = shard.New(shard.Config{
 		Dataset: r.data.dataset, ShardSize: cfg.ShardSize, Epochs: cfg.Epochs, Seed: cfg.Seed,
-		Shuffle: true, ShuffleRecords: r.data.shuffle, LeaseTTL: cfg.LeaseTTL, Logger: r.logger,
+		Shuffle: true, ShuffleRecords: r.data.shuffle, LeaseTTL: cfg.LeaseTTL, Clock: r.clock, Logger: r.logger,
 	})
 	if err != nil {
 		return err

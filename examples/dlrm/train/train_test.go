@@ -148,6 +148,24 @@ func TestInterruptAndResume(t *testing.T) {
 	}
 }
 
+// A checkpoint attempted at every poll, each one full, keeps both generations of every server
+// busy persisting, so many snapshots are skipped (checkpoint.ErrBusy); the final checkpoint is
+// never one of them: it waits for the persists and holds the last step.
+func TestFinalCheckpointSurvivesBusyGenerations(t *testing.T) {
+	records := int64(20000)
+	if raceEnabled {
+		records = 6000
+	}
+	cfg := smallConfig(t, records, 1)
+	cfg.CheckpointEvery, cfg.FullEvery = 1, 1
+	s, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Logf("%d steps: %d checkpoints taken, %d skipped, %d committed", s.Steps, s.Checkpoints.Taken, s.Checkpoints.Skipped, s.Checkpoints.Committed)
+	assert.Equal(t, uint64(s.Steps), s.Checkpoints.LastCommitted, "the final checkpoint holds the last step")
+	assert.Zero(t, s.Checkpoints.Failed)
+	checkExactlyOnce(t, s, records, 1)
+}
+
 func TestResumeRefusesOtherJobs(t *testing.T) {
 	cfg := smallConfig(t, 2000, 1)
 	_, err := train.Run(context.Background(), cfg)

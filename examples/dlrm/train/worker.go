@@ -102,45 +102,65 @@ func (w *worker) fill(b *shard.Batch) error {
 
 // step trains one batch. Reading the parameters and computing gradients happen outside the
 // gate; applying them (every push) and reporting the batch happen inside it, so a checkpoint
-// never sees a batch half applied or applied but not reported.
+// never sees a batch half applied or applied but not reported. A batch without records (the
+// rest of its shard was held-out or malformed lines) is a step that only reports its range.
+// A push or report that fails breaks the gate (ErrPartialApply): the model may then hold part of
+// a batch the dispatcher did not count, so no checkpoint may be taken after it.
 // It reports whether it began applying the batch.
 func (w *worker) step(ctx context.Context, b *shard.Batch, c counters, gt *gate, l *ledger) (bool, error) {
-	if err := w.fill(b); err != nil {
-		return false, err
-	}
-	w.rt.split(w.bb.Keys())
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fanOut)
-	w.rt.pull(gctx, g, w.cli, w.tables, w.bb.Rows())
-	pullDense(gctx, g, w.cli, w.dense, w.m.Params())
-	if err := g.Wait(); err != nil {
-		return false, fmt.Errorf("pull: %w", err)
-	}
-	if err := w.m.ComputeGradients(w.bb.Batch(), &w.g); err != nil {
-		return false, fmt.Errorf("gradients: %w", err)
-	}
 	n, epoch := b.Len(), b.Epoch
 	from, to := b.Shard.Base+b.Start, b.Shard.Base+b.End
+	if n > 0 {
+		if err := w.fill(b); err != nil {
+			return false, err
+		}
+		w.rt.split(w.bb.Keys())
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(fanOut)
+		w.rt.pull(gctx, g, w.cli, w.tables, w.bb.Rows())
+		pullDense(gctx, g, w.cli, w.dense, w.m.Params())
+		if err := g.Wait(); err != nil {
+			return false, fmt.Errorf("pull: %w", err)
+		}
+		if err := w.m.ComputeGradients(w.bb.Batch(), &w.g); err != nil {
+			return false, fmt.Errorf("gradients: %w", err)
+		}
+	}
 
 	gt.enter()
 	defer gt.exit()
+	if err := ctx.Err(); err != nil {
+		// Stopped while waiting at the gate (a checkpoint): apply nothing. The batch's lease
+		// ends unreported, so its records are trained after a resume.
+		return false, err
+	}
 	// A started apply is finished even if the run is stopping: the checkpoint that follows must
 	// find every batch either wholly applied and reported, or not applied at all.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
 	defer cancel()
 	step := c.nextStep()
-	pg, pctx := errgroup.WithContext(actx)
-	pg.SetLimit(fanOut)
-	w.rt.push(pctx, pg, w.cli, w.tables, w.g.Rows, step)
-	pushDense(pctx, pg, w.cli, w.dense, w.g.Dense, step)
-	if err := pg.Wait(); err != nil {
-		return true, fmt.Errorf("push: %w", err)
+	if n > 0 {
+		pg, pctx := errgroup.WithContext(actx)
+		pg.SetLimit(fanOut)
+		w.rt.push(pctx, pg, w.cli, w.tables, w.g.Rows, step)
+		pushDense(pctx, pg, w.cli, w.dense, w.g.Dense, step)
+		if err := pg.Wait(); err != nil {
+			err = fmt.Errorf("%w: push: %w", ErrPartialApply, err)
+			gt.fail(err)
+			return true, err
+		}
 	}
 	if err := w.reader.Done(actx, b); err != nil {
-		return true, fmt.Errorf("report: %w", err)
+		// The report may still land (its answer was lost): either way the dispatcher's count and
+		// the model may disagree from here on.
+		err = fmt.Errorf("%w: report: %w", ErrPartialApply, err)
+		gt.fail(err)
+		return true, err
 	}
 	l.mark(epoch, from, to)
-	c.trained(n, w.g.Loss)
+	if n > 0 {
+		c.trained(n, w.g.Loss)
+	}
 	return true, nil
 }
 

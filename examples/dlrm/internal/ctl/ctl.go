@@ -247,11 +247,20 @@ type Barrier struct {
 	Gen    uint64
 }
 
-// BarrierReply tells a worker to pause (close its gate and call Arrived) or to stop.
+// BarrierReply tells a worker to pause (close its gate and call Arrived), to stop, or to
+// register again (Rejoin: the coordinator does not count it at barriers, because it never
+// joined or fell silent for too long; it must keep its gate closed until Join answers).
 type BarrierReply struct {
-	Gen   uint64
-	Pause bool
-	Stop  bool
+	Gen    uint64
+	Pause  bool
+	Stop   bool
+	Rejoin bool
+}
+
+// Failure tells the coordinator that a worker failed while applying a batch.
+type Failure struct {
+	Worker string
+	Err    string
 }
 
 // Messages of a parameter server's service ("PS").
@@ -259,10 +268,19 @@ type BarrierReply struct {
 // Step names a checkpoint step.
 type Step struct{ Step uint64 }
 
-// SnapshotReply reports a server's snapshot.
+// SnapshotArgs asks for a snapshot at Step. Final is the job's last checkpoint: a server whose
+// generations are still being persisted waits for them rather than answering Busy.
+type SnapshotArgs struct {
+	Step  uint64
+	Final bool
+}
+
+// SnapshotReply reports a server's snapshot. Busy means it was not taken because both
+// generations were still being persisted (nothing was copied).
 type SnapshotReply struct {
 	Bytes   int64
 	Full    bool
+	Busy    bool
 	Blocked time.Duration
 }
 
