@@ -263,7 +263,6 @@ func (c *checkpoints) snapshot(ctx context.Context, step uint64, blobs []checkpo
 		ev.Full = ev.Full || in.Full
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	switch {
 	case failed:
 		c.stats.Failed++
@@ -279,6 +278,9 @@ func (c *checkpoints) snapshot(ctx context.Context, step uint64, blobs []checkpo
 		}
 		c.stats.Copied += ev.Bytes
 	}
+	c.mu.Unlock()
+	// The place was reserved (room): neither call waits. Neither is made under c.mu, which
+	// the commit goroutine takes after each commit.
 	if err != nil {
 		c.commits.release()
 		return ev, true

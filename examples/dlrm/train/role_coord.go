@@ -416,12 +416,12 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); dsrv.Serve(l) }()
 	coord := newCoordService(nil, rc.Logger)
-	defer coord.shutdown()
 	cs, err := ctl.NewServer(rc.Secret, "Coord", coord)
 	if err != nil {
 		return nil, err
 	}
 	defer cs.Close()
+	defer coord.shutdown() // first: the calls cs.Close waits for return at once
 	caddr, err := ControlAddr(l.Addr().String())
 	if err != nil {
 		return nil, err
