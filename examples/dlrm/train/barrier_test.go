@@ -199,7 +199,7 @@ func TestNewWorkerRegistersBeforeItsFirstBatch(t *testing.T) {
 	}
 	cs.release(gen)
 	<-entered
-	cancel()
+	cs.shutdown() // the job ends: the worker is told to stop
 	<-followed
 }
 
