@@ -214,6 +214,9 @@ func (n *Network) Kill(name string) {
 			continue
 		}
 		delete(n.pairs, p)
+		// Reset first: a peer woken by the closes below must see the reset, not an end of file.
+		p.pipes[0].resetWith(ErrReset)
+		p.pipes[1].resetWith(ErrReset)
 		for side := range 2 {
 			if p.hosts[side] == name && !p.closed[side] {
 				p.closed[side] = true
@@ -221,8 +224,6 @@ func (n *Network) Kill(name string) {
 				p.ends[side].out.closeWriter()
 			}
 		}
-		p.pipes[0].resetWith(ErrReset)
-		p.pipes[1].resetWith(ErrReset)
 	}
 }
 
