@@ -67,7 +67,7 @@ func (t *Table) RawRowSize() int { return 4 * t.stride }
 // changedOnly and no base copy yet it returns 0.
 func (t *Table) RawSize(changedOnly bool) int {
 	if changedOnly {
-		tr := t.baseTracker(false)
+		tr := t.baseTracker()
 		if tr == nil {
 			return 0
 		}
@@ -94,31 +94,26 @@ func (t *Table) CopyRaw(dst []byte, changedOnly, newBase bool) (int, error) {
 	if !changedOnly && !newBase {
 		return t.copyRaw(dst, nil, false, false, nil)
 	}
-	tr := t.baseTracker(false)
-	if tr == nil {
-		if changedOnly {
-			return 0, ErrNoBase
-		}
-		// The first base: record changes from this copy on, and forget the tracker again if the
-		// copy fails, so that a failed first base leaves no base behind.
-		tr = t.baseTracker(true)
-		n, err := t.copyRaw(dst, tr, false, true, nil)
-		if err != nil {
-			t.dropBase(tr)
-		}
+	// Copies against the base run one at a time, so the first base is made exactly once.
+	t.baseMu.Lock()
+	defer t.baseMu.Unlock()
+	if tr := t.baseTracker(); tr != nil {
+		return t.copyRaw(dst, tr, changedOnly, newBase, nil)
+	}
+	if changedOnly {
+		return 0, ErrNoBase
+	}
+	// The first base: record changes from this copy on; a failed copy leaves no base behind.
+	tr := t.NewTracker()
+	n, err := t.copyRaw(dst, tr, false, true, nil)
+	if err != nil {
+		tr.Close()
 		return n, err
 	}
-	return t.copyRaw(dst, tr, changedOnly, newBase, nil)
-}
-
-// dropBase forgets the base tracker tr.
-func (t *Table) dropBase(tr *Tracker) {
 	t.trackMu.Lock()
-	if t.base == tr {
-		t.base = nil
-	}
+	t.base = tr
 	t.trackMu.Unlock()
-	tr.Close()
+	return n, nil
 }
 
 // CopyRawSlots copies every row whose id keep accepts, like CopyRaw without a tracker.
@@ -126,25 +121,11 @@ func (t *Table) CopyRawSlots(dst []byte, keep func(id uint64) bool) (int, error)
 	return t.copyRaw(dst, nil, false, false, keep)
 }
 
-// baseTracker returns CopyRaw's tracker, making it when create is set.
-func (t *Table) baseTracker(create bool) *Tracker {
+// baseTracker returns CopyRaw's tracker, or nil before the first base copy.
+func (t *Table) baseTracker() *Tracker {
 	t.trackMu.Lock()
-	tr := t.base
-	t.trackMu.Unlock()
-	if tr != nil || !create {
-		return tr
-	}
-	tr = t.NewTracker()
-	t.trackMu.Lock()
-	if t.base == nil {
-		t.base = tr
-		t.trackMu.Unlock()
-		return tr
-	}
-	won := t.base // another first copy made it meanwhile
-	t.trackMu.Unlock()
-	tr.Close()
-	return won
+	defer t.trackMu.Unlock()
+	return t.base
 }
 
 func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep func(uint64) bool) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -351,4 +352,41 @@ func TestImportRejectsUnknownFlags(t *testing.T) {
 	_, err = newTestTable(t, src.Config()).Import(bytes.NewReader(b), ImportOptions{})
 	require.ErrorIs(t, err, ErrCorrupt)
 	assert.Contains(t, err.Error(), "flags")
+}
+
+// TestConcurrentFirstBaseCopies: several first base copies at once, some failing for a short
+// buffer while rows are added, must each either succeed or fail with io.ErrShortBuffer, and leave
+// exactly one base behind.
+func TestConcurrentFirstBaseCopies(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		tab := newTestTable(t, Config{Dim: 2, Shards: 4})
+		require.NoError(t, tab.Lookup([]uint64{1, 2, 3}, make([]float32, 6)))
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for g := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				size := tab.RawSize(false)
+				if g%2 == 0 {
+					size = 0 // too small: this first base fails
+				}
+				_, errs[g] = tab.CopyRaw(make([]byte, size+4*tab.RawRowSize()), false, true)
+			}()
+		}
+		for id := uint64(10); id < 20; id++ {
+			require.NoError(t, tab.Lookup([]uint64{id}, make([]float32, 2)))
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, io.ErrShortBuffer)
+			}
+		}
+		_, err := tab.CopyRaw(make([]byte, tab.RawSize(false)), false, true)
+		require.NoError(t, err)
+		n, err := tab.CopyRaw(make([]byte, tab.RawSize(true)), true, false)
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing changed since the last base")
+	}
 }

@@ -27,8 +27,9 @@ type Table struct {
 	rows    atomic.Int64  // live rows
 	latest  atomic.Uint32 // highest step Apply has seen: the step of rows Lookup creates
 	draws   atomic.Uint64
-	trackMu sync.Mutex // serialises tracker registration
+	trackMu sync.Mutex // serialises tracker registration; guards base
 	base    *Tracker   // CopyRaw's change set, made by the first newBase copy
+	baseMu  sync.Mutex // serialises CopyRaw's copies against the base
 
 	evicted, expired, rejected, dropped, created atomic.Uint64
 }
