@@ -157,20 +157,34 @@ func (c *Client) peer(addr string) *peer {
 // else any other live one while the slot redials, else the result of the
 // slot's dial.
 func (c *Client) conn(ctx context.Context, p *peer) (*clientConn, error) {
+	// A dial this call only joined may have started before the server came (back) up; when it
+	// fails, try once more with a dial of our own.
+	for try := 0; ; try++ {
+		cc, joined, err := c.connOnce(ctx, p)
+		if err == nil || !joined || try > 0 || ctx.Err() != nil {
+			return cc, err
+		}
+	}
+}
+
+// connOnce returns a usable connection of p, waiting for a dial when it has none; joined says
+// whether the dial it waited for was already under way.
+func (c *Client) connOnce(ctx context.Context, p *peer) (cc *clientConn, joined bool, err error) {
 	n := uint32(len(p.slots))
 	start := p.rr.Add(1)
 	s := &p.slots[start%n]
 	s.mu.Lock()
 	if cc := s.cc; cc != nil && cc.usable() {
 		s.mu.Unlock()
-		return cc, nil
+		return cc, false, nil
 	}
 	a := s.attempt
+	joined = a != nil
 	if a == nil {
 		a = &dialAttempt{done: make(chan struct{})}
 		if !c.startDial(p, s, a) {
 			s.mu.Unlock()
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
 		s.attempt = a
 	}
@@ -181,22 +195,20 @@ func (c *Client) conn(ctx context.Context, p *peer) (*clientConn, error) {
 		cc := o.cc
 		o.mu.Unlock()
 		if cc != nil && cc.usable() {
-			return cc, nil
+			return cc, false, nil
 		}
 	}
 	select {
 	case <-a.done:
 		if a.err != nil {
-			return nil, a.err
+			return nil, joined, a.err
 		}
-		return a.cc, nil
+		return a.cc, joined, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, joined, ctx.Err()
 	}
 }
 
-// startDial dials slot s of p in the background, unless the client is
-// closed. Called with s.mu held.
 func (c *Client) startDial(p *peer, s *slot, a *dialAttempt) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
