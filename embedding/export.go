@@ -87,14 +87,11 @@ func (t *Table) Export(w io.Writer, opt ExportOptions) (int, error) {
 		if cap(buf) < need {
 			buf = make([]byte, need)
 		}
-		n, err := t.copyShardSelectedLocked(s, buf[:need], tr, keep)
-		if err == nil && opt.Reset && tr != nil {
+		n := t.copyShardSelectedLocked(s, buf[:need], tr, keep)
+		if opt.Reset && tr != nil {
 			s.bitsLocked(tr).reset()
 		}
 		s.mu.RUnlock()
-		if err != nil {
-			return total, fmt.Errorf("export %s: %w", t.name(), err)
-		}
 		for data := buf[:n]; len(data) > 0; {
 			k := min(len(data)/rec, blockRecords, blockLimit(rec))
 			if err := writeBlock(bw, data[:k*rec], k); err != nil {
@@ -122,10 +119,10 @@ func (t *Table) Export(w io.Writer, opt ExportOptions) (int, error) {
 
 // copyShardSelectedLocked copies one shard's selected rows (changed ones when tr is set, deletions
 // first) into dst.
-func (t *Table) copyShardSelectedLocked(s *shard, dst []byte, tr *Tracker, keep func(uint64) bool) (int, error) {
+func (t *Table) copyShardSelectedLocked(s *shard, dst []byte, tr *Tracker, keep func(uint64) bool) int {
 	if tr == nil && keep == nil {
 		t.copyShardLocked(s, dst[:s.live*t.RawRowSize()])
-		return s.live * t.RawRowSize(), nil
+		return s.live * t.RawRowSize()
 	}
 	stride := t.stride
 	rec := 4 * stride
@@ -141,11 +138,11 @@ func (t *Table) copyShardSelectedLocked(s *shard, dst []byte, tr *Tracker, keep 
 		for r := uint32(0); r < s.hi; r++ {
 			row(r)
 		}
-		return o, nil
+		return o
 	}
 	b := s.bitsLocked(tr)
 	if b == nil {
-		return 0, nil
+		return 0
 	}
 	del := make([]uint32, stride)
 	del[wordStep] = freeMark
@@ -162,7 +159,7 @@ func (t *Table) copyShardSelectedLocked(s *shard, dst []byte, tr *Tracker, keep 
 			}
 		}
 	}
-	return o, nil
+	return o
 }
 
 func writeBlock(w io.Writer, data []byte, records int) error {

@@ -240,7 +240,7 @@ func (t *Table) copySelectedLocked(dst []byte, tr *Tracker, changedOnly bool, ke
 		}
 		got := make([]int, len(t.shards))
 		t.parallelShards(func(i int) {
-			got[i], _ = t.copyShardSelectedLocked(&t.shards[i], dst[off[i]:off[i+1]], tr, nil)
+			got[i] = t.copyShardSelectedLocked(&t.shards[i], dst[off[i]:off[i+1]], tr, nil)
 		})
 		o := 0
 		for i := range t.shards {
@@ -253,11 +253,7 @@ func (t *Table) copySelectedLocked(dst []byte, tr *Tracker, changedOnly bool, ke
 	}
 	o := 0
 	for i := range t.shards {
-		n, err := t.copyShardSelectedLocked(&t.shards[i], dst[o:o+bound[i]], tr, keep)
-		if err != nil {
-			return 0, err
-		}
-		o += n
+		o += t.copyShardSelectedLocked(&t.shards[i], dst[o:o+bound[i]], tr, keep)
 	}
 	return o, nil
 }

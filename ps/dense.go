@@ -92,10 +92,11 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 	}
 	vals := make([]float32, dim*rows)
 	getFloats(vals[:r.n], r.floats[optBlock:])
-	if err := t.Assign(denseIDs(rows), vals); err != nil {
+	ids := denseIDs(rows)
+	if err := t.Assign(ids, vals); err != nil {
 		return remote(codeBadRequest, "dense %q: %v", r.table, err)
 	}
-	s.own.tables[r.table] = &hosted{name: r.table, t: t, dense: true, length: r.n, slot: s.denseSlot(r.table), bar: s.newBarrier()}
+	s.own.tables[r.table] = &hosted{name: r.table, t: t, dense: true, length: r.n, ids: ids, slot: s.denseSlot(r.table), bar: s.newBarrier()}
 	return nil
 }
 
@@ -120,7 +121,7 @@ func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buff
 	sc := s.scratch()
 	defer s.putScratch(sc)
 	all := sc.floatsN(dim * rows)
-	if err := h.t.Lookup(denseIDs(rows), all); err != nil {
+	if err := h.t.Lookup(h.ids, all); err != nil {
 		return remote(codeBadRequest, "%v", err)
 	}
 	putFloats(resp.Extend(4*h.length), all[:h.length])
@@ -149,7 +150,7 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	dim, rows := denseShape(h.length)
 	g := make([]float32, dim*rows)
 	getFloats(g[:h.length], r.floats)
-	ids := denseIDs(rows)
+	ids := h.ids
 	if h.bar != nil {
 		s.own.RUnlock()
 		return h.bar.push(ctx, r.worker, r.step, ids, g, func(ids []uint64, g []float32, step uint32) error {

@@ -44,8 +44,9 @@ type hosted struct {
 	name   string
 	t      *embedding.Table
 	dense  bool
-	length int // dense: number of floats
-	slot   int // dense: the slot of its name
+	length int      // dense: number of floats
+	ids    []uint64 // dense: the row ids 0..rows-1, read only
+	slot   int      // dense: the slot of its name
 	bar    *barrier
 }
 

@@ -507,6 +507,13 @@ func (c *core) maybeAdvance() {
 	c.log.Info("shard: all epochs finished", "epochs", c.epochs)
 }
 
+// cutTails cuts the partial tail of every partition into a shard.
+func (c *core) cutTails() {
+	for p := range c.parts {
+		c.cutStream(p, true)
+	}
+}
+
 // cutStream cuts partition p into shards: full shards only, or also the partial tail.
 func (c *core) cutStream(p int, tail bool) {
 	ps := &c.parts[p]

@@ -200,9 +200,7 @@ func (d *Dispatcher) FlushStream() error {
 		return ErrStreamSealed
 	}
 	c.tick(d.clock.Now())
-	for p := range c.parts {
-		c.cutStream(p, true)
-	}
+	c.cutTails()
 	return nil
 }
 
@@ -219,9 +217,7 @@ func (d *Dispatcher) SealStream() error {
 		return nil
 	}
 	c.tick(d.clock.Now())
-	for p := range c.parts {
-		c.cutStream(p, true)
-	}
+	c.cutTails()
 	c.sealed = true
 	c.maybeAdvance()
 	return nil
