@@ -1,0 +1,398 @@
+package elastic
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The barrier core: who trains, under which fence epoch, and when the job pauses for a
+// checkpoint. It does no I/O and has no clock or lock of its own: every event carries the
+// time, and every transition returns the actions the driver must carry out, in order. The
+// Coordinator wraps it with a mutex and executes the actions (fence on the servers, evict from
+// the dispatcher, snapshot, release, commit).
+//
+// A checkpoint goes through three phases:
+//
+//	idle       -> barrier up (gen becomes odd): workers finish the batch in hand and arrive
+//	pausing    -> every live worker arrived (or was failed after ArriveTimeout): ActSnapshot
+//	snapshot   -> snapshotDone: ActRelease (gen becomes even), and ActCommit if it succeeded
+//
+// A worker is live from join until leave or failure. A failed worker is fenced (ActFence of its
+// epoch, which the driver applies on every server before anything later in the action list)
+// and evicted from the dispatcher, so its shards go back at the last reported offset; a worker
+// that joins again gets a new epoch and, if a barrier is up, must arrive before it trains.
+
+// phase is where the core is in the checkpoint cycle.
+type phase uint8
+
+const (
+	phaseIdle phase = iota
+	phasePausing
+	phaseSnapshot
+)
+
+func (p phase) String() string {
+	return [...]string{"idle", "pausing", "snapshot"}[p]
+}
+
+// actionKind says what the driver must do.
+type actionKind uint8
+
+const (
+	// actFence: refuse pushes of Epochs on every server; done before any later action.
+	actFence actionKind = iota + 1
+	// actEvict: hand Worker's shards back to the dispatcher at their reported offsets.
+	actEvict
+	// actPause: stop the dispatcher's clock (a barrier went up).
+	actPause
+	// actSnapshot: snapshot every server, the dispatcher and the job state at Step.
+	actSnapshot
+	// actRelease: let the workers go on (barrier Gen is down) and restart the dispatcher's clock.
+	actRelease
+	// actCommit: persist and commit the snapshot of Step in the background, in step order.
+	actCommit
+)
+
+// action is one instruction from the core to its driver.
+type action struct {
+	kind   actionKind
+	epochs []uint64 // actFence
+	worker string   // actEvict
+	step   uint64   // actSnapshot, actCommit
+	gen    uint64   // actSnapshot, actRelease
+	reason string   // why (logged)
+}
+
+func (a action) String() string {
+	switch a.kind {
+	case actFence:
+		return fmt.Sprintf("fence %s (%s)", epochsString(a.epochs), a.reason)
+	case actEvict:
+		return fmt.Sprintf("evict %s (%s)", a.worker, a.reason)
+	case actPause:
+		return fmt.Sprintf("pause gen=%d step=%d (%s)", a.gen, a.step, a.reason)
+	case actSnapshot:
+		return fmt.Sprintf("snapshot gen=%d step=%d", a.gen, a.step)
+	case actRelease:
+		return fmt.Sprintf("release gen=%d (%s)", a.gen, a.reason)
+	case actCommit:
+		return fmt.Sprintf("commit step=%d", a.step)
+	}
+	return fmt.Sprintf("action(%d)", a.kind)
+}
+
+// member is one live worker as the core knows it.
+type member struct {
+	id      string
+	epoch   uint64    // its fence epoch
+	arrived uint64    // the barrier generation it arrived at (0: none)
+	inBatch bool      // between begin and end of a batch (in-process workers report this)
+	seen    time.Time // when it was last heard from
+}
+
+// coreConfig are the core's timings.
+type coreConfig struct {
+	// every is the number of steps between checkpoints; 0: only when asked.
+	every uint64
+	// arriveTimeout bounds the wait at a barrier for a worker; one that has not arrived by then
+	// is failed (fenced and evicted) and the snapshot proceeds without it.
+	arriveTimeout time.Duration
+	// silence is how long a worker may go unheard before it is failed; 0 never.
+	silence time.Duration
+}
+
+// core is the barrier and checkpoint-schedule state machine. Not safe for concurrent use.
+type core struct {
+	cfg coreConfig
+
+	now         time.Time
+	incarnation uint64 // this coordinator's incarnation: the high 32 bits of every epoch it issues
+	lastEpoch   uint64 // the last fence epoch issued
+	gen         uint64 // barrier generation: odd while a barrier is up
+	phase       phase
+	pauseAt     time.Time // when the barrier went up
+	step        uint64    // batches applied and reported by every worker so far
+	snapStep    uint64    // step of the last snapshot taken (or restored)
+	tryStep     uint64    // step at which the last barrier went up: the schedule counts from it
+	want        bool      // a checkpoint was asked for (final, or by the program)
+	stopped     bool      // no more checkpoints; arriving workers are told to stop
+	members     map[string]*member
+	snapshots   []uint64 // snapshots taken and not yet committed, in step order
+	committed   uint64   // step of the newest commit
+}
+
+// newCore returns the core of a fresh job: incarnation 1.
+func newCore(cfg coreConfig, now time.Time) *core {
+	return &core{cfg: cfg, now: now, members: map[string]*member{}, incarnation: 1, lastEpoch: 1 << 32}
+}
+
+// Fence epochs are incarnation<<32 | n: a coordinator restored from a commit runs as the next
+// incarnation, so every epoch it issues is above every epoch any earlier coordinator issued,
+// even those issued after the commit it restored, and the floor incarnation<<32 fences them all.
+func epochString(e uint64) string { return fmt.Sprintf("%d.%d", e>>32, e&0xffffffff) }
+
+// floor is the lowest epoch of this incarnation: servers refuse every push below it.
+func (c *core) floor() uint64 { return c.incarnation << 32 }
+
+// tick advances the time (never backwards).
+func (c *core) tick(now time.Time) {
+	if now.After(c.now) {
+		c.now = now
+	}
+}
+
+// barrierUp reports whether workers must arrive before their next batch.
+func (c *core) barrierUp() bool { return c.gen%2 == 1 }
+
+// join registers worker id (again) and returns its new fence epoch. A worker that was already
+// a member lost touch with the coordinator: its old epoch is fenced first, so nothing it still
+// sends under that epoch can land.
+func (c *core) join(now time.Time, id string) (epoch uint64, acts []action) {
+	c.tick(now)
+	if old, ok := c.members[id]; ok {
+		acts = append(acts, action{kind: actFence, epochs: []uint64{old.epoch}, reason: id + " joined again"})
+	}
+	c.lastEpoch++
+	c.members[id] = &member{id: id, epoch: c.lastEpoch, seen: c.now}
+	return c.lastEpoch, acts
+}
+
+// heard records a sign of life from worker id under epoch; false if it is not a member with
+// that epoch (it was failed or replaced: it must join again).
+func (c *core) heard(now time.Time, id string, epoch uint64) bool {
+	c.tick(now)
+	m, ok := c.members[id]
+	if !ok || m.epoch != epoch {
+		return false
+	}
+	m.seen = c.now
+	return true
+}
+
+// begin records that worker id starts applying a batch. It fails (false) when a barrier is up
+// (the worker counts as arrived and must wait for the release), after stop, or when the worker
+// is not a member under epoch (it must join again).
+func (c *core) begin(now time.Time, id string, epoch uint64) bool {
+	if !c.heard(now, id, epoch) || c.stopped {
+		return false
+	}
+	m := c.members[id]
+	if c.barrierUp() {
+		// A worker asking to begin holds no batch: it has arrived, and waits for the release.
+		m.arrived, m.inBatch = c.gen, false
+		return false
+	}
+	m.inBatch = true
+	return true
+}
+
+// end records that worker id finished a batch (applied and reported: ok) or gave it up. ok
+// counts one step.
+func (c *core) end(now time.Time, id string, epoch uint64, ok bool) []action {
+	if !c.heard(now, id, epoch) || !c.members[id].inBatch {
+		return nil // not a member, or no batch begun: nothing to count
+	}
+	c.members[id].inBatch = false
+	if ok {
+		c.step++
+	}
+	return c.advance()
+}
+
+// arrive records that worker id holds no batch and waits at barrier gen. A stale generation
+// (a barrier already released, or a late call) changes nothing.
+func (c *core) arrive(now time.Time, id string, epoch, gen uint64) []action {
+	if !c.heard(now, id, epoch) {
+		return nil
+	}
+	m := c.members[id]
+	if gen != c.gen || !c.barrierUp() {
+		return nil
+	}
+	m.arrived, m.inBatch = gen, false
+	return c.advance()
+}
+
+// leave forgets worker id, which stopped cleanly. Its epoch is fenced anyway: nothing it sent
+// may land later.
+func (c *core) leave(now time.Time, id string, epoch uint64) []action {
+	c.tick(now)
+	m, ok := c.members[id]
+	if !ok || m.epoch != epoch {
+		return nil
+	}
+	delete(c.members, id)
+	acts := []action{{kind: actFence, epochs: []uint64{m.epoch}, reason: id + " left"}}
+	return append(acts, c.advance()...)
+}
+
+// fail removes worker id (crashed, cut off, or its batch failed): fence its epoch, evict its
+// leases.
+func (c *core) fail(now time.Time, id string, reason string) []action {
+	c.tick(now)
+	return append(c.failLocked(id, reason), c.advance()...)
+}
+
+func (c *core) failLocked(id, reason string) []action {
+	m, ok := c.members[id]
+	if !ok {
+		return nil
+	}
+	delete(c.members, id)
+	return []action{
+		{kind: actFence, epochs: []uint64{m.epoch}, reason: id + ": " + reason},
+		{kind: actEvict, worker: id, reason: reason},
+	}
+}
+
+// request asks for a checkpoint at the next chance (the final one, or the program's).
+func (c *core) request(now time.Time) []action {
+	c.tick(now)
+	c.want = true
+	return c.advance()
+}
+
+// stop ends the checkpoint schedule: no barrier goes up after the ones in progress.
+func (c *core) stop() { c.stopped = true }
+
+// timers fails the workers that went silent and those a barrier has waited for too long.
+func (c *core) timers(now time.Time) []action {
+	c.tick(now)
+	var acts []action
+	for _, id := range c.sortedMembers() {
+		m := c.members[id]
+		waiting := c.barrierUp() && m.arrived == c.gen // held by us, so not silent
+		switch {
+		case c.cfg.silence > 0 && !waiting && c.now.Sub(m.seen) > c.cfg.silence:
+			acts = append(acts, c.failLocked(id, fmt.Sprintf("silent for %v", c.now.Sub(m.seen).Round(time.Millisecond)))...)
+		case c.phase == phasePausing && c.cfg.arriveTimeout > 0 && m.arrived != c.gen && c.now.Sub(c.pauseAt) > c.cfg.arriveTimeout:
+			acts = append(acts, c.failLocked(id, fmt.Sprintf("did not reach barrier %d in %v", c.gen, c.cfg.arriveTimeout))...)
+		}
+	}
+	return append(acts, c.advance()...)
+}
+
+// advance raises a barrier when a checkpoint is due and starts the snapshot once every live
+// worker has arrived.
+func (c *core) advance() []action {
+	var acts []action
+	// The schedule counts from the last barrier, taken or failed, so a failing snapshot is
+	// retried a whole interval later, not at every step.
+	if c.phase == phaseIdle && !c.stopped && c.step > c.snapStep &&
+		(c.want || (c.cfg.every > 0 && c.step-max(c.snapStep, c.tryStep) >= c.cfg.every)) {
+		c.gen++
+		c.tryStep = c.step
+		c.phase, c.pauseAt = phasePausing, c.now
+		reason := "schedule"
+		if c.want {
+			reason = "requested"
+		}
+		acts = append(acts, action{kind: actPause, gen: c.gen, step: c.step, reason: reason})
+	}
+	if c.phase == phasePausing {
+		for _, m := range c.members {
+			if m.inBatch {
+				return acts
+			}
+		}
+		// Every worker is between batches, so counts as arrived: it cannot begin another
+		// before the release, and has nothing in flight.
+		for _, m := range c.members {
+			m.arrived = c.gen
+		}
+		c.phase = phaseSnapshot
+		c.want = false
+		acts = append(acts, action{kind: actSnapshot, gen: c.gen, step: c.step})
+	}
+	return acts
+}
+
+// snapshotDone ends the snapshot of barrier gen: the barrier comes down and, if it succeeded,
+// the snapshot is committed in the background.
+func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
+	c.tick(now)
+	if c.phase != phaseSnapshot || gen != c.gen {
+		return nil
+	}
+	c.gen++
+	c.phase = phaseIdle
+	acts := []action{{kind: actRelease, gen: c.gen, reason: errReason(err)}}
+	if err == nil {
+		c.snapStep = c.step
+		c.snapshots = append(c.snapshots, c.step)
+		acts = append(acts, action{kind: actCommit, step: c.step})
+	}
+	return append(acts, c.advance()...)
+}
+
+// commitDone records the outcome of the commit of step; a step it did not snapshot is ignored.
+func (c *core) commitDone(step uint64, err error) {
+	for i, s := range c.snapshots {
+		if s == step {
+			c.snapshots = append(c.snapshots[:i], c.snapshots[i+1:]...)
+			if err == nil && step > c.committed {
+				c.committed = step
+			}
+			return
+		}
+	}
+}
+
+// restore sets the core to a committed state: the step, and the incarnation of the coordinator
+// that committed it. The core runs as a later incarnation than any that came before (prev is the
+// newest known), so every earlier epoch is void; members join again.
+func (c *core) restore(step, prev uint64) {
+	c.step, c.snapStep, c.tryStep, c.committed = step, step, step, step
+	c.incarnation = max(prev, c.incarnation) + 1
+	c.lastEpoch = c.incarnation << 32
+	c.members = map[string]*member{}
+	c.snapshots = nil
+	c.phase, c.want = phaseIdle, false
+	if c.barrierUp() {
+		c.gen++
+	}
+}
+
+func (c *core) sortedMembers() []string {
+	ids := make([]string, 0, len(c.members))
+	for id := range c.members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// String describes the state, for traces and logs.
+func (c *core) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s gen=%d step=%d snap=%d committed=%d epoch=%s", c.phase, c.gen, c.step, c.snapStep, c.committed, epochString(c.lastEpoch))
+	for _, id := range c.sortedMembers() {
+		m := c.members[id]
+		fmt.Fprintf(&b, " %s(e%s", id, epochString(m.epoch))
+		if m.inBatch {
+			b.WriteString(",batch")
+		}
+		if c.barrierUp() && m.arrived == c.gen {
+			b.WriteString(",arrived")
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+func errReason(err error) string {
+	if err == nil {
+		return "snapshot taken"
+	}
+	return "snapshot failed: " + err.Error()
+}
+
+func epochsString(es []uint64) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = epochString(e)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
