@@ -59,7 +59,7 @@ func Example() {
 	defer cli.Close()
 	rd, _ := shard.NewReader(shard.ReaderConfig{Service: d, Worker: "worker-0", Source: shard.IndexedSource{Data: data}, BatchSize: 25})
 	defer rd.Close()
-	step, trained := uint32(0), 0
+	step, trained := uint64(0), 0
 	for {
 		batch, err := rd.Next(ctx)
 		if err == io.EOF {
@@ -101,10 +101,10 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		if _, err := ck.Snapshot(ctx, uint64(step), checkpoint.SnapshotSlots(owners.SlotsOf(s.ID()).Members())); err != nil {
+		if _, err := ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(owners.SlotsOf(s.ID()).Members())); err != nil {
 			panic(err)
 		}
-		ref, err := ck.WaitPersisted(ctx, uint64(step))
+		ref, err := ck.WaitPersisted(ctx, step)
 		if err != nil {
 			panic(err)
 		}
@@ -112,7 +112,7 @@ func Example() {
 		ck.Close()
 	}
 	committer, _ := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "demo", Storage: store})
-	if _, err := committer.Commit(ctx, uint64(step), refs, checkpoint.Blob{Name: "dispatcher", Data: d.Snapshot()}); err != nil {
+	if _, err := committer.Commit(ctx, step, refs, checkpoint.Blob{Name: "dispatcher", Data: d.Snapshot()}); err != nil {
 		panic(err)
 	}
 

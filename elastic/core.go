@@ -189,16 +189,16 @@ func (c *core) begin(now time.Time, id string, epoch uint64) bool {
 }
 
 // end records that worker id finished a batch (applied and reported: ok) or gave it up. ok
-// counts one step.
-func (c *core) end(now time.Time, id string, epoch uint64, ok bool) []action {
+// counts one step; counted says whether it did (the worker began a batch as a member).
+func (c *core) end(now time.Time, id string, epoch uint64, ok bool) (counted bool, acts []action) {
 	if !c.heard(now, id, epoch) || !c.members[id].inBatch {
-		return nil // not a member, or no batch begun: nothing to count
+		return false, nil // not a member, or no batch begun: nothing to count
 	}
 	c.members[id].inBatch = false
 	if ok {
 		c.step++
 	}
-	return c.advance()
+	return ok, c.advance()
 }
 
 // arrive records that worker id holds no batch and waits at barrier gen. A stale generation
@@ -304,6 +304,7 @@ func (c *core) advance() []action {
 		}
 		c.phase = phaseSnapshot
 		c.want = false
+		c.tryStep = c.step
 		acts = append(acts, action{kind: actSnapshot, gen: c.gen, step: c.step})
 	}
 	return acts

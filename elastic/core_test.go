@@ -129,7 +129,7 @@ func runTrace(t *testing.T, src string) string {
 		case "begin":
 			fmt.Fprintf(&out, "begin %v\n", get().begin(now, arg(1), epochOf(arg(1), f[2:])))
 		case "end":
-			acts = get().end(now, arg(1), epochOf(arg(1), f[3:]), arg(2) == "ok")
+			_, acts = get().end(now, arg(1), epochOf(arg(1), f[3:]), arg(2) == "ok")
 		case "arrive":
 			gen := get().gen
 			for _, a := range f[2:] {

@@ -27,6 +27,7 @@ type Client struct {
 	rpc      *rpc.Client
 	resolver Resolver
 	table    atomic.Pointer[OwnerTable]
+	epoch    atomic.Uint64 // fence epoch carried by every push
 	refresh  sync.Mutex
 	pool     sync.Pool // *clientScratch
 	bufs     sync.Pool // *[]byte request buffers
@@ -64,6 +65,13 @@ func (c *Client) Close() error {
 	}
 	return c.rpc.Close()
 }
+
+// SetEpoch sets the fence epoch every later push carries (a coordinator issues it when the
+// worker joins; 0, the default, is none).
+func (c *Client) SetEpoch(epoch uint64) { c.epoch.Store(epoch) }
+
+// Epoch returns the fence epoch pushes carry.
+func (c *Client) Epoch() uint64 { return c.epoch.Load() }
 
 // OwnerTable returns the client's owner table, fetching one if it has none.
 func (c *Client) OwnerTable(ctx context.Context) (*OwnerTable, error) {
@@ -206,7 +214,7 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
 	rowBytes := 4 * dim
-	err := c.route(ctx, sc.uniq, false, true, func(ctx context.Context, t *OwnerTable, p part) error {
+	err := c.route(ctx, sc.uniq, false, true, true, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
 		defer c.putBuffer(buf)
 		hdr := tableReq{version: t.Version, dim: uint32(dim), table: table}
@@ -242,10 +250,13 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 }
 
 // Push applies one optimizer step to the rows of ids in table with gradients grads
-// (len(ids)*dim). step is the worker's training step. A push that fails at any server returns an
-// error (wrapping ErrPartialPush when other servers applied their parts); it is never reported as
-// success. A NaN or infinite gradient fails the whole push before anything is sent.
-func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []float32, step uint32) error {
+// (len(ids)*dim). step is the worker's training step (stamped on the rows). Every push carries
+// the client's fence epoch (SetEpoch). A push that fails at any server returns an error (wrapping
+// ErrPartialPush when other servers applied their parts); it is never reported as success. A NaN
+// or infinite gradient fails the whole push before anything is sent. A push marked with its
+// batch's position (At) is applied at most once per slot, so it is also resent after a lost
+// connection, and resending it after an error is safe.
+func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []float32, step uint64, opts ...PushOption) error {
 	if (len(ids) == 0) != (len(grads) == 0) || (len(ids) > 0 && len(grads)%len(ids) != 0) {
 		return fmt.Errorf("%w: push of %d ids with %d gradient floats", ErrBadRequest, len(ids), len(grads))
 	}
@@ -259,14 +270,27 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	if len(ids) > 0 {
 		dim = len(grads) / len(ids)
 	}
+	var o pushOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.hasPos && !o.pos.valid() {
+		return fmt.Errorf("push %q: %w: position %v", table, ErrBadRequest, o.pos)
+	}
+	hdr := tableReq{step: step, epoch: c.epoch.Load(), worker: uint32(c.cfg.Worker), dim: uint32(dim), table: table}
+	if o.hasPos {
+		hdr.pos, hdr.flags = o.pos, flagPosition
+	}
 	sc := c.scratch()
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
 	rowBytes := 4 * dim
-	err := c.route(ctx, sc.uniq, c.cfg.Sync, false, func(ctx context.Context, t *OwnerTable, p part) error {
+	err := c.route(ctx, sc.uniq, c.cfg.Sync, false, o.hasPos && !c.cfg.Sync, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
 		defer c.putBuffer(buf)
-		req := appendReqHeader(*buf, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), dim: uint32(dim), table: table}, len(p.idx))
+		h := hdr
+		h.version = t.Version
+		req := appendReqHeader(*buf, &h, len(p.idx))
 		for _, i := range p.idx {
 			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
 		}
@@ -303,11 +327,12 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 }
 
 // route sends each server its part of the distinct ids in parallel, and resends the parts
-// refused for a stale table after refreshing it. Idempotent calls (pulls) are also resent after
-// any transport failure and are cancelled together on the first error; other calls (pushes) are
-// resent only when the server surely did not process them, and every part runs to completion so
-// the error tells what was applied.
-func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool, send func(ctx context.Context, t *OwnerTable, p part) error) error {
+// refused for a stale table after refreshing it. Idempotent calls (pulls) are cancelled
+// together on the first error; other calls (pushes) run every part to completion so the error
+// tells what was applied. Parts are resent after a lost connection only with resend (pulls,
+// and pushes the servers apply at most once); otherwise only when the server surely did not
+// process them.
+func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, resend bool, send func(ctx context.Context, t *OwnerTable, p part) error) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -339,7 +364,7 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool,
 					err = mapErr(p.node.Addr, err)
 				}
 				errs[i] = err
-				if err != nil && !retryable(err, idempotent) {
+				if err != nil && !retryable(err, resend) {
 					return err
 				}
 				return nil
@@ -353,7 +378,7 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent bool,
 			switch {
 			case err == nil:
 				applied++
-			case retryable(err, idempotent):
+			case retryable(err, resend):
 				again = append(again, parts[i].idx...)
 				last = err
 				var we *WrongOwnerError
@@ -433,6 +458,8 @@ func mapErr(addr string, err error) error {
 		return we
 	case codeUnknownTable:
 		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrUnknownTable, re.Message)}
+	case codeFenced:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrFenced, re.Message)}
 	case codeNonFinite:
 		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrNonFinite, re.Message)}
 	case codeClosed:

@@ -25,6 +25,7 @@ const (
 	codeBadRequest
 	codeNonFinite
 	codeClosed
+	codeFenced
 )
 
 var errShort = errors.New("short")
@@ -90,16 +91,21 @@ func (d *decoder) skipPad8(total int) {
 
 // A request to the table methods, little-endian:
 //
-//	version u64 | step u32 | worker u32 | dim u32 | table (len u16, bytes) | zero pad to 8 |
-//	n u32 | flags u32 | ids n×u64 | [push: grads n×dim×f32]
+//	version u64 | step u64 | epoch u64 | worker u32 | dim u32 |
+//	position: data epoch u32, shard u32, start u64, end u64 |
+//	table (len u16, bytes) | zero pad to 8 | n u32 | flags u32 | ids n×u64 |
+//	[push: grads n×dim×f32]
 //
+// epoch is the pusher's fence epoch (0: none); the position counts only with flagPosition.
 // Pull answers n×dim float32; Push answers nothing. For the dense methods ids are absent
 // (n counts floats) and the payload is n float32.
 type tableReq struct {
 	version uint64
-	step    uint32
+	step    uint64
+	epoch   uint64
 	worker  uint32
 	dim     uint32
+	pos     Position
 	table   string
 	ids     []uint64 // aliases the request when aligned
 	floats  []byte   // raw little-endian float32 values
@@ -110,6 +116,7 @@ type tableReq struct {
 // Request flags.
 const (
 	flagReadOnly uint32 = 1 << iota // pull: create no rows (Table.Peek)
+	flagPosition                    // push: pos is the batch's position (apply at most once)
 )
 
 func appendTableReq(dst []byte, r *tableReq, ids []uint64, floats []float32, nFloats int) []byte {
@@ -126,9 +133,14 @@ func appendTableReq(dst []byte, r *tableReq, ids []uint64, floats []float32, nFl
 func appendReqHeader(dst []byte, r *tableReq, n int) []byte {
 	start := len(dst)
 	dst = binary.LittleEndian.AppendUint64(dst, r.version)
-	dst = binary.LittleEndian.AppendUint32(dst, r.step)
+	dst = binary.LittleEndian.AppendUint64(dst, r.step)
+	dst = binary.LittleEndian.AppendUint64(dst, r.epoch)
 	dst = binary.LittleEndian.AppendUint32(dst, r.worker)
 	dst = binary.LittleEndian.AppendUint32(dst, r.dim)
+	dst = binary.LittleEndian.AppendUint32(dst, r.pos.Epoch)
+	dst = binary.LittleEndian.AppendUint32(dst, r.pos.Shard)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.pos.Start))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.pos.End))
 	dst = appendString(dst, r.table)
 	dst = pad8(dst, start)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(n))
@@ -156,11 +168,13 @@ func grow(b []byte, n int) ([]byte, []byte) {
 // payload is raw float32 values.
 func decodeTableReq(b []byte, withIDs bool) (tableReq, error) {
 	d := decoder{b: b}
-	r := tableReq{version: d.u64(), step: d.u32(), worker: d.u32(), dim: d.u32(), table: d.str()}
+	r := tableReq{version: d.u64(), step: d.u64(), epoch: d.u64(), worker: d.u32(), dim: d.u32()}
+	r.pos = Position{Epoch: d.u32(), Shard: d.u32(), Start: int64(d.u64()), End: int64(d.u64())}
+	r.table = d.str()
 	d.skipPad8(len(b))
 	n := int(d.u32())
 	r.flags = d.u32()
-	if d.err != nil || n > 1<<28 {
+	if d.err != nil || n > 1<<28 || r.flags&flagPosition != 0 && !r.pos.valid() {
 		return r, errShort
 	}
 	if withIDs {

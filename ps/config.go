@@ -23,6 +23,12 @@ type Transport interface {
 type TableSpec struct {
 	Name   string
 	Config embedding.Config
+	// Dense, when positive, makes the table a dense tensor of Dense floats (an MLP weight
+	// matrix, say) rather than an embedding table: it lives whole on the owner of its name's
+	// slot, Config.Optimizer applies to it, and it starts at zero until the first InitDense
+	// gives its values. Declared dense tensors are checkpointed with the tables
+	// (Server.CheckpointTables); ones that InitDense creates on the fly are not.
+	Dense int
 }
 
 // ServerConfig configures a Server. ID and Secret are required.
@@ -94,7 +100,15 @@ func (c ServerConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("table %q listed twice", t.Name))
 		}
 		seen[t.Name] = true
-		if err := t.Config.Validate(); err != nil {
+		ec := t.Config
+		switch {
+		case t.Dense < 0:
+			errs = append(errs, fmt.Errorf("table %q: Dense %d is negative", t.Name, t.Dense))
+		case t.Dense > 0:
+			dim, _ := denseShape(t.Dense)
+			ec = embedding.Config{Dim: dim, Shards: 1, Optimizer: t.Config.Optimizer}
+		}
+		if err := ec.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("table %q: %w", t.Name, err))
 		}
 	}

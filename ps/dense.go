@@ -10,8 +10,11 @@ import (
 )
 
 // A dense tensor of length L is stored as an embedding table of ceil(L/D) rows of D = min(L,
-// denseRow) floats, ids 0, 1, ..., so it shares the tables' optimizers, checkpoints and moves.
-// The whole tensor lives on the owner of the slot of its name.
+// denseRow) floats, so it shares the tables' optimizers, checkpoints and moves. The whole tensor
+// lives on the owner of the slot of its name, and its rows have ids of that slot (the first
+// rows ids, counting from 0, whose embedding.Slot is the name's): anything that places rows by
+// the slot of their id (a checkpoint, a restore onto another number of servers, a slot moving)
+// places the tensor with its name.
 const denseRow = 1024
 
 func denseShape(length int) (dim, rows int) {
@@ -19,12 +22,28 @@ func denseShape(length int) (dim, rows int) {
 	return dim, (length + dim - 1) / dim
 }
 
-func denseIDs(rows int) []uint64 {
-	ids := make([]uint64, rows)
-	for i := range ids {
-		ids[i] = uint64(i)
+// denseIDs returns the row ids of a dense tensor of rows rows in slot (of slots).
+func denseIDs(slot, slots, rows int) []uint64 {
+	ids := make([]uint64, 0, rows)
+	for id := uint64(0); len(ids) < rows; id++ {
+		if embedding.Slot(id, slots) == slot {
+			ids = append(ids, id)
+		}
 	}
 	return ids
+}
+
+// newDense makes the table of a dense tensor of length floats, zero until assigned.
+func (s *Server) newDense(name string, length int, opt embedding.Optimizer) (*hosted, error) {
+	dim, rows := denseShape(length)
+	t, err := embedding.New(embedding.Config{
+		Name: name, Dim: dim, Shards: 1, Optimizer: opt, Init: embedding.Init{Kind: embedding.InitZeros},
+	})
+	if err != nil {
+		return nil, err
+	}
+	slot := s.denseSlot(name)
+	return &hosted{name: name, t: t, dense: true, length: length, ids: denseIDs(slot, s.cfg.Slots, rows), slot: slot, bar: s.newBarrier()}, nil
 }
 
 // optimizer block in an init request: kind u32 then 8 float32 (lr, eps, initial accumulator,
@@ -76,27 +95,25 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 	if err := s.checkDenseLocked(r.table); err != nil {
 		return err
 	}
-	if h, ok := s.own.tables[r.table]; ok {
-		if !h.dense || h.length != r.n {
-			return remote(codeBadRequest, "%q exists with another shape", r.table)
+	h, ok := s.own.tables[r.table]
+	switch {
+	case ok && (!h.dense || h.length != r.n):
+		return remote(codeBadRequest, "%q exists with another shape", r.table)
+	case ok && h.t.Len() > 0:
+		return nil // initialised by an earlier caller, or restored
+	case !ok:
+		if h, err = s.newDense(r.table, r.n, decodeOptimizer(r.floats)); err != nil {
+			return remote(codeBadRequest, "dense %q: %v", r.table, err)
 		}
-		return nil
 	}
 	dim, rows := denseShape(r.n)
-	t, err := embedding.New(embedding.Config{
-		Name: r.table, Dim: dim, Shards: 1, Optimizer: decodeOptimizer(r.floats),
-		Init: embedding.Init{Kind: embedding.InitZeros},
-	})
-	if err != nil {
-		return remote(codeBadRequest, "dense %q: %v", r.table, err)
-	}
 	vals := make([]float32, dim*rows)
 	getFloats(vals[:r.n], r.floats[optBlock:])
-	ids := denseIDs(rows)
-	if err := t.Assign(ids, vals); err != nil {
+	if err := h.t.Assign(h.ids, vals); err != nil {
 		return remote(codeBadRequest, "dense %q: %v", r.table, err)
 	}
-	s.own.tables[r.table] = &hosted{name: r.table, t: t, dense: true, length: r.n, ids: ids, slot: s.denseSlot(r.table), bar: s.newBarrier()}
+	s.own.tables[r.table] = h
+	s.appliedLocked(r.table)
 	return nil
 }
 
@@ -143,6 +160,14 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 		s.own.RUnlock()
 		return err
 	}
+	if r.flags&^flagPosition != 0 {
+		s.own.RUnlock()
+		return remote(codeBadRequest, "unknown push flags %#x", r.flags)
+	}
+	if err := s.fencedLocked(r.epoch); err != nil {
+		s.own.RUnlock()
+		return err
+	}
 	if r.n != h.length || len(r.floats) != 4*r.n {
 		s.own.RUnlock()
 		return remote(codeBadRequest, "dense %q has %d values, push %d", r.table, h.length, r.n)
@@ -153,12 +178,17 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	ids := h.ids
 	if h.bar != nil {
 		s.own.RUnlock()
-		return h.bar.push(ctx, r.worker, r.step, ids, g, func(ids []uint64, g []float32, step uint32) error {
+		return h.bar.push(ctx, r.worker, syncStep(r.step), ids, g, func(ids []uint64, g []float32, step uint32) error {
 			return s.applyLocking(h, ids, g, step)
 		})
 	}
 	defer s.own.RUnlock()
-	return applyErr(h.t.Apply(ids, g, r.step))
+	if r.flags&flagPosition != 0 {
+		return applyErr(s.own.applied[r.table].applyOnce(r.pos, []int32{int32(h.slot)}, func(func(int) bool) error {
+			return h.t.Apply(ids, g, rowStep(r.step))
+		}))
+	}
+	return applyErr(h.t.Apply(ids, g, rowStep(r.step)))
 }
 
 // DenseLength returns the length of the dense tensor name hosted here, or false.

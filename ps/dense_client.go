@@ -45,17 +45,32 @@ func (c *Client) PullDense(ctx context.Context, name string, dst []float32) erro
 	}, true)
 }
 
-// PushDense applies one optimizer step to the dense tensor name with gradients grads.
-func (c *Client) PushDense(ctx context.Context, name string, grads []float32, step uint32) error {
+// PushDense applies one optimizer step to the dense tensor name with gradients grads, with the
+// client's fence epoch; a push marked with its batch's position (At) is applied at most once,
+// and resent after a lost connection.
+func (c *Client) PushDense(ctx context.Context, name string, grads []float32, step uint64, opts ...PushOption) error {
 	if i := embedding.FirstNonFinite(grads); i >= 0 {
 		return fmt.Errorf("push dense %q: %w: gradient %d is %v", name, ErrNonFinite, i, grads[i])
 	}
+	var o pushOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.hasPos && !o.pos.valid() {
+		return fmt.Errorf("push dense %q: %w: position %v", name, ErrBadRequest, o.pos)
+	}
+	hdr := tableReq{step: step, epoch: c.epoch.Load(), worker: uint32(c.cfg.Worker), table: name}
+	if o.hasPos {
+		hdr.pos, hdr.flags = o.pos, flagPosition
+	}
 	return c.dense(ctx, name, func(ctx context.Context, t *OwnerTable, addr string) error {
-		req := appendTableReq(nil, &tableReq{version: t.Version, step: step, worker: uint32(c.cfg.Worker), table: name}, nil, grads, len(grads))
+		h := hdr
+		h.version = t.Version
+		req := appendTableReq(nil, &h, nil, grads, len(grads))
 		resp, err := c.rpc.Call(ctx, addr, methodPushDense, req)
 		c.rpc.Release(resp)
 		return err
-	}, false)
+	}, o.hasPos && !c.cfg.Sync)
 }
 
 // dense sends one call to the owner of name's slot, refreshing the owner table and retrying when

@@ -26,6 +26,10 @@ var (
 	ErrNoTable = errors.New("ps: no owner table")
 	// ErrClosed is returned by a closed Server or Client.
 	ErrClosed = errors.New("ps: closed")
+	// ErrFenced is returned for a push whose fence epoch a server refuses: the worker was
+	// failed or replaced by the coordinator (Server.Fence, Server.SetEpochFloor). Nothing of the
+	// push was applied by that server; resending it is pointless: the worker must join again.
+	ErrFenced = errors.New("ps: fenced epoch")
 	// ErrPartialPush is returned when a push reached some servers but failed at another: the
 	// parts named in the error were not confirmed. It is never reported as success.
 	ErrPartialPush = errors.New("ps: push partly applied")

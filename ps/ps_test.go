@@ -54,7 +54,7 @@ func TestPullPushMatchesLocalTable(t *testing.T) {
 		require.NoError(t, cl.Pull(ctx, "emb", ids, got))
 		require.NoError(t, ref.Lookup(ids, want))
 		require.Equal(t, want, got, "step %d", step)
-		require.NoError(t, cl.Push(ctx, "emb", ids, g, step))
+		require.NoError(t, cl.Push(ctx, "emb", ids, g, uint64(step)))
 		require.NoError(t, ref.Apply(ids, g, step))
 	}
 	// The rows are spread over all three servers, each holding only slots it owns.
@@ -210,7 +210,7 @@ func TestConcurrentClients(t *testing.T) {
 				if !assert.NoError(t, cl.Pull(ctx, "emb", ids, rows)) {
 					return
 				}
-				if !assert.NoError(t, cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), uint32(s))) {
+				if !assert.NoError(t, cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), uint64(s))) {
 					return
 				}
 			}
@@ -254,7 +254,7 @@ func TestSyncModeIsDeterministic(t *testing.T) {
 					if !assert.NoError(t, cl.Pull(ctx, "emb", ids, rows)) {
 						return
 					}
-					if !assert.NoError(t, cl.Push(ctx, "emb", ids, g, s)) {
+					if !assert.NoError(t, cl.Push(ctx, "emb", ids, g, uint64(s))) {
 						return
 					}
 				}

@@ -79,6 +79,9 @@ func (r *serversResolver) OwnerTable(ctx context.Context, minVersion uint64) (*O
 			break
 		}
 	}
+	if best == nil && len(errs) == 0 {
+		return nil, fmt.Errorf("%w: none of %d servers has one yet", ErrNoTable, len(r.addrs))
+	}
 	if best == nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoTable, errors.Join(errs...))
 	}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/rpc"
 )
@@ -29,10 +31,12 @@ type Server struct {
 	// new owner table takes effect between requests, never during one.
 	own struct {
 		sync.RWMutex
-		table  *OwnerTable
-		slots  *embedding.SlotSet
-		tables map[string]*hosted
+		table   *OwnerTable
+		slots   *embedding.SlotSet
+		tables  map[string]*hosted
+		applied map[string]*appliedSet // by table name: the positions applied per slot
 	}
+	fence   fences // guarded by own
 	stats   slotStats
 	started time.Time
 	closed  atomic.Bool
@@ -58,6 +62,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger.With("ps", cfg.ID), started: time.Now()}
 	s.own.tables = map[string]*hosted{}
+	s.own.applied = map[string]*appliedSet{}
 	s.own.slots = embedding.NewSlotSet(cfg.Slots)
 	s.stats.init(cfg.Slots)
 	for _, spec := range cfg.Tables {
@@ -87,6 +92,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // ID returns the server's ID.
 func (s *Server) ID() string { return s.cfg.ID }
+
+// Slots returns the job's slot count the server was configured with.
+func (s *Server) Slots() int { return s.cfg.Slots }
 
 // Serve serves requests on l until Close. It returns nil after Close.
 func (s *Server) Serve(l net.Listener) error {
@@ -118,22 +126,47 @@ func (s *Server) Close() error {
 	return err
 }
 
-// CreateTable adds an embedding table. Adding a name that exists is an error.
+// CreateTable adds an embedding table, or a dense tensor (spec.Dense > 0). Adding a name that
+// exists is an error.
 func (s *Server) CreateTable(spec TableSpec) error {
 	if err := validTableName(spec.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	t, err := embedding.New(spec.Config)
-	if err != nil {
-		return fmt.Errorf("table %q: %w", spec.Name, err)
+	var h *hosted
+	if spec.Dense > 0 {
+		d, err := s.newDense(spec.Name, spec.Dense, spec.Config.Optimizer)
+		if err != nil {
+			return fmt.Errorf("dense tensor %q: %w", spec.Name, err)
+		}
+		h = d
+	} else {
+		t, err := embedding.New(spec.Config)
+		if err != nil {
+			return fmt.Errorf("table %q: %w", spec.Name, err)
+		}
+		h = &hosted{name: spec.Name, t: t, bar: s.newBarrier()}
 	}
 	s.own.Lock()
 	defer s.own.Unlock()
 	if _, dup := s.own.tables[spec.Name]; dup {
 		return fmt.Errorf("%w: table %q exists", ErrBadConfig, spec.Name)
 	}
-	s.own.tables[spec.Name] = &hosted{name: spec.Name, t: t, bar: s.newBarrier()}
+	s.own.tables[spec.Name] = h
+	s.appliedLocked(spec.Name)
 	return nil
+}
+
+// CheckpointTables returns the tables a checkpoint of this server holds, by name: every
+// embedding table and every declared dense tensor (TableSpec.Dense) it hosts now. A dense
+// tensor's rows have ids in the slot of its name, so a checkpoint places it with its name.
+func (s *Server) CheckpointTables() map[string]checkpoint.Table {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	out := make(map[string]checkpoint.Table, len(s.own.tables))
+	for name, h := range s.own.tables {
+		out[name] = h.t
+	}
+	return out
 }
 
 func (s *Server) newBarrier() *barrier {
@@ -348,6 +381,14 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		s.own.RUnlock()
 		return remote(codeBadRequest, "table %q has dimension %d, request %d", r.table, d, r.dim)
 	}
+	if r.flags&^flagPosition != 0 {
+		s.own.RUnlock()
+		return remote(codeBadRequest, "unknown push flags %#x", r.flags)
+	}
+	if err := s.fencedLocked(r.epoch); err != nil {
+		s.own.RUnlock()
+		return err
+	}
 	sc := s.scratch()
 	defer s.putScratch(sc)
 	if err := s.checkIDsLocked(r.ids, sc); err != nil {
@@ -362,7 +403,7 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	if h.bar != nil {
 		// Synchronous: hold the push until the step is complete. The barrier copies what it keeps.
 		s.own.RUnlock()
-		err := h.bar.push(ctx, r.worker, r.step, r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
+		err := h.bar.push(ctx, r.worker, syncStep(r.step), r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
 			return s.applyLocking(h, ids, g, step)
 		})
 		if err == nil {
@@ -370,13 +411,43 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		}
 		return err
 	}
-	err = h.t.Apply(r.ids, grads, r.step)
+	if r.flags&flagPosition != 0 {
+		err = s.own.applied[r.table].applyOnce(r.pos, sc.slots, func(skip func(int) bool) error {
+			ids, g := r.ids, grads
+			if skip != nil {
+				ids, g = withoutSlots(ids, g, d, s.cfg.Slots, skip)
+			}
+			return h.t.Apply(ids, g, rowStep(r.step))
+		})
+	} else {
+		err = h.t.Apply(r.ids, grads, rowStep(r.step))
+	}
 	s.own.RUnlock()
 	if err != nil {
 		return applyErr(err)
 	}
 	s.stats.record(sc, len(r.ids), time.Since(start), true)
 	return nil
+}
+
+// rowStep is the step stamped on rows (the tables count steps in 32 bits; later steps saturate).
+func rowStep(step uint64) uint32 { return uint32(min(step, math.MaxUint32)) }
+
+// syncStep is the step a synchronous barrier counts in.
+func syncStep(step uint64) uint32 { return uint32(min(step, math.MaxUint32)) }
+
+// withoutSlots returns the ids (and their dim-wide gradient rows) whose slot skip rejects.
+func withoutSlots(ids []uint64, grads []float32, dim, slots int, skip func(int) bool) ([]uint64, []float32) {
+	var outIDs []uint64
+	var outG []float32
+	for i, id := range ids {
+		if skip(embedding.Slot(id, slots)) {
+			continue
+		}
+		outIDs = append(outIDs, id)
+		outG = append(outG, grads[i*dim:(i+1)*dim]...)
+	}
+	return outIDs, outG
 }
 
 // applyLocking applies a completed synchronous step, under the ownership lock.

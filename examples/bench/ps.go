@@ -159,7 +159,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 			redisT = append(redisT, v)
 		}
 		v, err = parallel(func(g int, b []uint64, out []float32) error {
-			return clients[g].Push(ctx, "emb", b, grads, uint32(round))
+			return clients[g].Push(ctx, "emb", b, grads, uint64(round))
 		})
 		if err != nil {
 			return err

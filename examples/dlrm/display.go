@@ -74,8 +74,7 @@ func line(ev train.Event) string {
 		if c.Err != nil {
 			return fmt.Sprintf("checkpoint at step %d not committed: %v", c.Step, c.Err)
 		}
-		return fmt.Sprintf("checkpoint at step %d committed: %.1f MiB written, %v after the snapshot",
-			c.Step, float64(c.Stored)/(1<<20), c.Persist.Round(time.Millisecond))
+		return fmt.Sprintf("checkpoint at step %d committed %v after the snapshot", c.Step, c.Persist.Round(time.Millisecond))
 	}
 	return ""
 }

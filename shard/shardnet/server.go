@@ -203,3 +203,14 @@ func (s *Server) handleLeave(ctx context.Context, req []byte, resp *rpc.Buffer) 
 	s.putAnswer(resp, bp)
 	return nil
 }
+
+// Register adds a handler for method to the server's RPC server, so that other protocols of
+// this module (the coordinator's control calls of package elastic) share the dispatcher's one
+// authenticated port. A call that arrives before its handler is registered gets an
+// unknown-method error. Methods 0x5300-0x53ff are the dispatcher's own.
+func (s *Server) Register(method uint16, h rpc.Handler) error {
+	if method>>8 == 0x53 {
+		return fmt.Errorf("%w: method %#x is reserved", ErrInvalidConfig, method)
+	}
+	return s.rpc.Register(method, h)
+}

@@ -54,7 +54,7 @@ func (e *evaluator) run(ctx context.Context) (Eval, error) {
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fanOut)
-	pullDense(gctx, g, e.cli, e.dense, e.m.Params())
+	pullDense(gctx, g, e.cli.PullDense, e.dense, e.m.Params())
 	if err := g.Wait(); err != nil {
 		return Eval{}, fmt.Errorf("evaluate: %w", err)
 	}
@@ -70,7 +70,10 @@ func (e *evaluator) run(ctx context.Context) (Eval, error) {
 		e.rt.split(e.bb.Keys())
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(fanOut)
-		e.rt.pull(gctx, g, e.cli, e.tables, e.bb.Rows(), ps.ReadOnly()) // evaluation grows no rows
+		readOnly := func(ctx context.Context, table string, ids []uint64, dst []float32) error {
+			return e.cli.Pull(ctx, table, ids, dst, ps.ReadOnly()) // evaluation grows no rows
+		}
+		e.rt.pull(gctx, g, readOnly, e.tables, e.bb.Rows())
 		if err := g.Wait(); err != nil {
 			return Eval{}, fmt.Errorf("evaluate: %w", err)
 		}

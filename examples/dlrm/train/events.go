@@ -5,8 +5,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 )
+
+// EpochCheck is the coordinator's exactly-once check of one epoch.
+type EpochCheck = elastic.EpochCheck
 
 // EventKind says what an Event reports.
 type EventKind uint8

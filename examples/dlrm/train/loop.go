@@ -2,32 +2,27 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/shard"
-	"github.com/elasticps/elasticps/shard/shardnet"
 )
 
 // finalEvalTimeout bounds the last evaluation and the final checkpoint's commit after the run
 // was interrupted.
 const finalTimeout = 5 * time.Minute
 
-// train runs the workers and coordinates checkpoints, evaluations and progress until the run
-// ends, then takes the final checkpoint and builds the summary.
+// train runs the workers, evaluations and progress until the run ends, then takes the final
+// checkpoint and builds the summary. Checkpoints are the coordinator's: every
+// Config.CheckpointEvery steps it pauses the workers at a barrier.
 func (r *run) train(ctx context.Context) (*Summary, error) {
 	cfg := &r.cfg
-	workers := make([]*worker, cfg.Workers)
-	for i := range workers {
-		w, err := r.newWorker(i)
-		if err != nil {
+	for i := range cfg.Workers {
+		if _, err := r.newWorker(i); err != nil {
 			return nil, err
 		}
-		workers[i] = w
 	}
 	r.emit(Event{Kind: EventStart, Message: r.describe()})
 
@@ -35,11 +30,11 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	r.lastTick, r.lastSamp = r.start, r.samples.Load()
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	defer stopWorkers()
-	done := make(chan error, len(workers))
-	for _, w := range workers {
-		go func() { done <- w.run(wctx, r, &r.gate, r.ledgerRef()) }()
+	done := make(chan error, len(r.workers))
+	for _, w := range r.workers {
+		go func() { done <- w.run(wctx, r) }()
 	}
-	running := len(workers)
+	running := len(r.workers)
 
 	var deadline <-chan time.Time
 	if cfg.Duration > 0 {
@@ -55,11 +50,8 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		defer t.Stop()
 		evalTick = t.C
 	}
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
 	evalDone := make(chan evalResult, 1)
 	evaluating := false
-	lastCk := r.steps.Load()
 
 	var failure error
 	reason := ""
@@ -96,16 +88,13 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 			}
 			r.setEval(res.ev)
 			r.emit(Event{Kind: EventEval, Eval: res.ev})
-		case <-poll.C:
-			if cfg.CheckpointEvery > 0 && r.steps.Load()-lastCk >= int64(cfg.CheckpointEvery) {
-				lastCk = r.steps.Load()
-				r.checkpoint(ctx, false)
-			}
 		}
 	}
 	if reason == "" {
 		reason = "every epoch done"
 	}
+	// Workers finish the batch in hand and leave; the coordinator takes no more checkpoints
+	// of its own.
 	stopWorkers()
 	for running > 0 {
 		if err := <-done; err != nil && failure == nil {
@@ -121,10 +110,15 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
-	if failure == nil && !cfg.NoFinalCheckpoint {
-		r.checkpoint(fctx, true)
+	if !cfg.NoFinalCheckpoint {
+		if _, err := r.job.Coordinator.Checkpoint(fctx); err != nil && failure == nil {
+			failure = fmt.Errorf("final checkpoint: %w", err)
+		}
 	}
-	r.ckpts.finish()
+	r.job.Coordinator.Stop()
+	if err := r.job.Coordinator.WaitCommits(fctx); err != nil && failure == nil {
+		failure = fmt.Errorf("waiting for commits: %w", err)
+	}
 
 	sum := r.summary(reason, trainedFor)
 	if failure != nil {
@@ -149,37 +143,19 @@ type evalResult struct {
 	err error
 }
 
-// ledgerRef returns the ledger (replaced by a restore before training starts).
-func (r *run) ledgerRef() *ledger { return r.ledger }
-
 func (r *run) newWorker(i int) (*worker, error) {
 	name := fmt.Sprintf("worker-%d", i)
-	cli, err := r.srvs.client(i)
-	if err != nil {
-		return nil, err
-	}
-	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: r.dispAddr, Secret: r.secret, Logger: r.logger})
-	if err != nil {
-		cli.Close()
-		return nil, err
-	}
-	reader, err := shard.NewReader(shard.ReaderConfig{
-		Service: svc, Worker: name, Source: r.data.source, BatchSize: r.cfg.BatchSize,
-		ReportEvery: 1, Seed: r.cfg.Seed, Logger: r.logger,
+	sess, err := r.job.NewSession(name, shard.ReaderConfig{
+		Source: r.data.source, BatchSize: r.cfg.BatchSize, ReportEvery: 1, Seed: r.cfg.Seed,
 	})
 	if err != nil {
-		cli.Close()
-		svc.Close()
 		return nil, err
 	}
-	w, err := newWorker(name, r.mcfg, cli, reader, r.tables, r.dense)
+	w, err := newWorker(name, r.mcfg, sess, r.tables, r.dense)
 	if err != nil {
-		cli.Close()
-		svc.Close()
-		reader.Close()
+		sess.Close()
 		return nil, err
 	}
-	w.svc = svc
 	r.workers = append(r.workers, w)
 	return w, nil
 }
@@ -198,69 +174,18 @@ func (r *run) describe() string {
 	}
 	fmt.Fprintf(&b, "model: DLRM, %d dense -> bottom MLP %v -> %d; %d embedding tables of dim %d; %d interactions -> top MLP %v -> 1; %d MLP parameters in %d tensors\n",
 		m.DenseFeatures, m.BottomHidden, m.EmbeddingDim, m.Fields, m.EmbeddingDim, m.Fields*(m.Fields+1)/2, m.TopHidden, nparams, len(r.dense))
-	fmt.Fprintf(&b, "cluster: %d parameter servers on", len(r.srvs.nodes))
-	for _, n := range r.srvs.nodes {
+	fmt.Fprintf(&b, "cluster: coordinator and dispatcher in process, %d parameter servers on", len(r.job.Servers))
+	for _, s := range r.job.Servers {
+		n := s.Node()
 		fmt.Fprintf(&b, " %s=%s", n.ID, n.Addr)
 	}
-	fmt.Fprintf(&b, ", dispatcher on %s, %d workers; batch %d\n", r.dispAddr, r.cfg.Workers, r.cfg.BatchSize)
-	st := r.ckpts.Stats()
+	fmt.Fprintf(&b, ", %d workers; batch %d\n", r.cfg.Workers, r.cfg.BatchSize)
 	every := "only at the end"
 	if r.cfg.CheckpointEvery > 0 {
 		every = fmt.Sprintf("every %d steps", r.cfg.CheckpointEvery)
 	}
-	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, st.Dir, st.ShmDir)
+	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, r.cfg.CheckpointDir, r.shmDir)
 	return b.String()
-}
-
-// checkpoint closes the gate, snapshots every server, the dispatcher and the ledger, reopens
-// the gate and queues the commit. The dispatcher's clock stands still meanwhile, so the pause
-// costs no live worker its lease. final is the run's last checkpoint, taken after the workers
-// stopped: it waits for room in the commit queue and for busy generations to be persisted
-// rather than being skipped. A broken gate (a batch failed while being applied) refuses it.
-func (r *run) checkpoint(ctx context.Context, final bool) {
-	if err := r.gate.broken(); err != nil {
-		return // the run is failing: the worker's error says why
-	}
-	if err := r.ckpts.room(ctx, final); err != nil {
-		r.emit(Event{Kind: EventCheckpoint, Checkpoint: CheckpointEvent{Step: uint64(r.steps.Load()), Skipped: true, Err: err}})
-		return
-	}
-	t0 := time.Now()
-	r.clock.pause()
-	r.gate.close()
-	step := r.steps.Load()
-	if err := r.gate.broken(); err != nil {
-		r.gate.open()
-		r.clock.resume()
-		ev := r.ckpts.refuse(uint64(step), fmt.Errorf("checkpoint not taken: %w", err))
-		r.emit(Event{Kind: EventCheckpoint, Checkpoint: ev})
-		return
-	}
-	meta, _ := json.Marshal(runMeta{Version: 1, Fingerprint: r.fingerprint(), Step: step, Samples: r.samples.Load()})
-	blobs := []checkpoint.Blob{
-		{Name: blobDispatcher, Data: r.disp.Snapshot()},
-		{Name: blobLedger, Data: r.ledger.encode()},
-		{Name: blobMeta, Data: meta},
-	}
-	ev, took := r.ckpts.snapshot(ctx, uint64(step), blobs, final)
-	blocked := time.Since(t0)
-	r.gate.open()
-	r.clock.resume()
-	if !took {
-		return
-	}
-	ev.Blocked = blocked
-	if ev.Err == nil {
-		r.ckpts.blocked(blocked)
-		r.emitMu.Lock()
-		r.lastBlk = blocked
-		r.emitMu.Unlock()
-	}
-	r.emit(Event{Kind: EventCheckpoint, Checkpoint: ev})
-}
-
-func (r *run) emitCheckpoint(kind EventKind, ev CheckpointEvent) {
-	r.emit(Event{Kind: kind, Checkpoint: ev})
 }
 
 func (r *run) setEval(ev Eval) {
@@ -284,7 +209,7 @@ func (r *run) emit(ev Event) {
 // progress takes the current figures; tick starts a new interval for the rate and the loss.
 func (r *run) progress(tick bool) Progress {
 	now := time.Now()
-	p := Progress{Samples: r.samples.Load(), Steps: r.steps.Load(), Epochs: r.cfg.Epochs}
+	p := Progress{Samples: r.samples.Load(), Steps: r.steps(), Epochs: r.cfg.Epochs}
 	if !r.start.IsZero() {
 		p.Elapsed = now.Sub(r.start)
 	}
@@ -299,8 +224,8 @@ func (r *run) progress(tick bool) Progress {
 		r.lastTick, r.lastSamp, r.lossSum, r.lossN = now, p.Samples, 0, 0
 	}
 	r.mu.Unlock()
-	if r.disp != nil {
-		pr := r.disp.Progress()
+	if r.job != nil {
+		pr := r.job.Coordinator.Dispatcher().Progress()
 		p.Epoch = pr.Epoch
 		var done, total int64
 		for _, e := range pr.EpochRecords {
@@ -322,38 +247,36 @@ func (r *run) progress(tick bool) Progress {
 	if r.cfg.Duration > 0 {
 		p.Fraction = max(p.Fraction, min(1, float64(p.Elapsed)/float64(r.cfg.Duration)))
 	}
-	if r.ckpts != nil {
-		st := r.ckpts.Stats()
-		p.Checkpoints, p.Committed = st.Taken, st.Committed
-	}
+	st := r.ck.get()
+	p.Checkpoints, p.Committed = st.Taken, st.Committed
 	return p
 }
 
 // summary builds the run's summary (the final evaluation is added by the caller).
 func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
+	ck := r.ck.get()
+	ck.Dir, ck.ShmDir = r.cfg.CheckpointDir, r.shmDir
+	for _, srv := range r.job.Servers {
+		ck.Stored += int64(srv.CheckpointStats().PersistedStored)
+	}
 	s := &Summary{
 		Data: r.data.desc, HeldOut: r.data.heldOut, Servers: r.cfg.Servers, Workers: r.cfg.Workers,
 		StopReason: reason, Resumed: r.cfg.Resume, ResumedStep: r.restoredStep, ResumedSamples: r.baseSamp,
-		ResumedFrom: r.restoredFrom, TotalSamples: r.samples.Load(), Steps: r.steps.Load(),
-		Elapsed: trainedFor, Ceiling: r.data.ceiling, Checkpoints: r.ckpts.Stats(),
+		ResumedFrom: r.restoredFrom, TotalSamples: r.samples.Load(), Steps: r.steps(),
+		Elapsed: trainedFor, Ceiling: r.data.ceiling, Checkpoints: ck,
 	}
 	s.Samples = s.TotalSamples - r.baseSamp
 	if sec := trainedFor.Seconds(); sec > 0 {
 		s.SamplesPerSec = float64(s.Samples) / sec
 	}
-	pr := r.disp.Progress()
-	var totals []epochTotals
-	for _, e := range pr.EpochRecords {
-		totals = append(totals, epochTotals{epoch: e.Epoch, records: e.Records, done: e.Done, failed: e.Failed})
-	}
-	s.Epochs = r.ledger.check(totals, pr.Epoch, pr.Finished)
+	s.Epochs = r.job.Coordinator.ExactlyOnce()
 	s.ExactlyOnce = len(s.Epochs) > 0
 	for _, e := range s.Epochs {
 		s.ExactlyOnce = s.ExactlyOnce && e.OK()
 	}
 	byName := map[string]*TableRows{}
-	for _, srv := range r.srvs.list {
-		for _, t := range srv.Stats(false).Tables {
+	for _, srv := range r.job.Servers {
+		for _, t := range srv.Server().Stats(false).Tables {
 			tr := byName[t.Name]
 			if tr == nil {
 				tr = &TableRows{Name: t.Name, Dense: t.Dense}
@@ -376,27 +299,29 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 	return s
 }
 
-// close stops and joins everything the run started, in reverse order.
+// close stops and joins everything the run started, in reverse order. The shared-memory regions
+// are deleted unless Config.KeepShm; kept or not, those of servers the run does not have (left
+// by an earlier run with more servers, read by a restore at most) go once it has committed.
 func (r *run) close() error {
 	var errs []error
 	for _, w := range r.workers {
-		errs = append(errs, w.reader.Close(), w.svc.Close(), w.cli.Close())
+		errs = append(errs, w.sess.Close())
 	}
-	if r.dispSrv != nil {
-		errs = append(errs, r.dispSrv.Close())
-		r.dispWG.Wait()
+	ours := map[string]bool{}
+	if r.job != nil {
+		for _, s := range r.job.Servers {
+			ours[s.Node().ID] = true
+		}
+		errs = append(errs, r.job.Close())
 	}
-	if r.eval != nil {
-		errs = append(errs, r.eval.cli.Close())
-	}
-	if r.ckpts != nil {
-		errs = append(errs, r.ckpts.Close())
-	}
-	if r.admin != nil {
-		errs = append(errs, r.admin.Close())
-	}
-	if r.srvs != nil {
-		errs = append(errs, r.srvs.Close())
+	switch {
+	case r.shmDir == "":
+	case !r.cfg.KeepShm || r.job == nil && !r.cfg.Resume:
+		// A run that failed to start deletes what it created, unless it may have been
+		// the regions a resume meant to read.
+		errs = append(errs, removeShm(r.shmDir, r.cfg.ShmDir == "", nil))
+	case r.ck.get().Committed > 0:
+		errs = append(errs, deleteRegions(r.shmDir, func(node string) bool { return ours[node] }, false))
 	}
 	return errors.Join(errs...)
 }

@@ -2,58 +2,43 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
-	"github.com/elasticps/elasticps/embedding"
-	"github.com/elasticps/elasticps/examples/dlrm/internal/ctl"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
+	"github.com/elasticps/elasticps/shard/shardnet"
 )
 
 // RoleConfig configures one process of a job whose roles run in separate processes: a
-// parameter server (RunServer), a worker (RunWorker) or the coordinator serving the data-shard
-// dispatcher and driving checkpoints (RunCoordinator). Every process of a job gets the same
-// Config (data, model, optimizers, checkpoint directory) and the same PS list and Secret.
+// parameter server (RunServer), a worker (RunWorker) or the coordinator (RunCoordinator: the
+// elastic coordinator with the data-shard dispatcher). Every process of a job gets the same
+// Config (data, model, optimizers, checkpoint directory) and the same PS list and Secret. Each
+// process serves one authenticated port: a server its pulls, pushes and the coordinator's
+// control calls; the coordinator the dispatcher and the workers' control calls.
 type RoleConfig struct {
 	Config
 	// ID names this parameter server (one of PS) or worker.
 	ID string
-	// Listen is the address a parameter server or the coordinator serves on. Its control
-	// channel listens on ControlAddr(Listen).
+	// Listen is the address a parameter server or the coordinator serves on.
 	Listen string
 	// PS lists every parameter server of the job: ID and address.
 	PS []ps.Node
 	// Dispatcher is the coordinator's address (for workers).
 	Dispatcher string
 	// Workers is the number of workers the job is started with, for the coordinator's summary.
-	// Barriers do not depend on it: they wait for every worker registered and alive, and a
-	// worker applies nothing before it has registered.
+	// Barriers do not depend on it: they wait for every worker that joined and is alive.
 	Workers int
 	// Secret is the cluster secret.
 	Secret []byte
-}
-
-// ControlPortOffset is added to a serving port to get its control port.
-const ControlPortOffset = 100
-
-// ControlAddr returns the address of the control channel beside a serving address: the same
-// host, the port plus ControlPortOffset.
-func ControlAddr(addr string) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p+ControlPortOffset > 65535 {
-		return "", fmt.Errorf("address %s: want a numeric port below %d", addr, 65536-ControlPortOffset)
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p+ControlPortOffset)), nil
 }
 
 // ParseNodes reads "ID=HOST:PORT,..." (or "HOST:PORT,...", named ps-0, ps-1, ...).
@@ -136,8 +121,21 @@ func fieldNames(cfg *Config) ([]string, error) {
 	return nil, fmt.Errorf("%w: unknown data kind", ErrConfig)
 }
 
+// Timings of a multi-process job.
+const (
+	// workerSilence is how long the coordinator waits to hear from a worker (every batch it
+	// begins and ends is a sign of life) before it fences it and hands its shards to others.
+	workerSilence = 30 * time.Second
+	// retryEvery is the wait between attempts to reach a process that is not up yet.
+	retryEvery = 200 * time.Millisecond
+	// dispatcherRetries bounds a worker's consecutive failed calls to the dispatcher (with
+	// backoff, about a minute): a worker whose coordinator is gone for good gives up.
+	dispatcherRetries = 40
+)
+
 // RunServer runs a parameter server until ctx ends: it serves its tables and MLP tensors on
-// rc.Listen, checkpoints them when the coordinator says so, and restores them on its command.
+// rc.Listen, and the coordinator's control calls on the same port (owner table, fences,
+// snapshots, restores).
 func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err := rc.prepare(); err != nil {
 		return err
@@ -147,234 +145,306 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.EmbeddingOptimizer, cfg.EmbeddingInit)
-	table, err := ps.NewOwnerTable(1, cfg.Slots, rc.PS, nil)
-	if err != nil {
-		return err
-	}
-	if table.IndexOf(rc.ID) < 0 {
+	if !containsNode(rc.PS, rc.ID) {
 		return fmt.Errorf("server %q is not in the server list", rc.ID)
 	}
+	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.EmbeddingOptimizer, cfg.EmbeddingInit)
 	var wg sync.WaitGroup
-	defer wg.Wait() // last: after the servers below are closed
+	defer wg.Wait() // last: after the server below is closed
 	srv, err := ps.NewServer(ps.ServerConfig{ID: rc.ID, Secret: rc.Secret, Slots: cfg.Slots, Tables: specs, Logger: rc.Logger})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	if _, err := srv.SetOwnerTable(table); err != nil {
+	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
+	if err != nil {
+		return err
+	}
+	shmDir, err := prepareShm(cfg, rc.ID, rc.Logger)
+	if err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", rc.Listen)
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); srv.Serve(l) }()
-
-	holder := &ps.TableHolder{}
-	holder.Set(table)
-	cli, err := ps.NewClient(ps.ClientConfig{Secret: rc.Secret, Resolver: holder, Logger: rc.Logger})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
-	if err != nil {
-		return err
-	}
-	shmDir, prev, err := placeShm(cfg, rc.ID)
-	if err != nil {
-		return err
-	}
-	if prev != "" {
-		if err := checkpoint.DeleteRegion(prev, jobName, rc.ID); err != nil {
-			rc.Logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
-		}
-	}
-	if !cfg.Resume {
-		if err := checkpoint.DeleteRegion(shmDir, jobName, rc.ID); err != nil {
-			return err
-		}
-		// Regions of servers an earlier run had and this job has not: no one deletes them
-		// otherwise. Those of the job's other servers, and regions in use, stay.
-		inJob := map[string]bool{}
-		for _, n := range rc.PS {
-			inJob[n.ID] = true
-		}
-		if err := deleteRegions(shmDir, func(node string) bool { return inJob[node] }, true); err != nil {
-			rc.Logger.Warn("shared memory of an earlier run left behind", "dir", shmDir, "err", err)
-		}
-	}
-	tabs := map[string]checkpoint.Table{}
-	for _, s := range specs {
-		t, _ := srv.Table(s.Name)
-		tabs[s.Name] = t
-	}
-	ck, err := checkpoint.New(checkpoint.Config{Job: jobName, Node: rc.ID, Tables: tabs, Storage: st, Slots: cfg.Slots,
+	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
 		ShmDir: shmDir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
 	if err != nil {
+		l.Close()
 		return err
 	}
 	defer func() {
-		ck.Close()
+		ls.Close()
 		if !cfg.KeepShm {
-			checkpoint.DeleteRegion(shmDir, jobName, rc.ID)
+			removeShm(shmDir, false, func(node string) bool { return node != rc.ID })
 		}
 	}()
-	set := table.SlotsOf(rc.ID)
-	var owned []int
-	for s := range cfg.Slots {
-		if set.Has(s) {
-			owned = append(owned, s)
-		}
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	svc := &psService{ctx: sctx, id: rc.ID, srv: srv, ck: ck, cli: cli, table: table, owned: owned}
-	cs, err := ctl.NewServer(rc.Secret, "PS", svc)
-	if err != nil {
-		return err
-	}
-	defer cs.Close()
-	caddr, err := ControlAddr(l.Addr().String())
-	if err != nil {
-		return err
-	}
-	cl, err := net.Listen("tcp", caddr)
-	if err != nil {
+	if err := elastic.ServeServer(srv, ls); err != nil {
+		l.Close()
 		return err
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); cs.Serve(cl) }()
-	rc.Logger.Info("parameter server up", "id", rc.ID, "addr", l.Addr().String(), "control", caddr, "slots", len(owned))
+	go func() { defer wg.Done(); srv.Serve(l) }()
+	rc.Logger.Info("parameter server up", "id", rc.ID, "addr", l.Addr().String())
 	<-ctx.Done()
 	return nil
 }
 
-// psService is a parameter server's control service.
-type psService struct {
-	ctx   context.Context
-	id    string
-	srv   *ps.Server
-	ck    *checkpoint.Checkpointer
-	cli   *ps.Client
-	table *ps.OwnerTable
-	owned []int
+func containsNode(nodes []ps.Node, id string) bool {
+	for _, n := range nodes {
+		if n.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
-// Snapshot snapshots the server's rows and MLP tensors at a step. Both generations busy is
-// answered Busy (the coordinator skips the checkpoint), except for the final checkpoint, which
-// waits for the persists and tries again.
-func (s *psService) Snapshot(a ctl.SnapshotArgs, r *ctl.SnapshotReply) error {
-	t0 := time.Now()
-	dense, err := encodeDense(s.srv)
+// RunCoordinator runs the coordinator of a multi-process job until the data is done or ctx
+// ends: it places the slots on the servers of rc.PS, serves the data-shard dispatcher and the
+// workers' control calls on rc.Listen (with the cluster secret), checkpoints every
+// CheckpointEvery steps at a barrier and once at the end, and commits each checkpoint with the
+// dispatcher's snapshot and the exactly-once ledger. With Resume it first restores the newest
+// commit into every server (freshly started ones: a server holding trained rows refuses) and
+// restores the dispatcher and the ledger. The returned summary holds the data, progress,
+// exactly-once and checkpoint figures (the evaluation belongs to the embedded mode).
+func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
+	if err := rc.prepare(); err != nil {
+		return nil, err
+	}
+	cfg := &rc.Config
+	data, err := loadData(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		info, err := s.ck.Snapshot(s.ctx, a.Step, checkpoint.SnapshotSlots(s.owned), checkpoint.SnapshotBlob(denseBlobName, dense))
-		if errors.Is(err, checkpoint.ErrBusy) {
-			if !a.Final || attempt == finalBusyRetries {
-				*r = ctl.SnapshotReply{Busy: true, Blocked: time.Since(t0)}
-				return nil
-			}
-			if err := s.ck.Flush(s.ctx); err != nil {
-				return fmt.Errorf("wait for earlier persists: %w", err)
-			}
-			continue
-		}
+	r := &run{cfg: *cfg, logger: rc.Logger, data: data}
+	r.mcfg = model.Config{DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
+		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling, Seed: cfg.Seed}
+	m0, err := model.New(r.mcfg)
+	if err != nil {
+		return nil, err
+	}
+	r.mcfg = m0.Config()
+	st, err := openStorage(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	servers := make([]elastic.ParameterServer, len(rc.PS))
+	for i, n := range rc.PS {
+		rs, err := elastic.NewRemoteServer(n, elastic.RemoteConfig{Secret: rc.Secret, Logger: rc.Logger})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		*r = ctl.SnapshotReply{Bytes: info.Bytes, Full: info.Full, Blocked: time.Since(t0)}
-		return nil
+		defer rs.Close()
+		servers[i] = rs
 	}
-}
-
-// WaitPersisted waits for the persist of a step and returns its manifest.
-func (s *psService) WaitPersisted(a ctl.Step, r *ctl.ManifestReply) error {
-	ref, err := s.ck.WaitPersisted(s.ctx, a.Step)
-	r.Ref = ref
-	return err
-}
-
-// Verify checks that this server can restore a committed step.
-func (s *psService) Verify(a ctl.Step, _ *ctl.Empty) error {
-	return s.ck.Verify(s.ctx, a.Step, checkpoint.RestoreSlots(s.owned))
-}
-
-// errNotFresh is returned by PS.Load on a server that has applied updates since it started.
-var errNotFresh = errors.New("train: a checkpoint is restored only into a parameter server that has applied no update since it started; restart every process of the job to resume")
-
-// Load restores a committed step: the rows of the owned slots and the MLP tensors this server
-// owns now. It refuses a server that has applied a push since it started (its tables would mix
-// the checkpoint with later updates), and fails if a push arrives while it loads.
-func (s *psService) Load(a ctl.Step, r *ctl.LoadReply) error {
-	if name, ok := updatedTable(s.srv); ok {
-		return fmt.Errorf("server %s: table %s holds trained rows: %w", s.id, name, errNotFresh)
-	}
-	before := s.srv.Stats(false).Pushes
-	if err := s.load(a, r); err != nil {
-		return err
-	}
-	if after := s.srv.Stats(false).Pushes; after != before {
-		return fmt.Errorf("server %s received %d pushes while it restored step %d: %w", s.id, after-before, a.Step, errNotFresh)
-	}
-	return nil
-}
-
-// updatedTable returns a table of srv (embedding table or MLP tensor) holding a row that an
-// update has changed, if any. Rows created by pulls hold their initial values, which a restore
-// may leave alone.
-func updatedTable(srv *ps.Server) (string, bool) {
-	for _, name := range srv.TableNames() {
-		t, ok := srv.Table(name)
-		if !ok {
-			continue
-		}
-		updated := false
-		t.Range(func(v embedding.RowView) bool {
-			updated = v.Freq > 0
-			return !updated
+	// The servers may still be starting: the owner table is installed once they answer.
+	var coord *elastic.Coordinator
+	for {
+		coord, err = elastic.NewCoordinator(ctx, elastic.Config{
+			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
+			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
+			JobState: r.jobState, CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
+			WorkerSilence: workerSilence,
 		})
-		if updated {
-			return name, true
+		if err == nil || !errors.Is(err, elastic.ErrUnavailable) {
+			break
+		}
+		select {
+		case <-time.After(retryEvery):
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
-	return "", false
+	if err != nil {
+		return nil, err
+	}
+	defer coord.Close()
+	sum := &Summary{Data: data.desc, HeldOut: data.heldOut, Servers: len(rc.PS), Workers: rc.Workers}
+	if cfg.Resume {
+		step, raw, err := coord.Resume(ctx)
+		if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+			return nil, fmt.Errorf("%w in %s", ErrNoCheckpoint, cfg.CheckpointDir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("restore: %w", err)
+		}
+		var meta runMeta
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, fmt.Errorf("restore: run description: %w", err)
+		}
+		sum.Resumed, sum.ResumedStep, sum.ResumedSamples = true, step, meta.Samples
+		r.baseSamp = meta.Samples
+		r.emit(Event{Kind: EventRestore, Message: fmt.Sprintf("restored checkpoint of step %d on %d servers and the dispatcher", step, len(rc.PS))})
+	}
+
+	// Serve the dispatcher and the control calls, only now: workers join a restored job.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: coord.Dispatcher(), Secret: rc.Secret, Logger: rc.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer dsrv.Close()
+	if err := elastic.ServeControl(dsrv, coord); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", rc.Listen)
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); dsrv.Serve(l) }()
+	r.emit(Event{Kind: EventStart, Message: fmt.Sprintf("coordinator: dispatcher and control on %s, %d servers; %s", l.Addr(), len(rc.PS), data.desc)})
+
+	r.start = time.Now()
+	tick := time.NewTicker(cfg.ProgressEvery)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if cfg.Duration > 0 {
+		t := time.NewTimer(cfg.Duration)
+		defer t.Stop()
+		deadline = t.C
+	}
+	accepted := func() int64 {
+		var n int64
+		for _, e := range coord.Dispatcher().Progress().EpochRecords {
+			n += e.Done
+		}
+		return n
+	}
+	reason := ""
+	for reason == "" {
+		select {
+		case <-ctx.Done():
+			reason = "interrupted"
+		case <-deadline:
+			reason = fmt.Sprintf("%v passed", cfg.Duration)
+		case <-tick.C:
+			coord.Dispatcher().Expire()
+			if coord.Dispatcher().Progress().Finished {
+				reason = "every epoch done"
+				break
+			}
+			r.samples.Store(accepted())
+			r.emit(Event{Kind: EventProgress})
+		}
+	}
+	r.emit(Event{Kind: EventNote, Message: "stopping: " + reason})
+	var failure error
+	if !cfg.NoFinalCheckpoint {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
+		if _, err := coord.Checkpoint(fctx); err != nil {
+			failure = fmt.Errorf("final checkpoint: %w", err)
+		}
+		cancel()
+	}
+	coord.Stop() // workers' next batch is refused: they leave
+	if err := coord.WaitCommits(ctx); err != nil && failure == nil {
+		failure = fmt.Errorf("waiting for commits: %w", err)
+	}
+	// Keep serving until the workers have left, so that each learns the job is over (its next
+	// batch is refused, or the dispatcher says there is no more work) rather than finding the
+	// coordinator gone.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerSilence)
+	if err := coord.WaitMembers(lctx); err != nil {
+		rc.Logger.Warn("workers still joined at the end", "workers", coord.Members())
+	}
+	cancel()
+	sum.Checkpoints = r.ck.get()
+	sum.Checkpoints.Dir = cfg.CheckpointDir
+	sum.StopReason = reason
+	sum.Elapsed = time.Since(r.start)
+	sum.TotalSamples = accepted()
+	sum.Samples = sum.TotalSamples - r.baseSamp
+	sum.Steps = int64(coord.Stats().Step)
+	if sec := sum.Elapsed.Seconds(); sec > 0 {
+		sum.SamplesPerSec = float64(sum.Samples) / sec
+	}
+	sum.Epochs = coord.ExactlyOnce()
+	sum.ExactlyOnce = len(sum.Epochs) > 0
+	for _, e := range sum.Epochs {
+		sum.ExactlyOnce = sum.ExactlyOnce && e.OK()
+	}
+	if failure == nil && !sum.ExactlyOnce {
+		failure = ErrNotExactlyOnce
+	}
+	return sum, failure
 }
 
-func (s *psService) load(a ctl.Step, r *ctl.LoadReply) error {
-	res, err := s.ck.Load(s.ctx, a.Step, checkpoint.RestoreSlots(s.owned),
-		checkpoint.RestoreBlobs(func(_, name string) bool { return name == denseBlobName }))
+// workerCounters are one worker process's figures.
+type workerCounters struct{ samples atomic.Int64 }
+
+func (c *workerCounters) trained(n int, _ float64) { c.samples.Add(int64(n)) }
+
+// RunWorker runs one worker until the data is done, the coordinator stops training, or ctx
+// ends. It pulls from and pushes to the parameter servers of rc.PS, leases data shards from the
+// coordinator's dispatcher at rc.Dispatcher, and trains through an elastic.Session: it joins
+// the job (waiting for the coordinator), pauses at its checkpoint barriers, and every push
+// carries its fence epoch and the batch's position. It returns the samples it trained.
+func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
+	if err := rc.prepare(); err != nil {
+		return 0, err
+	}
+	if rc.ID == "" || rc.Dispatcher == "" {
+		return 0, fmt.Errorf("%w: a worker needs an ID and the dispatcher's address", ErrConfig)
+	}
+	cfg := &rc.Config
+	data, err := loadData(ctx, cfg)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	var entries []denseEntry
-	seen := map[string]bool{}
-	for _, b := range res.Blobs {
-		if seen[b.Node] {
-			continue
-		}
-		seen[b.Node] = true
-		e, err := decodeDense(b.Data)
-		if err != nil {
-			return err
-		}
-		entries = append(entries, e...)
-	}
-	owns := func(name string) bool { return s.table.Owner(s.table.NameSlot(name)).ID == s.id }
-	n, err := restoreDense(s.ctx, s.cli, entries, owns, func(name string) (*embedding.Table, bool) { return s.srv.Table(name) })
+	mcfg := model.Config{DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
+		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling, Seed: cfg.Seed}
+	m0, err := model.New(mcfg)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	for _, rec := range res.Records {
-		r.Records += rec
+	mcfg = m0.Config()
+	dense := denseTensors(m0)
+	var tables []string
+	for _, f := range data.fields {
+		tables = append(tables, embPrefix+f)
 	}
-	r.Dense = n
-	for node, src := range res.Sources {
-		r.Sources += fmt.Sprintf("%s: %s ", node, src)
+	addrs := make([]string, len(rc.PS))
+	for i, n := range rc.PS {
+		addrs[i] = n.Addr
 	}
-	return nil
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: rc.Secret, Servers: addrs, Logger: rc.Logger})
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	control, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: rc.Dispatcher, Secret: rc.Secret, Logger: rc.Logger})
+	if err != nil {
+		return 0, err
+	}
+	defer control.Close()
+	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: rc.Dispatcher, Secret: rc.Secret, Logger: rc.Logger})
+	if err != nil {
+		return 0, err
+	}
+	defer svc.Close()
+	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: rc.ID, Control: control, Client: cli, Logger: rc.Logger,
+		Reader: shard.ReaderConfig{Service: svc, Source: data.source, BatchSize: cfg.BatchSize, ReportEvery: 1, Seed: cfg.Seed,
+			MaxRetries: dispatcherRetries}})
+	if err != nil {
+		return 0, err
+	}
+	defer sess.Close()
+	// Join first (the coordinator serves workers once the job is restored), then make sure
+	// every MLP tensor exists (the first caller wins: restored ones stay).
+	if err := sess.Join(ctx); err != nil {
+		return 0, err
+	}
+	if err := initDense(ctx, cli, dense, m0.Params(), cfg.DenseOptimizer); err != nil {
+		return 0, err
+	}
+	w, err := newWorker(rc.ID, mcfg, sess, tables, dense)
+	if err != nil {
+		return 0, err
+	}
+	var c workerCounters
+	err = w.run(ctx, &c)
+	return c.samples.Load(), err
 }

@@ -8,37 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// freeAddr returns a loopback address whose port and control port are both free now.
+// freeAddr returns a loopback address whose port is free now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		l.Close()
-		caddr, err := train.ControlAddr(addr)
-		if err != nil {
-			continue
-		}
-		if c, err := net.Listen("tcp", caddr); err == nil {
-			c.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port pair")
-	return ""
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // TestRolesInSeparateRunners runs a job with each role on its own (as separate processes would:
 // they share nothing but the addresses, the secret and the checkpoint directory), then resumes
 // the finished job's last checkpoint in a second coordinator to check the restore path.
 func TestRolesInSeparateRunners(t *testing.T) {
+	// A deadline for the whole job: a hung role fails the test instead of the package.
+	tctx, cancelAll := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancelAll()
 	records := int64(6000)
 	base := smallConfig(t, records, 2)
 	base.CheckpointEvery = 10
@@ -52,7 +44,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 
 	// startServers runs every parameter server until the returned function stops them.
 	startServers := func(resume bool) (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(tctx)
 		var wg sync.WaitGroup
 		errs := make([]error, len(nodes))
 		for i, n := range nodes {
@@ -81,7 +73,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	cw.Add(1)
 	go func() {
 		defer cw.Done()
-		sum, coordErr = train.RunCoordinator(context.Background(), role("coordinator", coordAddr))
+		sum, coordErr = train.RunCoordinator(tctx, role("coordinator", coordAddr))
 	}()
 	samples := make([]int64, 2)
 	werr := make([]error, 2)
@@ -90,7 +82,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 		ww.Add(1)
 		go func() {
 			defer ww.Done()
-			samples[i], werr[i] = train.RunWorker(context.Background(), role(fmt.Sprintf("worker-%d", i), ""))
+			samples[i], werr[i] = train.RunWorker(tctx, role(fmt.Sprintf("worker-%d", i), ""))
 		}()
 	}
 	ww.Wait()
@@ -102,6 +94,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.Equal(t, records*2, samples[0]+samples[1], "the workers trained every record once per epoch")
 	assert.Equal(t, records*2, sum.TotalSamples, "the dispatcher counted every record once per epoch")
 	assert.Equal(t, "every epoch done", sum.StopReason)
+	assert.True(t, sum.ExactlyOnce, "the coordinator's ledger: %v", sum.Epochs)
 	assert.GreaterOrEqual(t, sum.Checkpoints.Committed, 2, "periodic and final checkpoints")
 	assert.Zero(t, sum.Checkpoints.Failed)
 	t.Logf("%d checkpoints committed, blocked %v on average", sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked())
@@ -110,14 +103,14 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	// the updates made after it, so the coordinator refuses.
 	again := role("coordinator", coordAddr)
 	again.Resume = true
-	_, err := train.RunCoordinator(context.Background(), again)
+	_, err := train.RunCoordinator(tctx, again)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "restart every process of the job to resume")
+	assert.ErrorIs(t, err, elastic.ErrNotFresh)
 
 	// Restarted servers restore it.
 	stopPS()
 	stopPS = startServers(true)
-	s2, err := train.RunCoordinator(context.Background(), again)
+	s2, err := train.RunCoordinator(tctx, again)
 	require.NoError(t, err)
 	assert.True(t, s2.Resumed)
 	assert.Equal(t, sum.Checkpoints.LastCommitted, s2.ResumedStep)

@@ -2,12 +2,10 @@ package train
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -15,11 +13,10 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
-	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
-	"github.com/elasticps/elasticps/shard/shardnet"
 )
 
 // ErrNoCheckpoint is returned by Run with Resume when the checkpoint directory holds no
@@ -42,25 +39,16 @@ type run struct {
 	tables []string // server-side embedding table names, one per field
 	dense  []denseTensor
 
-	srvs     *servers
-	secret   []byte
-	disp     *shard.Dispatcher
-	dispSrv  *shardnet.Server
-	dispAddr string
-	dispWG   sync.WaitGroup
-	admin    *ps.Client
-	ckpts    *checkpoints
-	ledger   *ledger
-	gate     gate
-	clock    *pausableClock // the dispatcher's: stands still while the gate is closed
-	eval     *evaluator
-	workers  []*worker
+	job     *elastic.LocalJob
+	shmDir  string
+	admin   *ps.Client
+	ck      ckStats
+	eval    *evaluator
+	workers []*worker
 
-	start     time.Time
-	steps     atomic.Int64 // the model's steps: the checkpoint step
-	samples   atomic.Int64 // the model's samples
-	baseSteps int64        // restored
-	baseSamp  int64
+	start    time.Time
+	samples  atomic.Int64 // the model's samples
+	baseSamp int64        // restored
 
 	mu       sync.Mutex // interval figures
 	lossSum  float64
@@ -77,8 +65,6 @@ type run struct {
 	lastBlk  time.Duration
 }
 
-func (r *run) nextStep() uint32 { return uint32(r.steps.Add(1)) }
-
 func (r *run) trained(n int, loss float64) {
 	r.samples.Add(int64(n))
 	r.mu.Lock()
@@ -87,21 +73,29 @@ func (r *run) trained(n int, loss float64) {
 	r.mu.Unlock()
 }
 
-// Run trains a DLRM on an embedded cluster — cfg.Servers parameter servers and the data-shard
-// dispatcher serving on loopback TCP with a fresh cluster secret, and cfg.Workers workers —
-// until ctx ends (an interrupt), cfg.Duration passes or the epochs are done. It checkpoints every
-// cfg.CheckpointEvery steps and once more at the end, evaluates the held-out set, and returns
-// the summary. With cfg.Resume it first restores the newest committed checkpoint: tables, MLP,
-// data position and the exactly-once ledger. Everything it starts is stopped and joined before
-// it returns.
+// steps returns the model's steps (batches applied and reported, restored ones included).
+func (r *run) steps() int64 {
+	if r.job == nil {
+		return 0
+	}
+	return int64(r.job.Coordinator.Stats().Step)
+}
+
+// Run trains a DLRM on an embedded cluster — a coordinator (package elastic) with its data-shard
+// dispatcher, cfg.Servers parameter servers serving on loopback TCP with a fresh cluster secret,
+// and cfg.Workers workers — until ctx ends (an interrupt), cfg.Duration passes or the epochs are
+// done. It checkpoints every cfg.CheckpointEvery steps and once more at the end, evaluates the
+// held-out set, and returns the summary. With cfg.Resume it first restores the newest committed
+// checkpoint: tables, MLP, data position and the exactly-once ledger. Everything it starts is
+// stopped and joined before it returns.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.fill()
-	r := &run{cfg: cfg, logger: cfg.Logger, ledger: newLedger(), clock: newPausableClock(nil)}
+	r := &run{cfg: cfg, logger: cfg.Logger}
 	if r.logger == nil {
-		r.logger = slog.New(slog.DiscardHandler)
+		r.logger = discardLogger()
 	}
 	defer r.close()
 	if err := r.setUp(ctx); err != nil {
@@ -110,8 +104,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	return r.train(ctx)
 }
 
-// setUp loads the data, starts the servers and the dispatcher, creates the MLP on the servers,
-// opens the checkpoints and restores one when asked.
+// setUp loads the data, starts the job (servers and coordinator), creates the MLP on the
+// servers and restores a checkpoint when asked.
 func (r *run) setUp(ctx context.Context) error {
 	cfg := &r.cfg
 	var err error
@@ -132,28 +126,29 @@ func (r *run) setUp(ctx context.Context) error {
 	for _, s := range specs {
 		r.tables = append(r.tables, s.Name)
 	}
-	r.secret = make([]byte, 32)
-	rand.Read(r.secret)
-	if r.srvs, err = startServers(cfg.Servers, cfg.Slots, r.secret, specs, r.logger); err != nil {
+	specs = append(specs, denseSpecs(r.dense, cfg.DenseOptimizer)...)
+	st, err := openStorage(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	if r.admin, err = r.srvs.client(0); err != nil {
+	if r.shmDir, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
-	if err := initDense(ctx, r.admin, r.dense, m0.Params(), cfg.DenseOptimizer); err != nil {
-		return err
-	}
-	r.disp, err = shard.New(shard.Config{
-		Dataset: r.data.dataset, ShardSize: cfg.ShardSize, Epochs: cfg.Epochs, Seed: cfg.Seed,
-		Shuffle: true, ShuffleRecords: r.data.shuffle, LeaseTTL: cfg.LeaseTTL, Clock: r.clock, Logger: r.logger,
+	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
+		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
+		Coordinator: elastic.Config{
+			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger,
+			Dispatcher:   r.dispatcherConfig(),
+			JobState:     r.jobState,
+			CheckJob:     r.checkJob,
+			OnCheckpoint: r.onCheckpoint,
+		},
+		Checkpoint: checkpoint.Config{ShmDir: r.shmDir, FullEvery: cfg.FullEvery},
 	})
 	if err != nil {
 		return err
 	}
-	if err := r.serveDispatcher(); err != nil {
-		return err
-	}
-	if r.ckpts, err = openCheckpoints(ctx, cfg, r.srvs, r.tables, r.emitCheckpoint); err != nil {
+	if r.admin, err = r.job.Client(); err != nil {
 		return err
 	}
 	if r.data.synth != nil {
@@ -162,58 +157,76 @@ func (r *run) setUp(ctx context.Context) error {
 		for _, v := range r.data.synth.Config().Vocab {
 			rows += int64(v)
 		}
-		t, _ := r.srvs.list[0].Table(r.tables[0])
+		t, _ := r.job.Servers[0].Server().Table(r.tables[0])
 		per := rows * int64(t.RawRowSize()) * 5 / 4 / int64(cfg.Servers)
-		if err := r.ckpts.reserve(ctx, per); err != nil {
-			return fmt.Errorf("reserve shared memory: %w", err)
+		for _, s := range r.job.Servers {
+			if err := s.Reserve(ctx, per); err != nil {
+				return fmt.Errorf("reserve shared memory: %w", err)
+			}
 		}
-	}
-	if r.eval, err = r.newEvaluator(); err != nil {
-		return err
 	}
 	if cfg.Resume {
-		return r.restore(ctx)
-	}
-	return nil
-}
-
-// serveDispatcher serves the dispatcher on a loopback TCP port with the cluster secret; the
-// workers reach it through shardnet clients, as they would a remote coordinator.
-func (r *run) serveDispatcher() error {
-	srv, err := shardnet.NewServer(shardnet.ServerConfig{Service: r.disp, Secret: r.secret, Logger: r.logger})
-	if err != nil {
-		return err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		srv.Close()
-		return err
-	}
-	r.dispSrv, r.dispAddr = srv, l.Addr().String()
-	r.dispWG.Add(1)
-	go func() {
-		defer r.dispWG.Done()
-		if err := srv.Serve(l); err != nil {
-			r.logger.Error("dispatcher server stopped", "err", err)
+		if err := r.restore(ctx); err != nil {
+			return err
 		}
-	}()
-	return nil
-}
-
-func (r *run) newEvaluator() (*evaluator, error) {
-	cli, err := r.srvs.client(0)
-	if err != nil {
-		return nil, err
 	}
-	return newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.test)
+	// Every MLP tensor on its server: restored ones stay as they are (the first caller wins).
+	if err := initDense(ctx, r.admin, r.dense, m0.Params(), cfg.DenseOptimizer); err != nil {
+		return err
+	}
+	cli, err := r.job.Client()
+	if err != nil {
+		return err
+	}
+	r.eval, err = newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.test)
+	return err
 }
 
-// runMeta is saved with every checkpoint.
+// dispatcherConfig is the data-shard dispatcher of the run's data.
+func (r *run) dispatcherConfig() shard.Config {
+	c := &r.cfg
+	return shard.Config{
+		Dataset: r.data.dataset, ShardSize: c.ShardSize, Epochs: c.Epochs, Seed: c.Seed,
+		Shuffle: true, ShuffleRecords: r.data.shuffle, LeaseTTL: c.LeaseTTL, Logger: r.logger,
+	}
+}
+
+// runMeta is saved with every checkpoint (the coordinator's job state).
 type runMeta struct {
 	Version     int    `json:"version"`
 	Fingerprint string `json:"fingerprint"`
-	Step        int64  `json:"step"`
 	Samples     int64  `json:"samples"`
+}
+
+// jobState is called by the coordinator at every snapshot, training paused.
+func (r *run) jobState(uint64) []byte {
+	b, _ := json.Marshal(runMeta{Version: 2, Fingerprint: r.fingerprint(), Samples: r.samples.Load()})
+	return b
+}
+
+// checkJob refuses a checkpoint of another job.
+func (r *run) checkJob(b []byte) error {
+	var meta runMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return fmt.Errorf("run description: %w", err)
+	}
+	if fp := r.fingerprint(); meta.Fingerprint != fp {
+		return fmt.Errorf("%w: the checkpoint was taken with\n  %s\nthis run has\n  %s", ErrMismatch, meta.Fingerprint, fp)
+	}
+	return nil
+}
+
+func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
+	out := r.ck.record(ev)
+	kind := EventCheckpoint
+	if ev.Commit {
+		kind = EventCommit
+	} else if ev.Err == nil {
+		r.emitMu.Lock()
+		r.lastBlk = ev.Blocked
+		r.emitMu.Unlock()
+	}
+	r.emit(Event{Kind: kind, Checkpoint: out})
 }
 
 // fingerprint names what must not change between a checkpoint and a resume.
@@ -229,54 +242,52 @@ func (r *run) fingerprint() string {
 		strings.Join(r.data.fields, ","), r.mcfg.DenseFeatures, r.mcfg.EmbeddingDim, r.mcfg.BottomHidden, r.mcfg.TopHidden, c.EmbeddingInit)
 }
 
-// restore loads the newest committed checkpoint into the servers, the dispatcher and the ledger.
+// restore loads the newest committed checkpoint into the servers and the coordinator.
 func (r *run) restore(ctx context.Context) error {
-	var meta runMeta
-	res, err := r.ckpts.restore(ctx, func(b []byte) error {
-		if err := json.Unmarshal(b, &meta); err != nil {
-			return fmt.Errorf("run description: %w", err)
-		}
-		if fp := r.fingerprint(); meta.Fingerprint != fp {
-			return fmt.Errorf("%w: the checkpoint was taken with\n  %s\nthis run has\n  %s", ErrMismatch, meta.Fingerprint, fp)
-		}
-		return nil
-	})
+	step, raw, err := r.job.Coordinator.Resume(ctx)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return fmt.Errorf("%w in %s", ErrNoCheckpoint, r.cfg.CheckpointDir)
 	}
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	n, err := restoreDense(ctx, r.admin, res.dense, func(string) bool { return true }, func(name string) (*embedding.Table, bool) {
-		srv := r.srvs.ownerOf(name)
-		if srv == nil {
-			return nil, false
+	var meta runMeta
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("restore: run description: %w", err)
+	}
+	dense := 0
+	for _, d := range r.dense {
+		for _, s := range r.job.Servers {
+			if t, ok := s.Server().Table(d.name); ok && t.Len() > 0 {
+				dense++
+				break
+			}
 		}
-		return srv.Table(name)
-	})
-	if err != nil {
-		return fmt.Errorf("restore: %w", err)
 	}
-	if n != len(r.dense) {
-		return fmt.Errorf("restore: the checkpoint holds %d MLP tensors, the model has %d", n, len(r.dense))
+	if dense != len(r.dense) {
+		return fmt.Errorf("restore: the checkpoint holds %d of the model's %d MLP tensors", dense, len(r.dense))
 	}
-	if err := r.disp.Restore(res.dispatcher); err != nil {
-		return fmt.Errorf("restore: dispatcher: %w", err)
-	}
-	if r.ledger, err = decodeLedger(res.ledger); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	r.steps.Store(meta.Step)
 	r.samples.Store(meta.Samples)
-	r.baseSteps, r.baseSamp = meta.Step, meta.Samples
+	r.baseSamp = meta.Samples
+	sources := map[string]checkpoint.Source{}
+	var rows int64
+	for _, s := range r.job.Servers {
+		res := s.Restored()
+		for node, src := range res.Sources {
+			sources[node] = src
+		}
+		for _, n := range res.Records {
+			rows += n
+		}
+	}
 	var from []string
-	for node, src := range res.sources {
+	for node, src := range sources {
 		from = append(from, fmt.Sprintf("%s: %s", node, src))
 	}
 	sort.Strings(from)
 	r.restoredFrom = strings.Join(from, ", ")
-	r.restoredStep = res.step
+	r.restoredStep = step
 	r.emit(Event{Kind: EventRestore, Message: fmt.Sprintf("restored checkpoint of step %d (%d samples trained): %d table rows (%s), %d MLP tensors, data position and ledger",
-		res.step, meta.Samples, res.records, r.restoredFrom, n)})
+		step, meta.Samples, rows, r.restoredFrom, dense)})
 	return nil
 }

@@ -7,7 +7,8 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/checkpoint"
-	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/examples/dlrm/model"
+	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -88,23 +89,25 @@ func TestRegionsOfRemovedServersAreDeleted(t *testing.T) {
 func TestFailedOpenLeavesNoRegion(t *testing.T) {
 	cfg := tinyConfig(t)
 	cfg.Servers, cfg.Resume = 2, true
-	require.NoError(t, cfg.Validate())
-	cfg.fill()
-	specs := tableSpecs([]string{"a"}, 4, 1, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1}, 0.1)
-	srvs, err := startServers(2, cfg.Slots, []byte("secret"), specs, discardLogger())
-	require.NoError(t, err)
-	defer srvs.Close()
 
 	// Another live process holds ps-1's region.
 	st, err := checkpoint.NewFSStorage(t.TempDir())
 	require.NoError(t, err)
-	holder, err := checkpoint.New(checkpoint.Config{Job: jobName, Node: "ps-1", Storage: st, Slots: cfg.Slots, ShmDir: cfg.ShmDir})
+	holder, err := checkpoint.New(checkpoint.Config{Job: jobName, Node: "ps-1", Storage: st, Slots: ps.DefaultSlots, ShmDir: cfg.ShmDir})
 	require.NoError(t, err)
 	defer holder.Close()
 
-	_, err = openCheckpoints(context.Background(), &cfg, srvs, []string{specs[0].Name}, func(EventKind, CheckpointEvent) {})
+	_, err = Run(context.Background(), cfg)
 	require.ErrorIs(t, err, checkpoint.ErrRegionLocked)
 	assert.Equal(t, []string{"ps-1"}, regions(t, cfg.ShmDir), "only the other process's region remains")
 	_, err = os.Stat(filepath.Join(cfg.ShmDir, jobName, "ps-0"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func tinyConfig(t *testing.T) Config {
+	return Config{
+		Synth: model.SynthConfig{DenseFeatures: 2, Vocab: []int{10, 100}}, TrainRecords: 512, TestRecords: 100,
+		EmbeddingDim: 4, BottomHidden: []int{4}, TopHidden: []int{4}, BatchSize: 64, ShardSize: 128,
+		Servers: 1, Workers: 1, EvalEvery: -1, CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
+	}
 }

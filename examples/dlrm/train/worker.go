@@ -5,28 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
-	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"golang.org/x/sync/errgroup"
 )
 
-// applyTimeout bounds how long a worker may take to apply a batch it started applying (pushes
-// and the progress report) after the run was told to stop.
-const applyTimeout = time.Minute
-
 // fanOut bounds the calls one worker step has in flight at once.
 const fanOut = 16
 
-// worker trains: it reads batches from its shard reader, pulls the rows and the MLP from the
+// worker trains through its session: each step pulls the batch's rows and the MLP from the
 // parameter servers, computes gradients and pushes them back.
 type worker struct {
 	name   string
-	cli    *ps.Client
-	svc    io.Closer // the dispatcher client
-	reader *shard.Reader
+	sess   *elastic.Session
 	m      *model.Model
 	bb     *model.BatchBuilder
 	g      model.Gradients
@@ -38,11 +31,10 @@ type worker struct {
 
 // counters are the training figures every worker adds to.
 type counters interface {
-	nextStep() uint32
 	trained(samples int, loss float64)
 }
 
-func newWorker(name string, mcfg model.Config, cli *ps.Client, reader *shard.Reader, tables []string, dense []denseTensor) (*worker, error) {
+func newWorker(name string, mcfg model.Config, sess *elastic.Session, tables []string, dense []denseTensor) (*worker, error) {
 	m, err := model.New(mcfg)
 	if err != nil {
 		return nil, err
@@ -51,25 +43,21 @@ func newWorker(name string, mcfg model.Config, cli *ps.Client, reader *shard.Rea
 	if err != nil {
 		return nil, err
 	}
-	return &worker{name: name, cli: cli, reader: reader, m: m, bb: bb, tables: tables, dense: dense,
+	return &worker{name: name, sess: sess, m: m, bb: bb, tables: tables, dense: dense,
 		rt: newRouter(len(tables), mcfg.EmbeddingDim)}, nil
 }
 
-// run trains until the data is exhausted (nil), ctx ends (nil), or a step fails.
-func (w *worker) run(ctx context.Context, c counters, g *gate, l *ledger) error {
+// run trains until the data is exhausted (nil), ctx ends (nil), or a step fails. A step begun
+// before ctx ended is finished (the session does that), so a checkpoint after the run never
+// finds a batch half applied.
+func (w *worker) run(ctx context.Context, c counters) error {
 	for {
-		b, err := w.reader.Next(ctx)
-		if err != nil {
-			if errors.Is(err, io.EOF) || ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("worker %s: read: %w", w.name, err)
-		}
-		applied, err := w.step(ctx, b, c, g, l)
-		if err != nil {
-			if !applied && ctx.Err() != nil {
-				return nil // stopped before applying anything: the batch is trained after a resume
-			}
+		err := w.sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error { return w.step(ctx, b, c) })
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF), errors.Is(err, elastic.ErrStopped), ctx.Err() != nil && !errors.Is(err, elastic.ErrBatchFailed):
+			return nil
+		default:
 			return fmt.Errorf("worker %s: %w", w.name, err)
 		}
 	}
@@ -100,69 +88,45 @@ func (w *worker) fill(b *shard.Batch) error {
 	return nil
 }
 
-// step trains one batch. Reading the parameters and computing gradients happen outside the
-// gate; applying them (every push) and reporting the batch happen inside it, so a checkpoint
-// never sees a batch half applied or applied but not reported. A batch without records (the
-// rest of its shard was held-out or malformed lines) is a step that only reports its range.
-// A push or report that fails breaks the gate (ErrPartialApply): the model may then hold part of
-// a batch the dispatcher did not count, so no checkpoint may be taken after it.
-// It reports whether it began applying the batch.
-func (w *worker) step(ctx context.Context, b *shard.Batch, c counters, gt *gate, l *ledger) (bool, error) {
-	n, epoch := b.Len(), b.Epoch
-	from, to := b.Shard.Base+b.Start, b.Shard.Base+b.End
-	if n > 0 {
-		if err := w.fill(b); err != nil {
-			return false, err
-		}
-		w.rt.split(w.bb.Keys())
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(fanOut)
-		w.rt.pull(gctx, g, w.cli, w.tables, w.bb.Rows())
-		pullDense(gctx, g, w.cli, w.dense, w.m.Params())
-		if err := g.Wait(); err != nil {
-			return false, fmt.Errorf("pull: %w", err)
-		}
-		if err := w.m.ComputeGradients(w.bb.Batch(), &w.g); err != nil {
-			return false, fmt.Errorf("gradients: %w", err)
-		}
+// step trains one batch inside the session's step: pull, gradients, push. A batch without
+// records (the rest of its shard was held-out or malformed lines) pushes nothing; the session
+// still reports its range. A step that fails is run again by the session: the servers apply
+// each batch position at most once per slot, so a retry never adds an update twice.
+func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
+	n := b.Len()
+	if n == 0 {
+		return nil
 	}
-
-	gt.enter()
-	defer gt.exit()
-	if err := ctx.Err(); err != nil {
-		// Stopped while waiting at the gate (a checkpoint): apply nothing. The batch's lease
-		// ends unreported, so its records are trained after a resume.
-		return false, err
+	if err := w.fill(b.Batch); err != nil {
+		return err
 	}
-	// A started apply is finished even if the run is stopping: the checkpoint that follows must
-	// find every batch either wholly applied and reported, or not applied at all.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
-	defer cancel()
-	step := c.nextStep()
-	if n > 0 {
-		pg, pctx := errgroup.WithContext(actx)
-		pg.SetLimit(fanOut)
-		w.rt.push(pctx, pg, w.cli, w.tables, w.g.Rows, step)
-		pushDense(pctx, pg, w.cli, w.dense, w.g.Dense, step)
-		if err := pg.Wait(); err != nil {
-			err = fmt.Errorf("%w: push: %w", ErrPartialApply, err)
-			gt.fail(err)
-			return true, err
-		}
+	w.rt.split(w.bb.Keys())
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fanOut)
+	w.rt.pull(gctx, g, b.Pull, w.tables, w.bb.Rows())
+	pullDense(gctx, g, b.PullDense, w.dense, w.m.Params())
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("pull: %w", err)
 	}
-	if err := w.reader.Done(actx, b); err != nil {
-		// The report may still land (its answer was lost): either way the dispatcher's count and
-		// the model may disagree from here on.
-		err = fmt.Errorf("%w: report: %w", ErrPartialApply, err)
-		gt.fail(err)
-		return true, err
+	if err := w.m.ComputeGradients(w.bb.Batch(), &w.g); err != nil {
+		return fmt.Errorf("gradients: %w", err)
 	}
-	l.mark(epoch, from, to)
-	if n > 0 {
-		c.trained(n, w.g.Loss)
+	pg, pctx := errgroup.WithContext(ctx)
+	pg.SetLimit(fanOut)
+	w.rt.push(pctx, pg, b.Push, w.tables, w.g.Rows)
+	pushDense(pctx, pg, b.PushDense, w.dense, w.g.Dense)
+	if err := pg.Wait(); err != nil {
+		return fmt.Errorf("push: %w", err)
 	}
-	return true, nil
+	c.trained(n, w.g.Loss)
+	return nil
 }
+
+// pullFunc reads rows of a table; pushFunc applies gradients to them.
+type (
+	pullFunc func(ctx context.Context, table string, ids []uint64, dst []float32) error
+	pushFunc func(ctx context.Context, table string, ids []uint64, grads []float32) error
+)
 
 // router splits the distinct keys of a batch by field (one embedding table each) and moves rows
 // between the batch's layout and the per-table calls.
@@ -195,7 +159,7 @@ func (r *router) split(keys []model.Key) {
 }
 
 // pull fetches every field's rows and scatters them into rows (the batch's layout).
-func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, tables []string, rows []float32, opts ...ps.PullOption) {
+func (r *router) pull(ctx context.Context, g *errgroup.Group, pull pullFunc, tables []string, rows []float32) {
 	d := r.dim
 	for f := range tables {
 		if len(r.ids[f]) == 0 {
@@ -203,7 +167,7 @@ func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, ta
 		}
 		g.Go(func() error {
 			buf := r.buf[f]
-			if err := cli.Pull(ctx, tables[f], r.ids[f], buf, opts...); err != nil {
+			if err := pull(ctx, tables[f], r.ids[f], buf); err != nil {
 				return fmt.Errorf("%s: %w", tables[f], err)
 			}
 			for j, p := range r.pos[f] {
@@ -215,7 +179,7 @@ func (r *router) pull(ctx context.Context, g *errgroup.Group, cli *ps.Client, ta
 }
 
 // push gathers every field's gradient rows from grads (the batch's layout) and pushes them.
-func (r *router) push(ctx context.Context, g *errgroup.Group, cli *ps.Client, tables []string, grads []float32, step uint32) {
+func (r *router) push(ctx context.Context, g *errgroup.Group, push pushFunc, tables []string, grads []float32) {
 	d := r.dim
 	for f := range tables {
 		if len(r.ids[f]) == 0 {
@@ -226,7 +190,7 @@ func (r *router) push(ctx context.Context, g *errgroup.Group, cli *ps.Client, ta
 			for j, p := range r.pos[f] {
 				copy(buf[j*d:j*d+d], grads[int(p)*d:int(p)*d+d])
 			}
-			if err := cli.Push(ctx, tables[f], r.ids[f], buf, step); err != nil {
+			if err := push(ctx, tables[f], r.ids[f], buf); err != nil {
 				return fmt.Errorf("%s: %w", tables[f], err)
 			}
 			return nil

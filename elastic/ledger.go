@@ -1,4 +1,4 @@
-package train
+package elastic
 
 import (
 	"encoding/binary"
@@ -10,9 +10,9 @@ import (
 )
 
 // ledger counts, independently of the dispatcher, which dataset positions the model has trained
-// in each epoch: a bitmap per epoch, set as each batch's updates are applied, and a count of
-// positions set twice. It is saved with every checkpoint and restored with it, so it always
-// describes exactly the training the model holds. Safe for concurrent use.
+// in each epoch: a bitmap per epoch, set as each batch ends applied and reported, and a count of
+// positions set twice. The coordinator saves it with every commit and restores it with it, so it
+// always describes exactly the training the model holds. Safe for concurrent use.
 type ledger struct {
 	mu     sync.Mutex
 	epochs map[int]*epochBits
@@ -53,8 +53,8 @@ func (l *ledger) mark(epoch int, from, to int64) {
 	}
 }
 
-// EpochCheck compares, for one epoch, the positions the model trained (counted by the trainer's
-// ledger) with the progress the dispatcher accepted.
+// EpochCheck compares, for one epoch, the positions the model trained (counted by the
+// coordinator's ledger as workers end their batches) with the progress the dispatcher accepted.
 type EpochCheck struct {
 	Epoch int
 	// Records is the number of positions in the epoch (records, plus held-out and malformed
@@ -120,9 +120,9 @@ type epochTotals struct {
 }
 
 // ledgerMagic starts an encoded ledger.
-const ledgerMagic = "DLRMLDG1"
+const ledgerMagic = "ELPSLDG1"
 
-var errLedger = errors.New("train: corrupt ledger")
+var errLedger = errors.New("elastic: corrupt ledger")
 
 // encode returns the ledger's state.
 func (l *ledger) encode() []byte {

@@ -1,0 +1,116 @@
+package elastic
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+)
+
+// Config configures a Coordinator. The zero value of every field but Job, Servers and
+// Dispatcher.Dataset means its default.
+type Config struct {
+	// Job names the job in checkpoint storage and shared memory (1-128 letters, digits, '.',
+	// '_' or '-'). Required.
+	Job string
+	// Servers are the job's parameter servers. Required.
+	Servers []ParameterServer
+	// Slots is the job's slot count; it must match the servers'. Default ps.DefaultSlots.
+	Slots int
+	// Dispatcher configures the data-shard dispatcher; its Clock is the coordinator's (it stands
+	// still while training is paused at a barrier). Dataset is required.
+	Dispatcher shard.Config
+
+	// Storage holds the commits (the servers' checkpointers write their parts there too). Nil:
+	// no checkpoints (Checkpoint and Resume fail).
+	Storage checkpoint.Storage
+	// CheckpointEvery is the number of steps (batches applied and reported, by any worker)
+	// between checkpoints. Default 0: only when Checkpoint is called.
+	CheckpointEvery int
+	// KeepLast is how many commits retention keeps. Default 3 (checkpoint.CommitterConfig).
+	KeepLast int
+	// CommitBacklog is how many snapshots may wait for their commit; a scheduled snapshot that
+	// finds no room fails (persisting is that far behind) and training goes on. Default 16.
+	CommitBacklog int
+	// PersistTimeout bounds the wait for every server's persist of a snapshot. Default 10m.
+	PersistTimeout time.Duration
+	// JobState, if set, is called at every snapshot (training paused) and its bytes are stored
+	// in the commit; Resume returns them. Programs keep their data and model description there.
+	JobState func(step uint64) []byte
+	// CheckJob, if set, vets the job state of the commit Resume chose before anything is
+	// loaded; an error stops the resume (say, the commit belongs to a job of another shape).
+	CheckJob func(job []byte) error
+	// OnCheckpoint, if set, is called after every snapshot, commit or failure of either, from
+	// the coordinator's goroutines one call at a time. It must not block for long.
+	OnCheckpoint func(CheckpointEvent)
+
+	// ArriveTimeout bounds the wait at a barrier for a worker inside a batch; one that has not
+	// finished it by then is failed (fenced and evicted). Default 30s. It must exceed the
+	// longest batch.
+	ArriveTimeout time.Duration
+	// WorkerSilence fails a worker not heard from for this long (a Session is heard at every
+	// batch). Default 0: never (in-process workers cannot vanish unnoticed).
+	WorkerSilence time.Duration
+
+	// Logger receives the coordinator's events. Nil discards.
+	Logger *slog.Logger
+	// Now is the wall clock. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Job == "" {
+		errs = append(errs, errors.New("Job is required"))
+	}
+	if len(c.Servers) == 0 {
+		errs = append(errs, errors.New("no Servers"))
+	}
+	for i, s := range c.Servers {
+		if s == nil {
+			errs = append(errs, fmt.Errorf("Servers[%d] is nil", i))
+		}
+	}
+	if c.Slots < 0 {
+		errs = append(errs, fmt.Errorf("Slots %d is negative", c.Slots))
+	}
+	for name, v := range map[string]int{"CheckpointEvery": c.CheckpointEvery, "KeepLast": c.KeepLast, "CommitBacklog": c.CommitBacklog} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
+		}
+	}
+	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout, "WorkerSilence": c.WorkerSilence} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Slots == 0 {
+		c.Slots = ps.DefaultSlots
+	}
+	if c.CommitBacklog == 0 {
+		c.CommitBacklog = 16
+	}
+	if c.PersistTimeout == 0 {
+		c.PersistTimeout = 10 * time.Minute
+	}
+	if c.ArriveTimeout == 0 {
+		c.ArriveTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}

@@ -1,0 +1,759 @@
+package elastic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+	"golang.org/x/sync/errgroup"
+)
+
+// Names of the coordinator's blobs in a commit.
+const (
+	blobState      = "elastic.coordinator"
+	blobDispatcher = "elastic.dispatcher"
+	blobJob        = "elastic.job"
+	blobLedger     = "elastic.ledger"
+)
+
+// Coordinator is the job master of one training job: it owns the owner table and its versions,
+// the data-shard dispatcher, the fence epochs of the workers, the checkpoint barrier and
+// schedule, the commit queue and resume. Workers reach it through a Session. All methods are
+// safe for concurrent use.
+type Coordinator struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     *pausableClock
+	disp      *shard.Dispatcher
+	committer *checkpoint.Committer
+	servers   []ParameterServer
+	holder    ps.TableHolder
+
+	mu      sync.Mutex
+	core    *core
+	ledger  *ledger
+	changed chan struct{} // closed and replaced whenever the barrier or membership changes
+	stats   Stats
+	failure error // the first action that failed for good (a fence): no commit after it
+
+	pending    []action        // for the executor, in order (guarded by mu)
+	wake       chan struct{}   // a token when pending grew
+	pauseStart time.Time       // when the current barrier went up (executor only)
+	lastSnap   CheckpointEvent // the snapshot of the current barrier (executor only)
+	snapSeq    uint64          // snapshot attempts finished (guarded by mu)
+	snapRes    CheckpointEvent // the last one's outcome (guarded by mu)
+	eventMu    sync.Mutex      // one OnCheckpoint call at a time
+	commits    chan commitJob
+	done       chan struct{} // closed by Close
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// CheckpointEvent reports one snapshot or commit.
+type CheckpointEvent struct {
+	Step uint64
+	// Commit is set for a commit (or its failure), clear for a snapshot.
+	Commit bool
+	// Snapshot: bytes copied into shared memory by every server, whether any copy was full,
+	// and how long training was paused at the barrier.
+	Bytes   int64
+	Full    bool
+	Blocked time.Duration
+	// Commit: the time from the snapshot to its commit.
+	Persist time.Duration
+	// Err is the failure, nil on success.
+	Err error
+}
+
+// Stats are the coordinator's figures.
+type Stats struct {
+	Step          uint64        // batches applied and reported
+	Snapshots     int           // snapshots taken
+	Committed     int           // commits written
+	Failed        int           // snapshots or commits that failed
+	LastCommitted uint64        // step of the newest commit
+	TotalBlocked  time.Duration // training paused at barriers, summed
+	MaxBlocked    time.Duration // the longest pause
+	Fenced        int           // epochs fenced
+	Evicted       int           // workers failed and evicted
+	LastErr       error         // the newest snapshot or commit error
+}
+
+type commitJob struct {
+	step  uint64
+	blobs []checkpoint.Blob
+	taken time.Time
+	done  chan struct{}
+}
+
+// coordState is the coordinator's own state in a commit.
+type coordState struct {
+	Version     int    `json:"version"`
+	Job         string `json:"job"`
+	Step        uint64 `json:"step"`
+	Incarnation uint64 `json:"incarnation"`
+	Table       []byte `json:"table"` // ps.AppendOwnerTable
+}
+
+// NewCoordinator starts the coordinator of a job: it builds the dispatcher, places the slots on
+// cfg.Servers (owner table version 1) and installs the table on every server. Call Resume
+// before the first worker joins to continue from the newest commit.
+func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, servers: cfg.Servers, changed: make(chan struct{}), ledger: newLedger(),
+		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{})}
+	c.clock = newPausableClock(cfg.Now)
+	dcfg := cfg.Dispatcher
+	dcfg.Clock = c.clock
+	if dcfg.Logger == nil {
+		dcfg.Logger = c.log
+	}
+	disp, err := shard.New(dcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dispatcher: %w", ErrInvalidConfig, err)
+	}
+	c.disp = disp
+	if cfg.Storage != nil {
+		if c.committer, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: cfg.Job, Storage: cfg.Storage, KeepLast: cfg.KeepLast, Logger: c.log}); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence}, c.clock.now())
+	nodes := make([]ps.Node, len(c.servers))
+	for i, s := range c.servers {
+		nodes[i] = s.Node()
+	}
+	table, err := ps.NewOwnerTable(1, cfg.Slots, nodes, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := c.install(ctx, table); err != nil {
+		return nil, err
+	}
+	c.wg.Add(3)
+	go c.execute()
+	go c.commitLoop()
+	go c.timerLoop()
+	return c, nil
+}
+
+// install gives t to every server, then to clients (the holder).
+func (c *Coordinator) install(ctx context.Context, t *ps.OwnerTable) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range c.servers {
+		g.Go(func() error {
+			if err := s.InstallTable(gctx, t); err != nil {
+				return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	c.holder.Set(t)
+	return nil
+}
+
+// Dispatcher returns the job's data-shard dispatcher (a shard.Service for in-process readers;
+// serve it with shardnet for remote ones).
+func (c *Coordinator) Dispatcher() *shard.Dispatcher { return c.disp }
+
+// OwnerTable answers clients' owner-table requests (ps.Resolver).
+func (c *Coordinator) OwnerTable(ctx context.Context, minVersion uint64) (*ps.OwnerTable, error) {
+	return c.holder.OwnerTable(ctx, minVersion)
+}
+
+var _ ps.Resolver = (*Coordinator)(nil)
+
+// Stats returns the figures so far.
+func (c *Coordinator) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	st.Step = c.core.step
+	return st
+}
+
+// applyLocked hands actions to the executor and wakes the waiting workers. Call with c.mu
+// held; it never blocks.
+func (c *Coordinator) applyLocked(acts []action) {
+	close(c.changed)
+	c.changed = make(chan struct{})
+	if len(acts) > 0 && !c.closed {
+		c.pending = append(c.pending, acts...)
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Join registers worker (again) and returns its fence epoch; every push it makes carries it.
+func (c *Coordinator) Join(ctx context.Context, worker string) (uint64, error) {
+	if worker == "" {
+		return 0, fmt.Errorf("%w: empty worker name", ErrInvalidConfig)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, ErrClosed
+	}
+	epoch, acts := c.core.join(c.clock.now(), worker)
+	c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
+	c.applyLocked(acts)
+	return epoch, nil
+}
+
+// Begin waits until worker may apply a batch: it returns at once unless a checkpoint barrier
+// is up, then when it is released. ErrNotMember means the worker was failed or replaced and must
+// Join again (its epoch is fenced); ErrStopped that training is over.
+func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) error {
+	return c.await(ctx, func() (bool, error) {
+		if c.closed {
+			return true, ErrClosed
+		}
+		ok := c.core.begin(c.clock.now(), worker, epoch)
+		m := c.core.members[worker]
+		switch {
+		case ok:
+			return true, nil
+		case m == nil || m.epoch != epoch:
+			return true, ErrNotMember
+		case c.core.stopped:
+			return true, ErrStopped
+		}
+		// Held at the barrier: the core counts it as arrived, which may start the snapshot.
+		c.applyLocked(c.core.advance())
+		return false, nil
+	})
+}
+
+// End records that worker finished the batch it began: ok when it was applied and reported
+// (one step; span goes into the exactly-once ledger), false when it gave it up (nothing counted;
+// the dispatcher replays it, and the servers skip what they already applied).
+func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counted, acts := c.core.end(c.clock.now(), worker, epoch, ok)
+	if counted {
+		c.ledger.mark(span.Epoch, span.From, span.To)
+	}
+	c.applyLocked(acts)
+	return nil
+}
+
+// Span is the dataset positions a batch covered: [From, To) of data epoch Epoch, numbered
+// dataset-wide (shard.Shard.Base plus the batch's offsets), malformed lines included.
+type Span struct {
+	Epoch    int
+	From, To int64
+}
+
+// ExactlyOnce compares the ledger of trained positions with the dispatcher's progress, per
+// epoch: every position of a finished epoch trained exactly once, and in the current epoch at
+// most once and exactly those the dispatcher counted (EpochCheck.OK).
+func (c *Coordinator) ExactlyOnce() []EpochCheck {
+	pr := c.disp.Progress()
+	totals := make([]epochTotals, 0, len(pr.EpochRecords))
+	for _, e := range pr.EpochRecords {
+		totals = append(totals, epochTotals{epoch: e.Epoch, records: e.Records, done: e.Done, failed: e.Failed})
+	}
+	return c.ledger.check(totals, pr.Epoch, pr.Finished)
+}
+
+// Leave forgets a worker that stopped cleanly; its epoch is fenced.
+func (c *Coordinator) Leave(ctx context.Context, worker string, epoch uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applyLocked(c.core.leave(c.clock.now(), worker, epoch))
+	return nil
+}
+
+// Fail removes a worker known to be dead or cut off: its epoch is fenced on every server and
+// its leases go back to the dispatcher at their reported offsets.
+func (c *Coordinator) Fail(worker, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applyLocked(c.core.fail(c.clock.now(), worker, reason))
+}
+
+// checkpointBusyTries bounds how often Checkpoint takes a snapshot again after a server had both
+// its shared-memory generations still being persisted.
+const checkpointBusyTries = 3
+
+// Checkpoint takes a checkpoint at the next barrier and waits for its commit. It returns the
+// committed step; with nothing new since the last snapshot, that snapshot's step. A snapshot
+// refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
+// taken again once the commits before it are written.
+func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
+	for try := 1; ; try++ {
+		step, err := c.checkpoint(ctx)
+		if !errors.Is(err, checkpoint.ErrBusy) || try == checkpointBusyTries {
+			return step, err
+		}
+		if err := c.WaitCommits(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// WaitCommits waits until no checkpoint is under way: no barrier up, and every snapshot taken
+// so far committed or failed.
+func (c *Coordinator) WaitCommits(ctx context.Context) error {
+	return c.await(ctx, func() (bool, error) {
+		return len(c.core.snapshots) == 0 && c.core.phase == phaseIdle, nil
+	})
+}
+
+func (c *Coordinator) checkpoint(ctx context.Context) (uint64, error) {
+	if c.committer == nil {
+		return 0, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
+	}
+	c.mu.Lock()
+	if c.core.step == c.core.snapStep {
+		step := c.core.snapStep
+		c.mu.Unlock()
+		return step, c.waitCommitted(ctx, step)
+	}
+	// Every snapshot attempt that ends after this request covers every step counted now: the
+	// step only grows, and no batch runs during a snapshot.
+	after := c.snapSeq
+	c.applyLocked(c.core.request(c.clock.now()))
+	c.mu.Unlock()
+	var res CheckpointEvent
+	err := c.await(ctx, func() (bool, error) {
+		res = c.snapRes
+		return c.snapSeq > after, res.Err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res.Step, c.waitCommitted(ctx, res.Step)
+}
+
+// waitCommitted waits until the commit of step is written or has failed.
+func (c *Coordinator) waitCommitted(ctx context.Context, step uint64) error {
+	return c.await(ctx, func() (bool, error) {
+		if c.core.committed >= step {
+			return true, nil
+		}
+		if slices.Contains(c.core.snapshots, step) {
+			return false, nil
+		}
+		if err := c.stats.LastErr; err != nil {
+			return true, err
+		}
+		return true, fmt.Errorf("elastic: step %d was not committed", step)
+	})
+}
+
+// await waits until done (called with c.mu held, at every change of the coordinator's state)
+// reports true, then returns its error; or until ctx ends or the coordinator closes.
+func (c *Coordinator) await(ctx context.Context, done func() (bool, error)) error {
+	for {
+		c.mu.Lock()
+		ok, err := done()
+		ch := c.changed
+		c.mu.Unlock()
+		if ok {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		}
+	}
+}
+
+// Members returns the workers that joined and have not left or been failed.
+func (c *Coordinator) Members() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.sortedMembers()
+}
+
+// WaitMembers waits until every worker has left (or was failed), or ctx ends.
+func (c *Coordinator) WaitMembers(ctx context.Context) error {
+	return c.await(ctx, func() (bool, error) { return len(c.core.members) == 0, nil })
+}
+
+// Stop ends training: no barrier goes up after those in progress, and workers' next Begin
+// returns ErrStopped. Call Checkpoint before it for a final checkpoint.
+func (c *Coordinator) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.core.stop()
+	c.applyLocked(nil)
+}
+
+// execute carries out the core's actions in order.
+func (c *Coordinator) execute() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+			c.mu.Lock()
+			acts := c.pending
+			c.pending = nil
+			c.mu.Unlock()
+			for _, a := range acts {
+				c.do(a)
+			}
+		}
+	}
+}
+
+// actionTimeout bounds one action's calls to the servers.
+const actionTimeout = 2 * time.Minute
+
+func (c *Coordinator) do(a action) {
+	ctx, cancel := context.WithTimeout(context.Background(), actionTimeout)
+	defer cancel()
+	switch a.kind {
+	case actFence:
+		c.log.Info("fencing", "epochs", epochsString(a.epochs), "reason", a.reason)
+		err := c.fence(ctx, 0, a.epochs)
+		c.mu.Lock()
+		c.stats.Fenced += len(a.epochs)
+		if err != nil && c.failure == nil {
+			// A server that cannot be fenced may still take the fenced worker's pushes: no
+			// checkpoint is consistent from now on.
+			c.failure = err
+		}
+		c.mu.Unlock()
+	case actEvict:
+		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
+		c.disp.Evict(a.worker)
+		c.mu.Lock()
+		c.stats.Evicted++
+		c.mu.Unlock()
+	case actPause:
+		c.clock.pause()
+		c.pauseStart = c.clock.now()
+	case actSnapshot:
+		err := c.snapshot(ctx, a.step)
+		c.mu.Lock()
+		c.snapSeq++
+		c.snapRes = c.lastSnap
+		c.applyLocked(c.core.snapshotDone(c.clock.now(), a.gen, err))
+		c.mu.Unlock()
+	case actRelease:
+		c.clock.resume()
+		d := c.clock.now().Sub(c.pauseStart)
+		c.mu.Lock()
+		c.stats.TotalBlocked += d
+		c.stats.MaxBlocked = max(c.stats.MaxBlocked, d)
+		c.mu.Unlock()
+		ev := c.lastSnap
+		ev.Blocked = d
+		c.event(ev)
+	case actCommit:
+		// queued by snapshot with its blobs
+	}
+}
+
+// fence fences epochs (and the floor) on every server.
+func (c *Coordinator) fence(ctx context.Context, floor uint64, epochs []uint64) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range c.servers {
+		g.Go(func() error {
+			if err := s.Fence(gctx, floor, epochs); err != nil {
+				return fmt.Errorf("fence on %s: %w", s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// snapshot takes the checkpoint of step at a barrier: the job state, the dispatcher, every
+// server; the commit follows in the background.
+func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
+	c.mu.Lock()
+	failure := c.failure
+	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation}
+	c.mu.Unlock()
+	err := failure
+	if err == nil && c.committer == nil {
+		err = errors.New("no checkpoint storage")
+	}
+	if err == nil && len(c.commits) == cap(c.commits) {
+		err = fmt.Errorf("%w (%d)", ErrCommitsBehind, cap(c.commits))
+	}
+	var job commitJob
+	c.lastSnap = CheckpointEvent{}
+	if err == nil {
+		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
+		state, _ := json.Marshal(st)
+		job = commitJob{step: step, taken: time.Now(), blobs: []checkpoint.Blob{
+			{Name: blobState, Data: state},
+			{Name: blobDispatcher, Data: c.disp.Snapshot()},
+			{Name: blobLedger, Data: c.ledger.encode()},
+		}}
+		if c.cfg.JobState != nil {
+			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		infos := make([]checkpoint.SnapshotInfo, len(c.servers))
+		for i, s := range c.servers {
+			g.Go(func() error {
+				info, err := s.Snapshot(gctx, step)
+				if err != nil {
+					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
+				}
+				infos[i] = info
+				return nil
+			})
+		}
+		err = g.Wait()
+		for _, in := range infos {
+			c.lastSnap.Bytes += in.Bytes
+			c.lastSnap.Full = c.lastSnap.Full || in.Full
+		}
+	}
+	c.lastSnap.Step, c.lastSnap.Err = step, err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("elastic: snapshot of step %d: %w", step, err)
+		c.lastSnap.Err = err
+		c.stats.Failed++
+		c.stats.LastErr = err
+		c.log.Warn("snapshot failed", "step", step, "err", err)
+		return err
+	}
+	c.stats.Snapshots++
+	c.commits <- job // room checked above; only this goroutine sends
+	return nil
+}
+
+// commitLoop commits snapshots one at a time, in step order, once every server persisted.
+func (c *Coordinator) commitLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case job := <-c.commits:
+			err := c.commit(job)
+			c.event(CheckpointEvent{Step: job.step, Commit: true, Persist: time.Since(job.taken), Err: err})
+			c.mu.Lock()
+			c.core.commitDone(job.step, err)
+			if err != nil {
+				c.stats.Failed++
+				c.stats.LastErr = err
+				c.log.Warn("commit failed", "step", job.step, "err", err)
+			} else {
+				c.stats.Committed++
+				c.stats.LastCommitted = job.step
+			}
+			c.applyLocked(nil)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *Coordinator) commit(job commitJob) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PersistTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	refs := make([]checkpoint.ManifestRef, len(c.servers))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range c.servers {
+		g.Go(func() error {
+			ref, err := s.WaitPersisted(gctx, job.step)
+			if err != nil {
+				return fmt.Errorf("persist on %s: %w", s.Node().ID, err)
+			}
+			refs[i] = ref
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
+	}
+	if _, err := c.committer.Commit(ctx, job.step, refs, job.blobs...); err != nil {
+		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
+	}
+	return nil
+}
+
+// event hands ev to Config.OnCheckpoint.
+func (c *Coordinator) event(ev CheckpointEvent) {
+	if c.cfg.OnCheckpoint == nil {
+		return
+	}
+	c.eventMu.Lock()
+	defer c.eventMu.Unlock()
+	c.cfg.OnCheckpoint(ev)
+}
+
+// timerLoop runs the core's timers (silent workers, barrier timeouts).
+func (c *Coordinator) timerLoop() {
+	defer c.wg.Done()
+	every := time.Second
+	for _, d := range []time.Duration{c.cfg.ArriveTimeout, c.cfg.WorkerSilence} {
+		if d > 0 {
+			every = min(every, d/4)
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			c.mu.Lock()
+			if acts := c.core.timers(c.clock.now()); len(acts) > 0 {
+				c.applyLocked(acts)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// Resume restores the newest commit every server can load: the servers' slots, the dispatcher
+// (every lease ends; shards resume at their reported offsets), the step, and the fence floor (a
+// new incarnation: every earlier epoch is void). It returns the committed step and the program's
+// job state (Config.JobState) of that commit. checkpoint.ErrNoCheckpoint means there is none.
+// Call it before any worker joins.
+func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
+	if c.committer == nil {
+		return 0, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
+	}
+	table := c.holder.Get()
+	if c.cfg.CheckJob != nil {
+		// Vet the newest commit first: tables of another shape would fail verification and
+		// hide the reason behind a schema error.
+		commits, err := c.committer.Commits(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if len(commits) == 0 {
+			return 0, nil, checkpoint.ErrNoCheckpoint
+		}
+		if job, err := c.committer.Blob(ctx, commits[0].Step, blobJob); err == nil {
+			if err := c.cfg.CheckJob(job); err != nil {
+				return 0, nil, err
+			}
+		}
+	}
+	info, err := c.committer.Choose(ctx, func(ctx context.Context, step uint64) error {
+		g, gctx := errgroup.WithContext(ctx)
+		for _, s := range c.servers {
+			g.Go(func() error { return s.Verify(gctx, step, table) })
+		}
+		return g.Wait()
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	raw, err := c.committer.Blob(ctx, info.Step, blobState)
+	if err != nil {
+		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+	}
+	var st coordState
+	if err := json.Unmarshal(raw, &st); err != nil || st.Version != 1 {
+		return 0, nil, fmt.Errorf("elastic: commit %d: coordinator state unreadable (version %d): %v", info.Step, st.Version, err)
+	}
+	if st.Job != c.cfg.Job {
+		return 0, nil, fmt.Errorf("elastic: commit %d belongs to job %q, not %q", info.Step, st.Job, c.cfg.Job)
+	}
+	dispSnap, err := c.committer.Blob(ctx, info.Step, blobDispatcher)
+	if err != nil {
+		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+	}
+	rawLedger, err := c.committer.Blob(ctx, info.Step, blobLedger)
+	if err != nil {
+		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+	}
+	led, err := decodeLedger(rawLedger)
+	if err != nil {
+		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+	}
+	var job []byte
+	if c.cfg.JobState != nil {
+		if job, err = c.committer.Blob(ctx, info.Step, blobJob); err != nil {
+			return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+		}
+	}
+	if c.cfg.CheckJob != nil {
+		if err := c.cfg.CheckJob(job); err != nil {
+			return 0, nil, err
+		}
+	}
+	// Fence every epoch of the earlier coordinators first, so nothing of theirs lands while
+	// the servers load.
+	c.mu.Lock()
+	c.core.restore(info.Step, st.Incarnation)
+	floor := c.core.floor()
+	c.mu.Unlock()
+	if err := c.fence(ctx, floor, nil); err != nil {
+		return 0, nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range c.servers {
+		g.Go(func() error {
+			if err := s.Load(gctx, info.Step, table); err != nil {
+				return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, err
+	}
+	if err := c.disp.Restore(dispSnap); err != nil {
+		return 0, nil, fmt.Errorf("elastic: commit %d: dispatcher: %w", info.Step, err)
+	}
+	c.mu.Lock()
+	c.ledger = led
+	c.stats.LastCommitted = info.Step
+	c.mu.Unlock()
+	if err := c.committer.DropAfter(ctx, info.Step); err != nil {
+		return 0, nil, err
+	}
+	c.log.Info("resumed", "step", info.Step, "incarnation", floor>>32)
+	return info.Step, job, nil
+}
+
+// Close stops the coordinator's goroutines; commits not yet written are abandoned. It does not
+// close the servers. Idempotent.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	c.applyLocked(nil)
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.clock.resume()
+	return nil
+}

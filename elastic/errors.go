@@ -1,0 +1,26 @@
+package elastic
+
+import "errors"
+
+var (
+	// ErrInvalidConfig is returned by constructors and Validate for an invalid configuration;
+	// the wrapped error lists every problem.
+	ErrInvalidConfig = errors.New("elastic: invalid config")
+	// ErrClosed is returned by calls on a closed Coordinator or Session.
+	ErrClosed = errors.New("elastic: closed")
+	// ErrNotMember is returned by Coordinator.Begin when the worker is not a member under the
+	// epoch it gave: it was failed or replaced, its epoch is fenced, and it must Join again.
+	ErrNotMember = errors.New("elastic: not a member (join again)")
+	// ErrStopped is returned by Coordinator.Begin and Session.Step once training has stopped.
+	ErrStopped = errors.New("elastic: training stopped")
+	// ErrNotFresh is returned by a server's Load when it holds rows changed by updates: a
+	// restore would mix the checkpoint with later training. Restart the job's processes.
+	ErrNotFresh = errors.New("elastic: a checkpoint is restored only into a parameter server that has applied no update since it started; restart every process of the job to resume")
+	// ErrCommitsBehind is the failure of a snapshot not taken because Config.CommitBacklog
+	// snapshots already wait for their commit (persisting is that far behind); training goes on
+	// and the next checkpoint is due an interval later.
+	ErrCommitsBehind = errors.New("elastic: too many snapshots wait for their commit")
+	// ErrUnavailable wraps a remote call that did not reach the other process (not up yet, or
+	// gone); it was certainly not processed.
+	ErrUnavailable = errors.New("elastic: unavailable")
+)

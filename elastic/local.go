@@ -1,0 +1,211 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// blobApplied names the blob of a server's applied positions in its checkpoint.
+const blobApplied = "ps.applied"
+
+// LocalServer is a ps.Server in the coordinator's process, with its flash checkpointer: the
+// in-process ParameterServer.
+type LocalServer struct {
+	srv  *ps.Server
+	addr string
+	ck   *checkpoint.Checkpointer
+
+	mu       sync.Mutex
+	restored *checkpoint.Restored
+	last     checkpoint.SnapshotInfo // the newest snapshot taken
+}
+
+var _ ParameterServer = (*LocalServer)(nil)
+
+// NewLocalServer wraps srv, serving at addr, and opens its checkpointer with ck (Job, Storage,
+// ShmDir, FullEvery, ...; Node, Slots and Tables are the server's). With ck.Storage nil the
+// server takes no checkpoints. Close closes the checkpointer, not the server.
+func NewLocalServer(srv *ps.Server, addr string, ck checkpoint.Config) (*LocalServer, error) {
+	if srv == nil {
+		return nil, fmt.Errorf("%w: nil server", ErrInvalidConfig)
+	}
+	l := &LocalServer{srv: srv, addr: addr}
+	if ck.Storage == nil {
+		return l, nil
+	}
+	ck.Node = srv.ID()
+	ck.Slots = srv.Slots()
+	ck.Tables = srv.CheckpointTables()
+	c, err := checkpoint.New(ck)
+	if err != nil {
+		return nil, fmt.Errorf("checkpointer of %s: %w", srv.ID(), err)
+	}
+	l.ck = c
+	return l, nil
+}
+
+// Server returns the wrapped server.
+func (l *LocalServer) Server() *ps.Server { return l.srv }
+
+// Node implements ParameterServer.
+func (l *LocalServer) Node() ps.Node { return ps.Node{ID: l.srv.ID(), Addr: l.addr} }
+
+// InstallTable implements ParameterServer.
+func (l *LocalServer) InstallTable(_ context.Context, t *ps.OwnerTable) error {
+	_, err := l.srv.SetOwnerTable(t)
+	return err
+}
+
+// Fence implements ParameterServer.
+func (l *LocalServer) Fence(_ context.Context, floor uint64, epochs []uint64) error {
+	if floor > 0 {
+		l.srv.SetEpochFloor(floor)
+	}
+	if len(epochs) > 0 {
+		l.srv.Fence(epochs...)
+	}
+	return nil
+}
+
+var errNoCheckpoints = errors.New("elastic: server has no checkpoint storage")
+
+// owned returns the slots t gives this server.
+func (l *LocalServer) owned(t *ps.OwnerTable) []int {
+	if t == nil {
+		return nil
+	}
+	return t.SlotsOf(l.srv.ID()).Members()
+}
+
+// Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
+// tensors and the positions it applied (for those slots).
+func (l *LocalServer) Snapshot(ctx context.Context, step uint64) (checkpoint.SnapshotInfo, error) {
+	if l.ck == nil {
+		return checkpoint.SnapshotInfo{}, errNoCheckpoints
+	}
+	t := l.srv.OwnerTable()
+	if t == nil {
+		return checkpoint.SnapshotInfo{}, ps.ErrNoTable
+	}
+	l.mu.Lock()
+	last := l.last
+	l.mu.Unlock()
+	if last.Step == step && step > 0 {
+		// Taken in an earlier attempt whose other servers failed: no batch has been applied
+		// since (the step would be higher), so it still holds the state of step.
+		return last, nil
+	}
+	set := t.SlotsOf(l.srv.ID())
+	applied := l.srv.AppliedState(set.Has)
+	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(blobApplied, applied))
+	if err == nil {
+		l.mu.Lock()
+		l.last = info
+		l.mu.Unlock()
+	}
+	return info, err
+}
+
+// WaitPersisted implements ParameterServer.
+func (l *LocalServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
+	if l.ck == nil {
+		return checkpoint.ManifestRef{}, errNoCheckpoints
+	}
+	return l.ck.WaitPersisted(ctx, step)
+}
+
+// Verify implements ParameterServer.
+func (l *LocalServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+	if l.ck == nil {
+		return errNoCheckpoints
+	}
+	return l.ck.Verify(ctx, step, checkpoint.RestoreSlots(l.owned(t)))
+}
+
+// Load implements ParameterServer: the rows of the slots t gives this server, and the applied
+// positions of every server of the checkpoint for those slots.
+func (l *LocalServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+	if l.ck == nil {
+		return errNoCheckpoints
+	}
+	if name, ok := updatedTable(l.srv); ok {
+		return fmt.Errorf("%w: server %s, table %s", ErrNotFresh, l.srv.ID(), name)
+	}
+	res, err := l.ck.Load(ctx, step, checkpoint.RestoreSlots(l.owned(t)),
+		checkpoint.RestoreBlobs(func(_, name string) bool { return name == blobApplied }))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.restored = res
+	l.last = checkpoint.SnapshotInfo{}
+	l.mu.Unlock()
+	var applied [][]byte
+	for _, b := range res.Blobs {
+		if b.Name == blobApplied {
+			applied = append(applied, b.Data)
+		}
+	}
+	set := t.SlotsOf(l.srv.ID())
+	return l.srv.LoadApplied(applied, set.Has)
+}
+
+// updatedTable returns a table of srv (embedding table or dense tensor) holding a row that an
+// update has changed, if any. Rows created by pulls hold their initial values, which a restore
+// may leave alone.
+func updatedTable(srv *ps.Server) (string, bool) {
+	for _, name := range srv.TableNames() {
+		t, ok := srv.Table(name)
+		if !ok {
+			continue
+		}
+		updated := false
+		t.Range(func(v embedding.RowView) bool {
+			updated = v.Freq > 0
+			return !updated
+		})
+		if updated {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// Restored reports the server's last Load (nil before one): where its rows came from and how
+// many were loaded.
+func (l *LocalServer) Restored() *checkpoint.Restored {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.restored
+}
+
+// Reserve pre-faults shared memory for snapshots of about bytes, so the first snapshots do not
+// pay for page faults while training waits.
+func (l *LocalServer) Reserve(ctx context.Context, bytes int64) error {
+	if l.ck == nil {
+		return errNoCheckpoints
+	}
+	return l.ck.Reserve(ctx, bytes)
+}
+
+// CheckpointStats returns the checkpointer's counters (zero without checkpoints).
+func (l *LocalServer) CheckpointStats() checkpoint.Stats {
+	if l.ck == nil {
+		return checkpoint.Stats{}
+	}
+	return l.ck.Stats()
+}
+
+// Close closes the checkpointer. Idempotent.
+func (l *LocalServer) Close() error {
+	if l.ck == nil {
+		return nil
+	}
+	return l.ck.Close()
+}

@@ -1,0 +1,413 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/internal/rpc"
+	"github.com/elasticps/elasticps/internal/transport"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// The control protocol runs on each process's one RPC server ('E' in the high byte of the
+// method): a parameter server's process serves the server agent (ServeServer), the
+// coordinator's process serves the workers' control calls (ServeControl).
+const (
+	methodInstall  uint16 = 0x4501
+	methodFence    uint16 = 0x4502
+	methodSnapshot uint16 = 0x4503
+	methodPersist  uint16 = 0x4504
+	methodVerify   uint16 = 0x4505
+	methodLoad     uint16 = 0x4506
+
+	methodJoin  uint16 = 0x4511
+	methodBegin uint16 = 0x4512
+	methodEnd   uint16 = 0x4513
+	methodLeave uint16 = 0x4514
+)
+
+// Error codes of the control protocol.
+const (
+	codeMalformed    = rpc.MinAppCode + 0x450
+	codeNotMember    = codeMalformed + 1
+	codeStopped      = codeMalformed + 2
+	codeHeld         = codeMalformed + 3 // Begin: still held at the barrier; call again
+	codeBusy         = codeMalformed + 4 // checkpoint.ErrBusy
+	codeNoCheckpoint = codeMalformed + 5 // checkpoint.ErrNoCheckpoint
+	codeFailed       = codeMalformed + 6
+	codeClosed       = codeMalformed + 7
+	codeNotFresh     = codeMalformed + 8
+)
+
+// errHeld is a remote Begin's answer when the coordinator held it for beginHold.
+var errHeld = errors.New("elastic: held at the barrier")
+
+// beginHold bounds how long the coordinator holds one remote Begin; the worker calls again.
+const beginHold = 5 * time.Second
+
+// Registrar is a process's RPC server as the control protocol registers on it: *ps.Server and
+// *shardnet.Server.
+type Registrar interface {
+	Register(method uint16, h rpc.Handler) error
+}
+
+func register(reg Registrar, hs map[uint16]rpc.Handler) error {
+	for m, h := range hs {
+		if err := reg.Register(m, h); err != nil {
+			return fmt.Errorf("elastic: register method %#x: %w", m, err)
+		}
+	}
+	return nil
+}
+
+// remoteErr turns an error into one the other side can map back to a sentinel.
+func remoteErr(err error) error {
+	code := codeFailed
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errMalformed):
+		code = codeMalformed
+	case errors.Is(err, ErrNotMember):
+		code = codeNotMember
+	case errors.Is(err, ErrStopped):
+		code = codeStopped
+	case errors.Is(err, ErrClosed):
+		code = codeClosed
+	case errors.Is(err, checkpoint.ErrBusy):
+		code = codeBusy
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		code = codeNoCheckpoint
+	case errors.Is(err, ErrNotFresh):
+		code = codeNotFresh
+	}
+	return &rpc.RemoteError{Code: code, Message: err.Error()}
+}
+
+// localErr maps a remote error back to this package's sentinels (and checkpoint's).
+func localErr(addr string, err error) error {
+	var re *rpc.RemoteError
+	if !errors.As(err, &re) {
+		return err
+	}
+	var sentinel error
+	switch re.Code {
+	case codeNotMember:
+		sentinel = ErrNotMember
+	case codeStopped:
+		sentinel = ErrStopped
+	case codeClosed:
+		sentinel = ErrClosed
+	case codeBusy:
+		sentinel = checkpoint.ErrBusy
+	case codeNoCheckpoint:
+		sentinel = checkpoint.ErrNoCheckpoint
+	case codeHeld:
+		sentinel = errHeld
+	case codeNotFresh:
+		sentinel = ErrNotFresh
+	default:
+		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
+	}
+	return fmt.Errorf("%w (%s: %s)", sentinel, addr, re.Message)
+}
+
+// ServeServer registers the server agent of l on reg (the server's own *ps.Server): the
+// coordinator's RemoteServer drives it from another process.
+func ServeServer(reg Registrar, l *LocalServer) error {
+	table := func(b []byte) (*ps.OwnerTable, error) {
+		t, rest, err := ps.DecodeOwnerTable(b)
+		if err != nil || len(rest) != 0 {
+			return nil, errMalformed
+		}
+		return t, nil
+	}
+	handle := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
+		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			m, err := decodeServerMsg(req)
+			if err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(f(ctx, m, resp))
+		}
+	}
+	return register(reg, map[uint16]rpc.Handler{
+		methodInstall: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			t, err := table(m.table)
+			if err != nil {
+				return err
+			}
+			return l.InstallTable(ctx, t)
+		}),
+		methodFence: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			return l.Fence(ctx, m.floor, m.epochs)
+		}),
+		methodSnapshot: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
+			info, err := l.Snapshot(ctx, m.step)
+			if err != nil {
+				return err
+			}
+			full := uint8(0)
+			if info.Full {
+				full = 1
+			}
+			resp.Write(enc(nil).u64(uint64(info.Bytes)).u8(full))
+			return nil
+		}),
+		methodPersist: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
+			ref, err := l.WaitPersisted(ctx, m.step)
+			if err != nil {
+				return err
+			}
+			resp.Write(enc(nil).str(ref.Node).u64(ref.Step).str(ref.Name).u64(uint64(ref.Size)).u64(ref.Sum))
+			return nil
+		}),
+		methodVerify: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			t, err := table(m.table)
+			if err != nil {
+				return err
+			}
+			return l.Verify(ctx, m.step, t)
+		}),
+		methodLoad: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			t, err := table(m.table)
+			if err != nil {
+				return err
+			}
+			return l.Load(ctx, m.step, t)
+		}),
+	})
+}
+
+// ServeControl registers the workers' control calls of c on reg (the coordinator process's RPC
+// server, e.g. the *shardnet.Server of its dispatcher): RemoteControl calls them.
+func ServeControl(reg Registrar, c *Coordinator) error {
+	handle := func(f func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error) rpc.Handler {
+		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			m, err := decodeWorkerMsg(req)
+			if err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(f(ctx, m, resp))
+		}
+	}
+	return register(reg, map[uint16]rpc.Handler{
+		methodJoin: handle(func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error {
+			epoch, err := c.Join(ctx, m.worker)
+			if err == nil {
+				resp.Write(enc(nil).u64(epoch))
+			}
+			return err
+		}),
+		methodBegin: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			m, err := decodeWorkerMsg(req)
+			if err != nil {
+				return remoteErr(err)
+			}
+			hctx, cancel := context.WithTimeout(ctx, beginHold)
+			defer cancel()
+			err = c.Begin(hctx, m.worker, m.epoch)
+			if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+				return &rpc.RemoteError{Code: codeHeld, Message: "held at the barrier"}
+			}
+			return remoteErr(err)
+		},
+		methodEnd: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
+			return c.End(ctx, m.worker, m.epoch, m.ok, m.span)
+		}),
+		methodLeave: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
+			return c.Leave(ctx, m.worker, m.epoch)
+		}),
+	})
+}
+
+// RemoteConfig configures a RemoteServer or RemoteControl.
+type RemoteConfig struct {
+	// Addr is the RPC address of the process serving the protocol. Required.
+	Addr string
+	// Secret is the cluster secret. Required.
+	Secret []byte
+	// Transport dials; nil means TCP.
+	Transport transport.Transport
+	// Logger receives connection failures. Nil discards.
+	Logger *slog.Logger
+}
+
+type remote struct {
+	addr string
+	rpc  *rpc.Client
+}
+
+func newRemote(cfg RemoteConfig) (remote, error) {
+	if cfg.Addr == "" || len(cfg.Secret) == 0 {
+		return remote{}, fmt.Errorf("%w: a remote needs Addr and Secret", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c, err := rpc.NewClient(rpc.ClientConfig{Secret: cfg.Secret, Transport: cfg.Transport, Logger: cfg.Logger, ConnsPerAddr: 1})
+	if err != nil {
+		return remote{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return remote{addr: cfg.Addr, rpc: c}, nil
+}
+
+// call makes one call and hands the answer to read (which must not keep it).
+func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d *dec)) error {
+	resp, err := r.rpc.Call(ctx, r.addr, method, req)
+	if errors.Is(err, rpc.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err != nil {
+		return localErr(r.addr, err)
+	}
+	defer r.rpc.Release(resp)
+	d := dec{b: resp}
+	if read != nil {
+		read(&d)
+	}
+	if err := d.end(); err != nil {
+		return fmt.Errorf("elastic: answer of %s to method %#x: %w", r.addr, method, err)
+	}
+	return nil
+}
+
+// RemoteServer is a parameter server in another process, driven through its server agent
+// (ServeServer): the coordinator's ParameterServer for multi-process jobs.
+type RemoteServer struct {
+	remote
+	node ps.Node
+}
+
+var _ ParameterServer = (*RemoteServer)(nil)
+
+// NewRemoteServer returns the remote server node (node.Addr is its RPC address).
+func NewRemoteServer(node ps.Node, cfg RemoteConfig) (*RemoteServer, error) {
+	cfg.Addr = node.Addr
+	r, err := newRemote(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &RemoteServer{remote: r, node: node}, nil
+}
+
+// Close closes the connections. Idempotent.
+func (s *RemoteServer) Close() error { return s.rpc.Close() }
+
+// Node implements ParameterServer.
+func (s *RemoteServer) Node() ps.Node { return s.node }
+
+// InstallTable implements ParameterServer.
+func (s *RemoteServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
+	return s.call(ctx, methodInstall, serverMsg{table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+}
+
+// Fence implements ParameterServer.
+func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
+	return s.call(ctx, methodFence, serverMsg{floor: floor, epochs: epochs}.append(nil), nil)
+}
+
+// Snapshot implements ParameterServer.
+func (s *RemoteServer) Snapshot(ctx context.Context, step uint64) (checkpoint.SnapshotInfo, error) {
+	info := checkpoint.SnapshotInfo{Step: step}
+	err := s.call(ctx, methodSnapshot, serverMsg{step: step}.append(nil), func(d *dec) {
+		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
+	})
+	return info, err
+}
+
+// WaitPersisted implements ParameterServer.
+func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
+	var ref checkpoint.ManifestRef
+	err := s.call(ctx, methodPersist, serverMsg{step: step}.append(nil), func(d *dec) {
+		ref = checkpoint.ManifestRef{Node: d.str(), Step: d.u64(), Name: d.str(), Size: int64(d.u64()), Sum: d.u64()}
+	})
+	return ref, err
+}
+
+// Verify implements ParameterServer.
+func (s *RemoteServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+	return s.call(ctx, methodVerify, serverMsg{step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+}
+
+// Load implements ParameterServer.
+func (s *RemoteServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+	return s.call(ctx, methodLoad, serverMsg{step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+}
+
+// RemoteControl is a coordinator in another process (ServeControl), as a worker's Session uses
+// it. Its calls wait out a coordinator that cannot be reached (not up yet, restarting, a lost
+// connection) by trying again until ctx ends: each is safe to repeat.
+type RemoteControl struct{ remote }
+
+// controlRetry is the wait between attempts to reach the coordinator.
+const controlRetry = 200 * time.Millisecond
+
+// retry runs call until it does not fail for want of the coordinator, or ctx ends.
+func (c *RemoteControl) retry(ctx context.Context, call func() error) error {
+	for {
+		err := call()
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
+			return err
+		}
+		select {
+		case <-time.After(controlRetry):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+	}
+}
+
+var _ Control = (*RemoteControl)(nil)
+
+// NewRemoteControl returns the worker-side client of the coordinator at cfg.Addr.
+func NewRemoteControl(cfg RemoteConfig) (*RemoteControl, error) {
+	r, err := newRemote(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &RemoteControl{r}, nil
+}
+
+// Close closes the connection. Idempotent.
+func (c *RemoteControl) Close() error { return c.rpc.Close() }
+
+// Join implements Control.
+func (c *RemoteControl) Join(ctx context.Context, worker string) (uint64, error) {
+	var epoch uint64
+	err := c.retry(ctx, func() error {
+		return c.call(ctx, methodJoin, workerMsg{worker: worker}.append(nil), func(d *dec) { epoch = d.u64() })
+	})
+	return epoch, err
+}
+
+// Begin implements Control: it calls again while the coordinator holds it at a barrier.
+func (c *RemoteControl) Begin(ctx context.Context, worker string, epoch uint64) error {
+	for {
+		err := c.retry(ctx, func() error {
+			return c.call(ctx, methodBegin, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
+		})
+		if !errors.Is(err, errHeld) {
+			return err
+		}
+	}
+}
+
+// End implements Control.
+func (c *RemoteControl) End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error {
+	return c.retry(ctx, func() error {
+		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok, span: span}.append(nil), nil)
+	})
+}
+
+// Leave implements Control.
+func (c *RemoteControl) Leave(ctx context.Context, worker string, epoch uint64) error {
+	return c.retry(ctx, func() error {
+		return c.call(ctx, methodLeave, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
+	})
+}

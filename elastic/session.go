@@ -1,0 +1,309 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+)
+
+// Control is the coordinator as a worker sees it: *Coordinator in the same process, or a
+// client of a remote one. Every call may be repeated after an error.
+type Control interface {
+	// Join registers worker (again) and returns its fence epoch.
+	Join(ctx context.Context, worker string) (uint64, error)
+	// Begin returns when worker may apply a batch (at once unless a checkpoint barrier is up).
+	// ErrNotMember: join again; ErrStopped: training is over.
+	Begin(ctx context.Context, worker string, epoch uint64) error
+	// End reports the batch begun last: ok when applied and reported, with its positions.
+	End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error
+	// Leave says worker stops cleanly.
+	Leave(ctx context.Context, worker string, epoch uint64) error
+}
+
+var _ Control = (*Coordinator)(nil)
+
+// SessionConfig configures a Session.
+type SessionConfig struct {
+	// Worker names the worker, unique among the job's live workers. Required.
+	Worker string
+	// Control is the coordinator. Required.
+	Control Control
+	// Client reaches the parameter servers; the session sets its fence epoch. Required; the
+	// session does not close it.
+	Client *ps.Client
+	// Reader configures the worker's shard reader (Service, Source, BatchSize, ...); Worker is
+	// set by the session. Required: Service and Source.
+	Reader shard.ReaderConfig
+	// Retries is how many times a batch whose function failed is run again before the session
+	// gives up (a retry is safe: the servers apply each batch position at most once per slot).
+	// Default 2.
+	Retries int
+	// RetryBackoff is the wait before the first retry, doubled for each next one. Default 50ms.
+	RetryBackoff time.Duration
+	// ApplyTimeout bounds a batch once begun: its function runs under a context that the
+	// caller's cancellation does not end (a stopping worker finishes the batch in hand, so a
+	// final checkpoint finds no batch half applied) but this timeout does. Default 1m.
+	ApplyTimeout time.Duration
+	// Logger receives the session's events. Nil discards.
+	Logger *slog.Logger
+}
+
+// Session is one worker's access to training: Step reads a batch, waits out a checkpoint
+// barrier, runs the program's function on it (whose pushes carry the worker's fence epoch and
+// the batch's position), reports it to the dispatcher and counts it. A Session is used by one
+// goroutine at a time; Close is safe from any.
+type Session struct {
+	cfg    SessionConfig
+	log    *slog.Logger
+	reader *shard.Reader
+
+	mu     sync.Mutex
+	epoch  uint64
+	steps  uint64
+	failed error
+	closed bool
+}
+
+// NewSession returns a session; it joins the job at the first Step.
+func NewSession(cfg SessionConfig) (*Session, error) {
+	var errs []error
+	if cfg.Worker == "" {
+		errs = append(errs, errors.New("Worker is required"))
+	}
+	if cfg.Control == nil {
+		errs = append(errs, errors.New("Control is required"))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("Client is required"))
+	}
+	if cfg.Retries < 0 {
+		errs = append(errs, fmt.Errorf("Retries %d is negative", cfg.Retries))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	if cfg.Retries == 0 {
+		cfg.Retries = 2
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 50 * time.Millisecond
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	rc := cfg.Reader
+	rc.Worker = cfg.Worker
+	if rc.Logger == nil {
+		rc.Logger = cfg.Logger
+	}
+	r, err := shard.NewReader(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reader: %w", ErrInvalidConfig, err)
+	}
+	return &Session{cfg: cfg, log: cfg.Logger.With("worker", cfg.Worker), reader: r}, nil
+}
+
+// Batch is a batch of training data as a step's function sees it: the records, and pushes that
+// carry the step, the worker's fence epoch and the batch's position.
+type Batch struct {
+	*shard.Batch
+	// Step is the worker's step number (1 for its first batch), passed to the servers' optimizers.
+	Step uint64
+	s    *Session
+}
+
+// Position is the batch's data position: servers apply a push of it at most once per slot.
+func (b *Batch) Position() ps.Position {
+	return ps.Position{Epoch: uint32(b.Epoch), Shard: uint32(b.Shard.Index), Start: b.Start, End: b.End}
+}
+
+// Pull reads rows of an embedding table into dst (ps.Client.Pull).
+func (b *Batch) Pull(ctx context.Context, table string, ids []uint64, dst []float32) error {
+	return b.s.cfg.Client.Pull(ctx, table, ids, dst)
+}
+
+// PullDense reads a dense tensor into dst (ps.Client.PullDense).
+func (b *Batch) PullDense(ctx context.Context, name string, dst []float32) error {
+	return b.s.cfg.Client.PullDense(ctx, name, dst)
+}
+
+// Push applies gradients to rows of an embedding table (ps.Client.Push at the batch's position).
+func (b *Batch) Push(ctx context.Context, table string, ids []uint64, grads []float32) error {
+	return b.s.cfg.Client.Push(ctx, table, ids, grads, b.Step, ps.At(b.Position()))
+}
+
+// PushDense applies gradients to a dense tensor (ps.Client.PushDense at the batch's position).
+func (b *Batch) PushDense(ctx context.Context, name string, grads []float32) error {
+	return b.s.cfg.Client.PushDense(ctx, name, grads, b.Step, ps.At(b.Position()))
+}
+
+// ErrBatchFailed wraps the error of a batch whose function failed on every try: the session
+// handed its shards back (the batch is replayed by whoever takes them, and the servers skip what
+// this worker applied) and is finished.
+var ErrBatchFailed = errors.New("elastic: batch failed")
+
+// Step trains one batch: it reads the next batch (io.EOF when the data is exhausted), waits while
+// a checkpoint barrier is up, runs fn, reports the batch and counts the step. Once the batch is
+// begun, ctx's cancellation no longer stops it (see ApplyTimeout): Step returns ctx's error only
+// before. A failed fn is run again (Retries); one that keeps failing ends the session with
+// ErrBatchFailed. ErrStopped means the coordinator ended training.
+func (s *Session) Step(ctx context.Context, fn func(ctx context.Context, b *Batch) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := s.join(ctx, false); err != nil {
+		return err
+	}
+	sb, err := s.reader.Next(ctx)
+	if err != nil {
+		return err
+	}
+	epoch, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.steps++
+	b := &Batch{Batch: sb, Step: s.steps, s: s}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
+	defer cancel()
+	backoff := s.cfg.RetryBackoff
+	for try := 0; ; try++ {
+		err = fn(ctx, b)
+		if err == nil || try == s.cfg.Retries || ctx.Err() != nil || errors.Is(err, ps.ErrFenced) {
+			break
+		}
+		s.log.Warn("batch failed; trying again", "try", try+1, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff *= 2
+	}
+	if err == nil {
+		span := Span{Epoch: sb.Epoch, From: sb.Shard.Base + sb.Start, To: sb.Shard.Base + sb.End}
+		err = s.reader.Done(ctx, sb)
+		if err == nil {
+			return s.cfg.Control.End(ctx, s.cfg.Worker, epoch, true, span)
+		}
+	}
+	// The batch may be partly applied and is not reported: hand the shards back so it is
+	// replayed from the last reported offset, and stop.
+	s.cfg.Control.End(context.WithoutCancel(ctx), s.cfg.Worker, epoch, false, Span{})
+	s.finish(ctx, fmt.Errorf("%w: %w", ErrBatchFailed, err))
+	return s.usable()
+}
+
+// begin waits at the barrier; a worker the coordinator dropped joins again.
+func (s *Session) begin(ctx context.Context) (uint64, error) {
+	for {
+		s.mu.Lock()
+		epoch := s.epoch
+		s.mu.Unlock()
+		err := s.cfg.Control.Begin(ctx, s.cfg.Worker, epoch)
+		switch {
+		case err == nil:
+			return epoch, nil
+		case errors.Is(err, ErrNotMember):
+			s.log.Warn("dropped by the coordinator; joining again")
+			if err := s.join(ctx, true); err != nil {
+				return 0, err
+			}
+		default:
+			return 0, err
+		}
+	}
+}
+
+// Join registers the worker with the coordinator now (Step does it otherwise): a program that
+// must not touch the servers before the job is ready (restored) joins first.
+func (s *Session) Join(ctx context.Context) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.join(ctx, false)
+}
+
+// join registers with the coordinator (again, with again) and sets the client's epoch.
+func (s *Session) join(ctx context.Context, again bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch != 0 && !again {
+		return nil
+	}
+	epoch, err := s.cfg.Control.Join(ctx, s.cfg.Worker)
+	if err != nil {
+		return err
+	}
+	s.epoch = epoch
+	s.cfg.Client.SetEpoch(epoch)
+	return nil
+}
+
+func (s *Session) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.failed != nil:
+		return s.failed
+	case s.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// finish hands the shards back, leaves the job and records why.
+func (s *Session) finish(ctx context.Context, why error) {
+	ctx = context.WithoutCancel(ctx)
+	if err := s.reader.Leave(ctx); err != nil {
+		s.log.Warn("handing shards back", "err", err)
+	}
+	s.mu.Lock()
+	epoch := s.epoch
+	if s.failed == nil {
+		s.failed = why
+	}
+	s.mu.Unlock()
+	if epoch != 0 {
+		if err := s.cfg.Control.Leave(ctx, s.cfg.Worker, epoch); err != nil {
+			s.log.Warn("leaving", "err", err)
+		}
+	}
+}
+
+// Steps returns the number of batches this session began.
+func (s *Session) Steps() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.steps
+}
+
+// Close hands the worker's shards back to the dispatcher (progress reported so far is kept),
+// leaves the job and closes the reader. Idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	failed := s.failed
+	s.mu.Unlock()
+	if failed == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s.finish(ctx, ErrClosed)
+		cancel()
+	}
+	return s.reader.Close()
+}

@@ -1,0 +1,163 @@
+package elastic
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The control protocol's payloads are little-endian fields in a fixed order per method:
+//
+//	u64     8 bytes
+//	u8      1 byte
+//	str     u16 length, then the bytes (at most maxString)
+//	bytes   u32 length, then the bytes (at most maxBytes)
+//	u64s    u32 count, then count u64 (at most maxEpochs)
+//
+// A decoder checks every length against what is left before it allocates, and a payload with
+// bytes left over is malformed.
+
+const (
+	maxString = 1024
+	maxBytes  = 64 << 20
+	maxEpochs = 1 << 16
+)
+
+var errMalformed = errors.New("elastic: malformed control message")
+
+type enc []byte
+
+func (e enc) u64(v uint64) enc { return binary.LittleEndian.AppendUint64(e, v) }
+func (e enc) u8(v uint8) enc   { return append(e, v) }
+func (e enc) str(s string) enc {
+	return append(binary.LittleEndian.AppendUint16(e, uint16(len(s))), s...)
+}
+func (e enc) bytes(b []byte) enc {
+	return append(binary.LittleEndian.AppendUint32(e, uint32(len(b))), b...)
+}
+func (e enc) u64s(v []uint64) enc {
+	e = binary.LittleEndian.AppendUint32(e, uint32(len(v)))
+	for _, x := range v {
+		e = e.u64(x)
+	}
+	return e
+}
+
+// dec reads fields; the first failure sticks.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) take(n int) []byte {
+	if d.err != nil || n < 0 || n > len(d.b) {
+		d.err = errMalformed
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u64() uint64 {
+	if b := d.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *dec) u8() uint8 {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *dec) str() string {
+	n := 0
+	if b := d.take(2); b != nil {
+		n = int(binary.LittleEndian.Uint16(b))
+	}
+	if n > maxString {
+		d.err = errMalformed
+	}
+	return string(d.take(n))
+}
+
+func (d *dec) bytes() []byte {
+	n := 0
+	if b := d.take(4); b != nil {
+		n = int(binary.LittleEndian.Uint32(b))
+	}
+	if n > maxBytes {
+		d.err = errMalformed
+	}
+	return d.take(n)
+}
+
+func (d *dec) u64s() []uint64 {
+	n := 0
+	if b := d.take(4); b != nil {
+		n = int(binary.LittleEndian.Uint32(b))
+	}
+	if n > maxEpochs || 8*n > len(d.b) {
+		d.err = errMalformed
+		return nil
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = d.u64()
+	}
+	return out
+}
+
+// end reports the first failure, or leftover bytes.
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errMalformed
+	}
+	return d.err
+}
+
+// workerMsg is the request of Join, Begin, End and Leave.
+type workerMsg struct {
+	worker string
+	epoch  uint64
+	ok     bool
+	span   Span
+}
+
+func (m workerMsg) append(dst []byte) []byte {
+	ok := uint8(0)
+	if m.ok {
+		ok = 1
+	}
+	return enc(dst).str(m.worker).u64(m.epoch).u8(ok).u64(uint64(m.span.Epoch)).u64(uint64(m.span.From)).u64(uint64(m.span.To))
+}
+
+func decodeWorkerMsg(b []byte) (workerMsg, error) {
+	d := dec{b: b}
+	m := workerMsg{worker: d.str(), epoch: d.u64(), ok: d.u8() == 1}
+	m.span = Span{Epoch: int(d.u64()), From: int64(d.u64()), To: int64(d.u64())}
+	if m.span.Epoch < 0 || m.span.From < 0 || m.span.To < m.span.From || m.span.To-m.span.From > 1<<31 {
+		d.err = errMalformed
+	}
+	return m, d.end()
+}
+
+// serverMsg is the request of the server agent's methods.
+type serverMsg struct {
+	step   uint64
+	floor  uint64
+	epochs []uint64
+	table  []byte // ps.AppendOwnerTable, or empty
+}
+
+func (m serverMsg) append(dst []byte) []byte {
+	return enc(dst).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table)
+}
+
+func decodeServerMsg(b []byte) (serverMsg, error) {
+	d := dec{b: b}
+	m := serverMsg{step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes()}
+	return m, d.end()
+}

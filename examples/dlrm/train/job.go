@@ -1,0 +1,173 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// jobName names the training job in checkpoint storage and shared memory.
+const jobName = "dlrm"
+
+// embPrefix starts the server-side name of every embedding table (one per sparse field).
+const embPrefix = "emb."
+
+// tableSpecs returns the embedding tables of the model: one per sparse field, each seeded
+// differently so that equal ids of two fields start from different rows.
+func tableSpecs(fields []string, dim int, seed uint64, opt embedding.Optimizer, scale float32) []ps.TableSpec {
+	specs := make([]ps.TableSpec, len(fields))
+	for f, name := range fields {
+		specs[f] = ps.TableSpec{Name: embPrefix + name, Config: embedding.Config{
+			Name: embPrefix + name, Dim: dim, Seed: seed + uint64(f+1)*0x9e3779b97f4a7c15,
+			Optimizer: opt, Init: embedding.Init{Kind: embedding.InitUniform, Scale: scale},
+		}}
+	}
+	return specs
+}
+
+// CheckpointStats are the checkpoint figures of a run.
+type CheckpointStats struct {
+	Dir    string // storage directory
+	ShmDir string // shared-memory tier
+	// Taken counts snapshots (Full of them full), Committed those committed, Skipped those not
+	// taken because a server's generations were both still being persisted, Failed those that
+	// failed otherwise.
+	Taken, Full, Committed, Skipped, Failed int
+	LastCommitted                           uint64 // step of the newest commit
+	// TotalBlocked and MaxBlocked are the time training waited at checkpoint barriers: for the
+	// batches in hand to finish and for every server's copy into shared memory.
+	TotalBlocked, MaxBlocked time.Duration
+	Copied                   int64 // bytes copied into shared memory
+	Stored                   int64 // bytes written to storage (compressed)
+	// MaxPersist is the longest time from a snapshot to its commit.
+	MaxPersist time.Duration
+}
+
+// MeanBlocked returns the mean blocking time of a snapshot.
+func (s CheckpointStats) MeanBlocked() time.Duration {
+	if s.Taken == 0 {
+		return 0
+	}
+	return s.TotalBlocked / time.Duration(s.Taken)
+}
+
+// CheckpointEvent describes one snapshot or one commit.
+type CheckpointEvent struct {
+	Step    uint64
+	Full    bool
+	Bytes   int64         // copied into shared memory (snapshot)
+	Blocked time.Duration // training paused (snapshot)
+	Persist time.Duration // from snapshot to commit (commit)
+	Err     error         // a failed snapshot or commit
+	Skipped bool          // a snapshot not taken: a server's generations were both busy
+}
+
+// ckStats gathers the checkpoint figures from the coordinator's events.
+type ckStats struct {
+	mu sync.Mutex
+	s  CheckpointStats
+}
+
+// record counts ev and returns it as the trainer reports it.
+func (c *ckStats) record(ev elastic.CheckpointEvent) CheckpointEvent {
+	out := CheckpointEvent{Step: ev.Step, Full: ev.Full, Bytes: ev.Bytes, Blocked: ev.Blocked, Persist: ev.Persist, Err: ev.Err}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case ev.Commit && ev.Err == nil:
+		c.s.Committed++
+		c.s.LastCommitted = max(c.s.LastCommitted, ev.Step)
+		c.s.MaxPersist = max(c.s.MaxPersist, ev.Persist)
+	case ev.Commit:
+		c.s.Failed++
+	case errors.Is(ev.Err, checkpoint.ErrBusy), errors.Is(ev.Err, elastic.ErrCommitsBehind):
+		c.s.Skipped++
+		out.Skipped = true
+	case ev.Err != nil:
+		c.s.Failed++
+	default:
+		c.s.Taken++
+		if ev.Full {
+			c.s.Full++
+		}
+		c.s.Copied += ev.Bytes
+		c.s.TotalBlocked += ev.Blocked
+		c.s.MaxBlocked = max(c.s.MaxBlocked, ev.Blocked)
+	}
+	return out
+}
+
+func (c *ckStats) get() CheckpointStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
+}
+
+// openStorage opens the checkpoint directory; without resume, the job's earlier checkpoints
+// are deleted first.
+func openStorage(ctx context.Context, cfg *Config) (*checkpoint.FSStorage, error) {
+	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Resume {
+		names, err := st.List(ctx, jobName+"/")
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if err := st.Delete(ctx, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return st, nil
+}
+
+// prepareShm chooses the shared-memory directory of the run's servers (node "" for an embedded
+// run, the server's id for a parameter server process) and deletes what no run would read again:
+// regions an earlier run kept elsewhere, and, without resume, every region of the job there.
+func prepareShm(cfg *Config, node string, logger *slog.Logger) (string, error) {
+	shmDir, prev, err := placeShm(cfg, node)
+	if err != nil {
+		return "", err
+	}
+	if prev != "" {
+		if err := deleteRegions(prev, nil, false); err != nil {
+			logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
+		}
+	}
+	if !cfg.Resume {
+		keep := func(n string) bool { return node != "" && n != node }
+		if err := deleteRegions(shmDir, keep, false); err != nil {
+			return "", err
+		}
+	}
+	return shmDir, nil
+}
+
+// removeShm deletes the regions under shmDir (of every node, or of those keep rejects) and the
+// directories if nothing else is there; own says the directory was chosen here.
+func removeShm(shmDir string, own bool, keep func(node string) bool) error {
+	err := deleteRegions(shmDir, keep, false)
+	os.Remove(filepath.Join(shmDir, jobName))
+	if own {
+		os.Remove(shmDir)
+	}
+	if err != nil {
+		return fmt.Errorf("shared memory: %w", err)
+	}
+	return nil
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
