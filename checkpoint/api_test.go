@@ -21,12 +21,12 @@ func TestSlotOfMatchesTheProjectDefinition(t *testing.T) {
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], id)
 		for _, s := range []int{1, 7, 4096, 65536} {
-			assert.Equal(t, int(xxhash.Sum64(b[:])%uint64(s)), SlotOf(id, s))
+			assert.Equal(t, int(xxhash.Sum64(b[:])%uint64(s)), slotOf(id, s))
 		}
 	}
 	// Pinned values: a change here moves rows between slots in every existing checkpoint.
-	assert.Equal(t, []int{slotGolden0, slotGolden1, slotGolden2}, []int{SlotOf(0, 4096), SlotOf(1, 4096), SlotOf(2, 4096)})
-	assert.Equal(t, 0, SlotOf(5, 0))
+	assert.Equal(t, []int{slotGolden0, slotGolden1, slotGolden2}, []int{slotOf(0, 4096), slotOf(1, 4096), slotOf(2, 4096)})
+	assert.Equal(t, 0, slotOf(5, 0))
 }
 
 // Slots of ids 0, 1, 2 with S = 4096.
@@ -47,7 +47,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	ok := Config{Job: "j", Node: "n", Storage: NewMemStorage()}
 	require.NoError(t, ok.Validate())
 	d := ok.withDefaults()
-	assert.Equal(t, DefaultSlots, d.Slots)
+	assert.Equal(t, defaultSlots, d.Slots)
 	assert.Equal(t, DefaultShmDir, d.ShmDir)
 	assert.Equal(t, DefaultFullEvery, d.FullEvery)
 	err = CommitterConfig{Job: "", KeepEvery: -1, Codec: 7}.Validate()

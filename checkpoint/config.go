@@ -9,7 +9,7 @@ import (
 
 // Defaults of Config and CommitterConfig.
 const (
-	DefaultSlots      = 4096
+	defaultSlots      = 4096 // ps.DefaultSlots: Config.Slots must match the job's
 	DefaultShmDir     = "/dev/shm/elasticps"
 	DefaultFullEvery  = 10
 	DefaultChunkBytes = 32 << 20
@@ -70,7 +70,7 @@ type Config struct {
 // Storage, Tables) left for the caller.
 func DefaultConfig() Config {
 	return Config{
-		Slots:      DefaultSlots,
+		Slots:      defaultSlots,
 		ShmDir:     DefaultShmDir,
 		Codec:      CodecS2,
 		FullEvery:  DefaultFullEvery,

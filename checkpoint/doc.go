@@ -4,7 +4,7 @@
 // number of servers.
 //
 // The package imports nothing else of the project. It sees a table only through the Table
-// interface (packed raw records out, records in), places rows by SlotOf (xxhash64 of the id's 8
+// interface (packed raw records out, records in), places rows by the slot of their id (embedding.Slot: xxhash64 of the id's 8
 // little-endian bytes, mod S), and saves anything else that must be restored with the tables —
 // dense parameters, the data-shard dispatcher's snapshot, the coordinator's state — as opaque
 // named blobs in the same commit.

@@ -150,7 +150,7 @@ func (t *fakeTable) len() int {
 func filterState(st map[uint64]string, slots int, keep func(int) bool) map[uint64]string {
 	out := map[uint64]string{}
 	for id, r := range st {
-		if keep(SlotOf(id, slots)) {
+		if keep(slotOf(id, slots)) {
 			out[id] = r
 		}
 	}

@@ -258,16 +258,16 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 		return nil, fmt.Errorf("%d records in one persist is more than supported", n)
 	}
 	// Slot of every record (S for a dropped record) and records per slot.
-	slotOf := make([]uint32, n)
+	recSlot := make([]uint32, n)
 	counts := make([]int, S+1)
 	i := 0
 	for _, s := range srcs {
 		for off := 0; off < len(s); off += rowSize {
-			slot := SlotOf(recordID(s[off:]), S)
+			slot := slotOf(recordID(s[off:]), S)
 			if !owned.has(slot) {
 				slot = S
 			}
-			slotOf[i] = uint32(slot)
+			recSlot[i] = uint32(slot)
 			counts[slot]++
 			i++
 		}
@@ -300,14 +300,14 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 	}
 	order := make([]uint32, first[nr])
 	next := append([]int(nil), first[:nr]...)
-	for i, s := range slotOf {
+	for i, s := range recSlot {
 		if int(s) < S {
 			r := rangeOf[s]
 			order[next[r]] = uint32(i)
 			next[r]++
 		}
 	}
-	slotOf = nil
+	recSlot = nil
 	var spans []chunkSpan
 	for r := range nr {
 		from, to := first[r], first[r+1]

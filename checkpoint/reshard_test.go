@@ -25,7 +25,7 @@ func ownedBy(slots, n, i int) []int {
 func putOwned(rng *rand.Rand, t *fakeTable, slots, n, i, count int, version uint64) {
 	for added := 0; added < count; {
 		id := rng.Uint64N(5000)
-		if SlotOf(id, slots)%n == i {
+		if slotOf(id, slots)%n == i {
 			t.put(id, version)
 			added++
 		}
@@ -57,7 +57,7 @@ func threeNodeJob(t *testing.T, cl *cluster) []map[uint64]string {
 				putOwned(rng, tb, cl.slots, n, i, 30, step)
 				for range 3 {
 					id := rng.Uint64N(5000)
-					if SlotOf(id, cl.slots)%n == i {
+					if slotOf(id, cl.slots)%n == i {
 						tb.del(id)
 					}
 				}

@@ -445,19 +445,19 @@ func (p *restorePlan) keepFor(np *nodePlan, lo, hi int, fromShm bool) func(uint6
 				return np.owned.has(int(h%uint64(oldS))) && p.mine.has(int(h%uint64(newS)))
 			}
 		}
-		return func(id uint64) bool { return p.mine.has(SlotOf(id, newS)) }
+		return func(id uint64) bool { return p.mine.has(slotOf(id, newS)) }
 	case fromShm:
 		if np.owned.count() == oldS && p.mine.count() == newS {
 			return nil
 		}
 		return func(id uint64) bool {
-			s := SlotOf(id, oldS)
+			s := slotOf(id, oldS)
 			return np.owned.has(s) && p.mine.has(s)
 		}
 	default:
 		for s := lo; s < hi; s++ {
 			if np.owned.has(s) && !p.mine.has(s) {
-				return func(id uint64) bool { return p.mine.has(SlotOf(id, newS)) }
+				return func(id uint64) bool { return p.mine.has(slotOf(id, newS)) }
 			}
 		}
 		return nil

@@ -7,10 +7,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// SlotOf returns the slot of row id in a job with slots slots: the xxhash64 of the id's 8 little-endian
-// bytes modulo slots. Every package of the project places rows with this function. slots must be
-// positive; SlotOf returns 0 otherwise.
-func SlotOf(id uint64, slots int) int {
+// slotOf returns the slot of row id in a job with slots slots: the xxhash64 of the id's 8
+// little-endian bytes modulo slots, the placement of embedding.Slot (which this package does not
+// import; a test checks they agree). slots must be positive; slotOf returns 0 otherwise.
+func slotOf(id uint64, slots int) int {
 	if slots <= 0 {
 		return 0
 	}

@@ -182,7 +182,7 @@ type part struct {
 func split(t *OwnerTable, uniq []uint64, idx []int32, all bool) []part {
 	by := make([][]int32, len(t.Nodes))
 	for _, i := range idx {
-		o := t.OwnerIndex(t.SlotOf(uniq[i]))
+		o := t.OwnerIndex(embedding.Slot(uniq[i], t.Slots))
 		by[o] = append(by[o], i)
 	}
 	parts := make([]part, 0, len(t.Nodes))

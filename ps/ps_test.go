@@ -363,7 +363,7 @@ func TestStatsFindHotSlots(t *testing.T) {
 	cl := c.Client("w", ps.ClientConfig{})
 	ctx := pstest.Context(t)
 	hot := uint64(12345)
-	slot := c.Holder.Get().SlotOf(hot)
+	slot := embedding.Slot(hot, c.Holder.Get().Slots)
 	owner := c.Holder.Get().OwnerIndex(slot)
 	before := c.Servers[owner].Stats(false)
 	for i := 0; i < 50; i++ {
@@ -443,7 +443,7 @@ func TestClientAheadOfServerWaits(t *testing.T) {
 	v2, err := ps.NewOwnerTable(2, c.Slots, v1.Nodes[:2], v1)
 	require.NoError(t, err)
 	var id uint64
-	for id = 1; v1.Owner(v1.SlotOf(id)).ID == v2.Owner(v2.SlotOf(id)).ID; id++ {
+	for id = 1; v1.Owner(embedding.Slot(id, v1.Slots)).ID == v2.Owner(embedding.Slot(id, v2.Slots)).ID; id++ {
 	}
 	c.Holder.Set(v2) // the client learns of v2 before the servers do
 	cl := c.Client("w", ps.ClientConfig{RetryBackoff: 5 * time.Millisecond, Retries: 10})

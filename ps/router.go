@@ -212,9 +212,6 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// SlotOf returns id's slot: embedding.Slot(id, t.Slots).
-func (t *OwnerTable) SlotOf(id uint64) int { return embedding.Slot(id, t.Slots) }
-
 // NameSlot returns the slot of a dense parameter: xxhash64 of its name, mod the slot count.
 func (t *OwnerTable) NameSlot(name string) int { return nameSlot(name, t.Slots) }
 

@@ -81,7 +81,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 			byOwner[i] = byOwner[i][:0]
 		}
 		for _, id := range all {
-			o := table.OwnerIndex(table.SlotOf(id))
+			o := table.OwnerIndex(embedding.Slot(id, table.Slots))
 			byOwner[o] = append(byOwner[o], id)
 		}
 		for i, s := range srvs {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
+	"github.com/elasticps/elasticps/ps"
 )
 
 // Config describes one training run of the embedded cluster. The zero value of every field but
@@ -119,7 +120,6 @@ const (
 	DefaultBatchSize       = 256
 	DefaultServers         = 2
 	DefaultWorkers         = 2
-	DefaultSlots           = 4096
 	DefaultCheckpointEvery = 1000
 	DefaultFullEvery       = 5
 	DefaultEvalEvery       = 15 * time.Second
@@ -181,7 +181,7 @@ func (c *Config) fill() {
 		c.Workers = DefaultWorkers
 	}
 	if c.Slots == 0 {
-		c.Slots = DefaultSlots
+		c.Slots = ps.DefaultSlots
 	}
 	if c.ShardSize == 0 {
 		c.ShardSize = 8192
