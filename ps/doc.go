@@ -22,6 +22,26 @@
 // server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving
 // time per slot, so hot slots and hot servers can be found.
 //
+// # Fenced, exactly-once pushes
+//
+// A worker's client carries a fence epoch (Client.SetEpoch), issued by the job's coordinator
+// when the worker joins, and each push may carry its batch's data position (At). A server
+// refuses pushes of a fenced epoch (Fence, SetEpochFloor) with ErrFenced; Fence returns only
+// after the pushes of that epoch being applied have finished. A server applies a position at
+// most once per slot: an applied set per table records which slots each position reached, so a
+// resend (the client resends positioned pushes after a lost connection) or a replay of a batch
+// whose worker died halfway through its pushes lands only where it had not. The applied set is
+// part of a server's checkpoint (AppliedState, LoadApplied, merged by slot onto any number of
+// servers) and is pruned by the coordinator (PruneApplied).
+//
+// # Dense tensors
+//
+// A dense tensor (an MLP weight matrix) is a table of rows of up to 1024 floats whose ids lie in
+// the slot of its name, so it lives whole on that slot's owner and checkpoints and restores
+// place it with its name. Declared ones (TableSpec.Dense) are created with the server and
+// checkpointed (CheckpointTables); InitDense gives a tensor its first values (the first caller
+// wins, and a restored tensor keeps its own) or creates an undeclared one.
+//
 // Training is asynchronous by default: every push is applied on arrival. With
 // ServerConfig.SyncWorkers the servers hold each step's pushes until every worker has pushed it
 // and apply them in worker order; a push returns once its step is applied, so results do not
@@ -37,6 +57,9 @@
 // names the failing server (*ServerError); a push is never reported as success unless every
 // part was applied, and a push that failed after some servers applied their parts says so
 // (ErrPartialPush). A push with a NaN or infinite gradient is refused before anything is sent.
+//
+// Server.Register adds the control calls of package elastic to the server's one authenticated
+// port.
 //
 // # Concurrency and ownership
 //

@@ -36,11 +36,14 @@ type Server struct {
 		tables  map[string]*hosted
 		applied map[string]*appliedSet // by table name: the positions applied per slot
 	}
-	fence   fences // guarded by own
-	stats   slotStats
-	started time.Time
-	closed  atomic.Bool
-	pool    sync.Pool // *reqScratch
+	fence fences // guarded by own
+	// beforeApply, if set (tests), runs in every asynchronous push just before it is applied,
+	// with the ownership lock held for reading.
+	beforeApply atomic.Pointer[func()]
+	stats       slotStats
+	started     time.Time
+	closed      atomic.Bool
+	pool        sync.Pool // *reqScratch
 }
 
 // hosted is one table on this server.
@@ -410,6 +413,9 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 			s.stats.record(sc, len(r.ids), time.Since(start), true)
 		}
 		return err
+	}
+	if f := s.beforeApply.Load(); f != nil {
+		(*f)()
 	}
 	if r.flags&flagPosition != 0 {
 		err = s.own.applied[r.table].applyOnce(r.pos, sc.slots, func(skip func(int) bool) error {
