@@ -33,6 +33,7 @@ type Coordinator struct {
 	log       *slog.Logger
 	clock     *pausableClock
 	disp      *shard.Dispatcher
+	svc       *ledgerService
 	committer *checkpoint.Committer
 	servers   []ParameterServer
 	holder    ps.TableHolder
@@ -45,6 +46,8 @@ type Coordinator struct {
 	failure error // the first action that failed for good (a fence): no commit after it
 
 	pending    []action        // for the executor, in order (guarded by mu)
+	queued     uint64          // actions handed to the executor (guarded by mu)
+	executed   uint64          // actions it carried out (guarded by mu)
 	wake       chan struct{}   // a token when pending grew
 	pauseStart time.Time       // when the current barrier went up (executor only)
 	lastSnap   CheckpointEvent // the snapshot of the current barrier (executor only)
@@ -124,6 +127,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: dispatcher: %w", ErrInvalidConfig, err)
 	}
 	c.disp = disp
+	c.svc = newLedgerService(c)
 	if cfg.Storage != nil {
 		if c.committer, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: cfg.Job, Storage: cfg.Storage, KeepLast: cfg.KeepLast, Logger: c.log}); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -166,9 +170,14 @@ func (c *Coordinator) install(ctx context.Context, t *ps.OwnerTable) error {
 	return nil
 }
 
-// Dispatcher returns the job's data-shard dispatcher (a shard.Service for in-process readers;
-// serve it with shardnet for remote ones).
+// Dispatcher returns the job's data-shard dispatcher, for its progress and figures. Workers
+// reach it through Service.
 func (c *Coordinator) Dispatcher() *shard.Dispatcher { return c.disp }
+
+// Service returns the dispatcher as workers must reach it: in process (shard.ReaderConfig's
+// Service) or served with shardnet. Every report it accepts marks the positions it covers in
+// the exactly-once ledger, in the same step.
+func (c *Coordinator) Service() shard.Service { return c.svc }
 
 // OwnerTable answers clients' owner-table requests (ps.Resolver).
 func (c *Coordinator) OwnerTable(ctx context.Context, minVersion uint64) (*ps.OwnerTable, error) {
@@ -193,6 +202,7 @@ func (c *Coordinator) applyLocked(acts []action) {
 	c.changed = make(chan struct{})
 	if len(acts) > 0 && !c.closed {
 		c.pending = append(c.pending, acts...)
+		c.queued += uint64(len(acts))
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -241,24 +251,14 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 }
 
 // End records that worker finished the batch it began: ok when it was applied and reported
-// (one step; span goes into the exactly-once ledger), false when it gave it up (nothing counted;
-// the dispatcher replays it, and the servers skip what they already applied).
-func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error {
+// (one step), false when it gave it up (nothing counted; the dispatcher replays it, and the
+// servers skip what they already applied).
+func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	counted, acts := c.core.end(c.clock.now(), worker, epoch, ok)
-	if counted {
-		c.ledger.mark(span.Epoch, span.From, span.To)
-	}
+	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
 	c.applyLocked(acts)
 	return nil
-}
-
-// Span is the dataset positions a batch covered: [From, To) of data epoch Epoch, numbered
-// dataset-wide (shard.Shard.Base plus the batch's offsets), malformed lines included.
-type Span struct {
-	Epoch    int
-	From, To int64
 }
 
 // ExactlyOnce compares the ledger of trained positions with the dispatcher's progress, per
@@ -380,6 +380,15 @@ func (c *Coordinator) await(ctx context.Context, done func() (bool, error)) erro
 	}
 }
 
+// Settle waits until the coordinator has carried out everything it decided before the call:
+// the fences, evictions and snapshots of the workers failed, left or joined so far.
+func (c *Coordinator) Settle(ctx context.Context) error {
+	c.mu.Lock()
+	target := c.queued
+	c.mu.Unlock()
+	return c.await(ctx, func() (bool, error) { return c.executed >= target, nil })
+}
+
 // Members returns the workers that joined and have not left or been failed.
 func (c *Coordinator) Members() []string {
 	c.mu.Lock()
@@ -415,6 +424,10 @@ func (c *Coordinator) execute() {
 			c.mu.Unlock()
 			for _, a := range acts {
 				c.do(a)
+				c.mu.Lock()
+				c.executed++
+				c.applyLocked(nil)
+				c.mu.Unlock()
 			}
 		}
 	}
@@ -440,7 +453,7 @@ func (c *Coordinator) do(a action) {
 		c.mu.Unlock()
 	case actEvict:
 		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
-		c.disp.Evict(a.worker)
+		c.svc.evict(a.worker)
 		c.mu.Lock()
 		c.stats.Evicted++
 		c.mu.Unlock()
@@ -502,10 +515,11 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 	if err == nil {
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
+		dispState, ledgerState := c.svc.snapshot()
 		job = commitJob{step: step, taken: time.Now(), blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
-			{Name: blobDispatcher, Data: c.disp.Snapshot()},
-			{Name: blobLedger, Data: c.ledger.encode()},
+			{Name: blobDispatcher, Data: dispState},
+			{Name: blobLedger, Data: ledgerState},
 		}}
 		if c.cfg.JobState != nil {
 			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})
@@ -727,11 +741,10 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	if err := g.Wait(); err != nil {
 		return 0, nil, err
 	}
-	if err := c.disp.Restore(dispSnap); err != nil {
+	if err := c.svc.restore(dispSnap, led); err != nil {
 		return 0, nil, fmt.Errorf("elastic: commit %d: dispatcher: %w", info.Step, err)
 	}
 	c.mu.Lock()
-	c.ledger = led
 	c.stats.LastCommitted = info.Step
 	c.mu.Unlock()
 	if err := c.committer.DropAfter(ctx, info.Step); err != nil {

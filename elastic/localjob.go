@@ -148,7 +148,7 @@ func (j *LocalJob) NewSession(worker string, rc shard.ReaderConfig) (*Session, e
 	if err != nil {
 		return nil, err
 	}
-	rc.Service = j.Coordinator.Dispatcher()
+	rc.Service = j.Coordinator.Service()
 	return NewSession(SessionConfig{Worker: worker, Control: j.Coordinator, Client: cli, Reader: rc, Logger: j.log})
 }
 

@@ -218,7 +218,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			return remoteErr(err)
 		},
 		methodEnd: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
-			return c.End(ctx, m.worker, m.epoch, m.ok, m.span)
+			return c.End(ctx, m.worker, m.epoch, m.ok)
 		}),
 		methodLeave: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
 			return c.Leave(ctx, m.worker, m.epoch)
@@ -399,9 +399,9 @@ func (c *RemoteControl) Begin(ctx context.Context, worker string, epoch uint64) 
 }
 
 // End implements Control.
-func (c *RemoteControl) End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error {
+func (c *RemoteControl) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	return c.retry(ctx, func() error {
-		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok, span: span}.append(nil), nil)
+		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok}.append(nil), nil)
 	})
 }
 

@@ -21,8 +21,8 @@ type Control interface {
 	// Begin returns when worker may apply a batch (at once unless a checkpoint barrier is up).
 	// ErrNotMember: join again; ErrStopped: training is over.
 	Begin(ctx context.Context, worker string, epoch uint64) error
-	// End reports the batch begun last: ok when applied and reported, with its positions.
-	End(ctx context.Context, worker string, epoch uint64, ok bool, span Span) error
+	// End reports the batch begun last: ok when applied and reported.
+	End(ctx context.Context, worker string, epoch uint64, ok bool) error
 	// Leave says worker stops cleanly.
 	Leave(ctx context.Context, worker string, epoch uint64) error
 }
@@ -192,16 +192,17 @@ func (s *Session) Step(ctx context.Context, fn func(ctx context.Context, b *Batc
 		backoff *= 2
 	}
 	if err == nil {
-		span := Span{Epoch: sb.Epoch, From: sb.Shard.Base + sb.Start, To: sb.Shard.Base + sb.End}
 		err = s.reader.Done(ctx, sb)
 		if err == nil {
-			return s.cfg.Control.End(ctx, s.cfg.Worker, epoch, true, span)
+			return s.cfg.Control.End(ctx, s.cfg.Worker, epoch, true)
 		}
 	}
 	// The batch may be partly applied and is not reported: hand the shards back so it is
 	// replayed from the last reported offset, and stop.
-	s.cfg.Control.End(context.WithoutCancel(ctx), s.cfg.Worker, epoch, false, Span{})
-	s.finish(ctx, fmt.Errorf("%w: %w", ErrBatchFailed, err))
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer lcancel()
+	s.cfg.Control.End(lctx, s.cfg.Worker, epoch, false)
+	s.finish(lctx, fmt.Errorf("%w: %w", ErrBatchFailed, err))
 	return s.usable()
 }
 
@@ -263,9 +264,12 @@ func (s *Session) usable() error {
 	return nil
 }
 
+// leaveTimeout bounds a session's goodbyes (its last report, handing its shards back, leaving
+// the job) when the coordinator cannot be reached: its leases expire and it is failed anyway.
+const leaveTimeout = 10 * time.Second
+
 // finish hands the shards back, leaves the job and records why.
 func (s *Session) finish(ctx context.Context, why error) {
-	ctx = context.WithoutCancel(ctx)
 	if err := s.reader.Leave(ctx); err != nil {
 		s.log.Warn("handing shards back", "err", err)
 	}
@@ -301,7 +305,7 @@ func (s *Session) Close() error {
 	failed := s.failed
 	s.mu.Unlock()
 	if failed == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		s.finish(ctx, ErrClosed)
 		cancel()
 	}

@@ -123,7 +123,6 @@ type workerMsg struct {
 	worker string
 	epoch  uint64
 	ok     bool
-	span   Span
 }
 
 func (m workerMsg) append(dst []byte) []byte {
@@ -131,16 +130,12 @@ func (m workerMsg) append(dst []byte) []byte {
 	if m.ok {
 		ok = 1
 	}
-	return enc(dst).str(m.worker).u64(m.epoch).u8(ok).u64(uint64(m.span.Epoch)).u64(uint64(m.span.From)).u64(uint64(m.span.To))
+	return enc(dst).str(m.worker).u64(m.epoch).u8(ok)
 }
 
 func decodeWorkerMsg(b []byte) (workerMsg, error) {
 	d := dec{b: b}
 	m := workerMsg{worker: d.str(), epoch: d.u64(), ok: d.u8() == 1}
-	m.span = Span{Epoch: int(d.u64()), From: int64(d.u64()), To: int64(d.u64())}
-	if m.span.Epoch < 0 || m.span.From < 0 || m.span.To < m.span.From || m.span.To-m.span.From > 1<<31 {
-		d.err = errMalformed
-	}
 	return m, d.end()
 }
 

@@ -281,7 +281,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	// Serve the dispatcher and the control calls, only now: workers join a restored job.
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: coord.Dispatcher(), Secret: rc.Secret, Logger: rc.Logger})
+	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: coord.Service(), Secret: rc.Secret, Logger: rc.Logger})
 	if err != nil {
 		return nil, err
 	}

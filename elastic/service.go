@@ -1,0 +1,150 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/elasticps/elasticps/shard"
+)
+
+// ledgerService is the coordinator's dispatcher as workers reach it (Coordinator.Service): every
+// progress report the dispatcher accepts marks, in the same critical section, the dataset
+// positions it newly covers in the exactly-once ledger. A position therefore counts when, and
+// only when, the data position saved with a checkpoint moves past it; the ledger is kept apart
+// from the dispatcher's own bookkeeping, so a position accepted twice (across leases, epochs or
+// a restore) or never accepted in a finished epoch shows in ExactlyOnce.
+type ledgerService struct {
+	c *Coordinator
+
+	// mu orders reports with the snapshot of the dispatcher and the ledger (Coordinator.snapshot).
+	mu     sync.Mutex
+	leases map[shard.LeaseID]leaseMark
+}
+
+// leaseMark is what the ledger knows of a lease granted through the service.
+type leaseMark struct {
+	worker string
+	epoch  int
+	base   int64 // dataset index of the shard's first position
+	offset int64 // positions before it are marked
+}
+
+var (
+	_ shard.Service        = (*ledgerService)(nil)
+	_ shard.ReportAcquirer = (*ledgerService)(nil)
+)
+
+func newLedgerService(c *Coordinator) *ledgerService {
+	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}}
+}
+
+func (s *ledgerService) grantedLocked(worker string, l shard.Lease) {
+	s.leases[l.ID] = leaseMark{worker: worker, epoch: l.Epoch, base: l.Shard.Base, offset: l.Offset}
+}
+
+// acceptedLocked marks the positions of lease id up to offset.
+func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool) {
+	m, ok := s.leases[id]
+	if !ok {
+		return
+	}
+	if offset > m.offset {
+		s.c.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
+		m.offset = offset
+		s.leases[id] = m
+	}
+	if done {
+		delete(s.leases, id)
+	}
+}
+
+// Acquire implements shard.Service.
+func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, err := s.c.disp.Acquire(ctx, worker)
+	if err == nil {
+		s.grantedLocked(worker, l)
+	}
+	return l, err
+}
+
+// Report implements shard.Service.
+func (s *ledgerService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.c.disp.Report(ctx, worker, lease, offset, done)
+	switch {
+	case err == nil:
+		s.acceptedLocked(lease, offset, done)
+	case errors.Is(err, shard.ErrStaleLease):
+		delete(s.leases, lease)
+	}
+	return err
+}
+
+// ReportAndAcquire implements shard.ReportAcquirer.
+func (s *ledgerService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (shard.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, err := s.c.disp.ReportAndAcquire(ctx, worker, lease, offset)
+	var wait *shard.WaitError
+	switch {
+	case err == nil:
+		s.acceptedLocked(lease, offset, true)
+		s.grantedLocked(worker, l)
+	case errors.Is(err, shard.ErrNoMoreWork), errors.As(err, &wait):
+		s.acceptedLocked(lease, offset, true)
+	case errors.Is(err, shard.ErrStaleLease):
+		delete(s.leases, lease)
+	}
+	return l, err
+}
+
+// Leave implements shard.Service.
+func (s *ledgerService) Leave(ctx context.Context, worker string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.c.disp.Leave(ctx, worker)
+	if err == nil {
+		s.forgetLocked(worker)
+	}
+	return err
+}
+
+// forgetLocked drops the leases of worker (it left or was evicted).
+func (s *ledgerService) forgetLocked(worker string) {
+	for id, m := range s.leases {
+		if m.worker == worker {
+			delete(s.leases, id)
+		}
+	}
+}
+
+// evict evicts worker from the dispatcher: its leases go back at their reported offsets.
+func (s *ledgerService) evict(worker string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c.disp.Evict(worker)
+	s.forgetLocked(worker)
+}
+
+// snapshot returns the dispatcher's and the ledger's states, taken together.
+func (s *ledgerService) snapshot() (disp, ledger []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c.disp.Snapshot(), s.c.ledger.encode()
+}
+
+// restore replaces the dispatcher's and the ledger's states; every lease ends.
+func (s *ledgerService) restore(disp []byte, l *ledger) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.c.disp.Restore(disp); err != nil {
+		return err
+	}
+	s.c.ledger = l
+	clear(s.leases)
+	return nil
+}
