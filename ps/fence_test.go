@@ -294,3 +294,68 @@ func TestLoadAppliedRefusesCorruptState(t *testing.T) {
 	assert.Equal(t, 1, c.Servers[0].PruneApplied(func(ps.Position) bool { return false }))
 	assert.Zero(t, c.Servers[0].AppliedCount())
 }
+
+// A client with a stale owner table (it has not pulled since the table changed) pushes non-zero
+// gradients over slots that moved: the refused parts are resent to their new owners, and only
+// those; every row holds the batch once.
+func TestStaleClientPushLandsOnce(t *testing.T) {
+	c := pstest.New(t, 3, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	ctx := pstest.Context(t)
+	cl := c.Client("w", ps.ClientConfig{Resolver: c.Holder})
+	_, err := cl.OwnerTable(ctx) // cache version 1
+	require.NoError(t, err)
+	v1 := c.Holder.Get()
+	var nodes []ps.Node
+	for _, n := range v1.Nodes {
+		if n.ID != "ps-2" {
+			nodes = append(nodes, n)
+		}
+	}
+	v2, err := ps.NewOwnerTable(2, v1.Slots, nodes, v1)
+	require.NoError(t, err)
+	c.Publish(v2) // ps-2's slots move to ps-0 and ps-1
+	ids, g := randomBatch(rand.New(rand.NewPCG(21, 22)), 300, 1000)
+	moved := 0
+	for _, id := range ids {
+		if v1.Owner(embedding.Slot(id, v1.Slots)).ID == "ps-2" {
+			moved++
+		}
+	}
+	require.Positive(t, moved, "the batch has ids whose slot moved")
+	require.NoError(t, cl.Push(ctx, "emb", ids, g, 1))
+	ref := reference(t)
+	applyRef(t, ref, ids, g, 1)
+	assert.Equal(t, rowsOf(ref), clusterRows(t, c.Servers, "emb"))
+}
+
+// In synchronous mode a worker's second push of a step and a push of a step already applied are
+// refused; every step is applied once, in worker order.
+func TestSyncModeRefusesDuplicateAndLatePushes(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, SyncWorkers: 2})
+	ctx := pstest.Context(t)
+	w0 := c.Client("w0", ps.ClientConfig{Sync: true, Worker: 0})
+	w1 := c.Client("w1", ps.ClientConfig{Sync: true, Worker: 1})
+	rng := rand.New(rand.NewPCG(31, 32))
+	ids0, g0 := randomBatch(rng, 40, 100)
+	ids1, g1 := randomBatch(rng, 40, 100)
+	// Two copies of w0's push of step 1 race; then w1 completes the step.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- w0.Push(ctx, "emb", ids0, g0, 1) }()
+	}
+	require.NoError(t, w1.Push(ctx, "emb", ids1, g1, 1))
+	e1, e2 := <-errs, <-errs
+	assert.True(t, e1 != nil || e2 != nil, "a second push of a step is refused")
+	for _, err := range []error{e1, e2} {
+		if err != nil {
+			assert.ErrorIs(t, err, ps.ErrBadRequest)
+		}
+	}
+	late := w1.Push(ctx, "emb", ids1, g1, 1)
+	require.Error(t, late, "a push of an applied step is refused")
+	assert.ErrorIs(t, late, ps.ErrBadRequest)
+	ref := reference(t)
+	applyRef(t, ref, ids0, g0, 1)
+	applyRef(t, ref, ids1, g1, 1)
+	assert.Equal(t, rowsOf(ref), clusterRows(t, c.Servers, "emb"), "step 1 applied once")
+}

@@ -1,0 +1,123 @@
+package elastic_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// allRows returns every row of every table (weights and optimizer state) over the servers.
+func allRows(job *elastic.LocalJob) map[string]map[uint64][]float32 {
+	out := map[string]map[uint64][]float32{}
+	for _, s := range job.Servers {
+		for _, name := range s.Server().TableNames() {
+			t, _ := s.Server().Table(name)
+			if out[name] == nil {
+				out[name] = map[uint64][]float32{}
+			}
+			t.Range(func(v embedding.RowView) bool {
+				out[name][v.ID] = append(slices.Clone(v.Weights), v.State...)
+				return true
+			})
+		}
+	}
+	return out
+}
+
+// Dense tensors (given their values by InitDense, trained by pushes) are checkpointed with the
+// embedding tables and restored, bit for bit with their optimizer state, onto 1, 2 and 5
+// servers; incremental checkpoints carry their changes too.
+func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "ck"))
+	require.NoError(t, err)
+	adagrad := embedding.Optimizer{Kind: embedding.Adagrad, LearningRate: 0.1}
+	lengths := map[string]int{"mlp.w0": 3000, "mlp.b0": 7, "mlp.w1": 1024, "mlp.b1": 1}
+	tables := []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4, Seed: 2, Optimizer: adagrad}}}
+	for name, n := range lengths {
+		tables = append(tables, ps.TableSpec{Name: name, Dense: n, Config: embedding.Config{Optimizer: adagrad}})
+	}
+	cfg := elastic.LocalConfig{Job: "dense", Servers: 3, Slots: 128, Tables: tables,
+		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(10)}},
+		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm"), FullEvery: 2},
+	}
+	job, err := elastic.StartLocal(ctx, cfg)
+	require.NoError(t, err)
+	cli, err := job.Client()
+	require.NoError(t, err)
+	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(10,
+		func(i int64, rec *shard.Record) error {
+			rec.IDs = append(rec.IDs, uint64(i))
+			rec.EndField()
+			return nil
+		})}})
+	require.NoError(t, err)
+	defer sess.Close()
+	train := func(round int) {
+		require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+			for name, n := range lengths {
+				vals := make([]float32, n)
+				for i := range vals {
+					vals[i] = float32(i%13) * 0.01
+				}
+				if err := cli.InitDense(ctx, name, vals, adagrad); err != nil { // once: later calls change nothing
+					return err
+				}
+				g := make([]float32, n)
+				for i := range g {
+					g[i] = float32((i+round)%5) - 2
+				}
+				if err := b.PushDense(ctx, name, g); err != nil {
+					return err
+				}
+			}
+			ids := []uint64{1, 2, 3, 1000, 99999}
+			g := make([]float32, 4*len(ids))
+			for i := range g {
+				g[i] = float32(i+round) * 0.5
+			}
+			return b.Push(ctx, "emb", ids, g)
+		}))
+	}
+	// A full checkpoint, then more training and an incremental one.
+	train(1)
+	_, err = job.Coordinator.Checkpoint(ctx)
+	require.NoError(t, err)
+	train(2)
+	step, err := job.Coordinator.Checkpoint(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), step)
+	want := allRows(job)
+	require.Len(t, want, 1+len(lengths))
+	for name, n := range lengths {
+		got := make([]float32, n)
+		require.NoError(t, cli.PullDense(ctx, name, got))
+		assert.NotZero(t, got[0]+got[n-1], "%s trained", name)
+	}
+	require.NoError(t, job.Close())
+
+	for _, n := range []int{1, 2, 5} {
+		t.Run(fmt.Sprintf("%d servers", n), func(t *testing.T) {
+			c := cfg
+			c.Servers = n
+			job, err := elastic.StartLocal(ctx, c)
+			require.NoError(t, err)
+			defer job.Close()
+			got, _, err := job.Coordinator.Resume(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, step, got)
+			assert.Equal(t, want, allRows(job), "every table and dense tensor, weights and optimizer state")
+		})
+	}
+}
