@@ -3,9 +3,11 @@
 // pull rows, compute gradients and push them back, and servers and workers may join, leave, fail
 // and be resized while training runs.
 //
-// This package holds only documentation; the library is in its sub-packages. Membership, live
-// repartition of slots while training runs and automatic resource recommendation (package
-// elastic) are not built yet; today the program gives the servers' addresses.
+// This package holds only documentation; the library is in its sub-packages. The coordinator
+// (package elastic) drives a job's barrier, checkpoints, commits, resume and fencing; gossip
+// membership, recovery from a server or coordinator failure, live repartition of slots while
+// training runs and automatic resource recommendation are not built yet: today the program
+// gives the servers' addresses.
 //
 // # The flow of a training job
 //
@@ -30,7 +32,11 @@
 //
 //	cli, err := ps.NewClient(ps.ClientConfig{Secret: secret, Servers: addrs})
 //	err = cli.Pull(ctx, "user", ids, rows)
-//	err = cli.Push(ctx, "user", ids, grads, step)
+//	err = cli.Push(ctx, "user", ids, grads, step, ps.At(position))
+//
+// Every push carries the worker's fence epoch, and a batch's data position: a server refuses a
+// fenced epoch and applies a position at most once per slot, so a batch that a dying worker
+// pushed halfway is either replayed onto exactly the servers that lack it or not at all.
 //
 // Workers do not own a fixed slice of the data. The coordinator runs a shard.Dispatcher that
 // leases shards of the dataset to whoever asks (shardnet serves it over the network), and each
@@ -51,7 +57,23 @@
 // and training resumes while the copy is checksummed, persisted to storage and committed by the
 // coordinator once every server's part is durable. A restore loads the newest commit, from shared
 // memory when the host still has it, onto any number of servers, each taking the slots it owns.
-// examples/dlrm puts all of this together.
+//
+// Package elastic puts these together as a training program needs them: the Coordinator owns the
+// owner table, the dispatcher, the fence epochs, the checkpoint barrier, the commits and resume,
+// and a worker trains through a Session; one protocol runs in one process or across many:
+//
+//	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "ctr", Servers: 2, Tables: specs,
+//		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 1000, Dispatcher: data}})
+//	s, err := job.NewSession("worker-0", shard.ReaderConfig{Source: src, BatchSize: 512})
+//	for {
+//		err := s.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+//			...                                  // b.Pull, compute, b.Push
+//		})
+//		if errors.Is(err, io.EOF) { break }      // the data is done
+//	}
+//	step, err := job.Coordinator.Checkpoint(ctx)  // and later: job.Coordinator.Resume(ctx)
+//
+// examples/dlrm trains a DLRM this way.
 //
 // # Packages
 //
@@ -59,6 +81,7 @@
 //	ps          parameter servers and clients, owner tables, synchronous mode, per-slot stats
 //	shard       the data-shard dispatcher, its worker-side reader and data parsers
 //	checkpoint  flash checkpoints: shared memory, storage, two-phase commit, restore
+//	elastic     the coordinator, worker sessions, fence epochs, local and remote nodes
 //
 // The design and the invariants every package defends are described in the repository's design
 // notes; the benchmarks live in examples/bench.

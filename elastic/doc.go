@@ -1,25 +1,63 @@
-// Package elastic holds the control logic of an elastic training job: the coordinator that owns
-// the owner table, the data-shard dispatcher, the checkpoint barrier and schedule, the commit
-// queue and resume, and the fence epochs that make every batch count exactly once.
+// Package elastic holds the control logic of an elastic training job, so that any Go training
+// program gets it by import: the Coordinator owns, for one job, the owner table, the data-shard
+// dispatcher, the workers' fence epochs, the checkpoint barrier and schedule, the commits and
+// resume; a worker trains through a Session. The same protocol runs in one process (StartLocal,
+// LocalServer, the Coordinator called directly) and across processes (ServeServer and
+// RemoteServer, ServeControl and RemoteControl, on each process's one authenticated RPC port).
+//
+// # A job
+//
+//	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "ctr", Servers: 2, Tables: specs,
+//		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 1000, Dispatcher: data}})
+//	s, err := job.NewSession("worker-0", shard.ReaderConfig{Source: src, BatchSize: 512})
+//	err = s.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+//		... // b.Pull, forward and backward, b.Push: every push carries the fence epoch and b's position
+//	})
+//	step, err := job.Coordinator.Checkpoint(ctx)
+//
+// A restarted job calls Coordinator.Resume before its workers join: every server loads the
+// slots the new owner table gives it (any number of servers), the dispatcher and the ledger come
+// back, and the coordinator runs as a new incarnation (below).
 //
 // # The barrier core
 //
 // The coordinator's protocol state is an I/O-free core: events (a worker joins, begins or ends a
-// batch, arrives at a barrier, leaves, fails, a snapshot or commit finishes, the clock moves)
-// go in, and actions (fence these epochs on every server, evict a worker from the dispatcher,
-// pause, snapshot at a step, release, commit) come out, in the order the driver must carry
-// them out. Its behaviour is pinned by the trace scripts in testdata (TestCoreTraces).
+// batch, leaves, fails, a snapshot or commit finishes, the clock moves) go in, and actions (fence
+// these epochs on every server, evict a worker from the dispatcher, pause, snapshot at a step,
+// release, commit) come out, in the order the driver carries them out. Its behaviour is pinned
+// by the trace scripts in testdata (TestCoreTraces).
 //
-// A checkpoint is due every CheckpointEvery steps (a step is one batch applied and reported by
-// any worker) or when asked. The barrier goes up; a worker finishes the batch in hand and may
-// not begin another until the release; once no live worker holds a batch (a worker that does
-// not get there within the arrive timeout is fenced and evicted), every server snapshots, the
-// barrier comes down, and the snapshot is persisted and committed in the background, in step
-// order.
+// A checkpoint is due every Config.CheckpointEvery steps (a step is one batch applied and
+// reported, by any worker) or when asked (Checkpoint). The barrier goes up; a worker finishes the
+// batch in hand and may not begin another until the release; once no live worker holds a batch
+// (one that does not finish within ArriveTimeout is fenced and evicted), the dispatcher and the
+// ledger are snapshotted, every server copies its rows, dense tensors and applied positions into
+// shared memory, the barrier comes down, and the snapshot is persisted and committed in the
+// background, in step order. The dispatcher's clock stands still while the barrier is up, so
+// the pause costs no worker its leases. A worker not heard from for WorkerSilence is failed.
 //
-// # Fence epochs
+// # Exactly once
 //
-// Each worker membership gets a fence epoch, incarnation<<32 | n, where incarnation counts the
-// coordinators of the job: a coordinator restored from a commit runs as the next incarnation,
-// so the floor incarnation<<32 voids every epoch an earlier coordinator issued.
+// Each membership of a worker gets a fence epoch, incarnation<<32 | n, where incarnation counts
+// the coordinators of the job: a coordinator restored from a commit runs as the next
+// incarnation, so the floor incarnation<<32 voids every epoch an earlier one issued. A worker
+// that is failed, leaves or joins again has its old epoch fenced on every server before its
+// shards go back to the dispatcher; the servers refuse its pushes from then on (ps.ErrFenced).
+// Each push also carries its batch's data position, which a server applies at most once per slot
+// (ps.At). So a batch a worker pushed halfway before it died or was cut off is replayed from the
+// last reported offset by another worker and lands exactly on the servers that lacked it, and a
+// Session may simply run a failed batch again.
+//
+// The coordinator's ledger marks, in the same step as the dispatcher accepts a progress report,
+// the dataset positions it newly covers (Coordinator.Service is the dispatcher as workers must
+// reach it); it is saved and restored with every commit, and ExactlyOnce compares it with the
+// dispatcher: every position of a finished epoch trained exactly once.
+//
+// # Concurrency and ownership
+//
+// Coordinator, LocalServer, RemoteServer, RemoteControl and LocalJob are safe for concurrent use;
+// a Session is used by one goroutine at a time (Close from any). Config.JobState, CheckJob and
+// OnCheckpoint are called from the coordinator's goroutines, OnCheckpoint one call at a time.
+// Close is idempotent and joins every goroutine; closing a Coordinator does not close its
+// servers. A Batch belongs to the step's function until it returns.
 package elastic

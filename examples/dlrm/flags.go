@@ -78,11 +78,11 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
 	fs.BoolVar(&c.KeepShm, "keep-shm", false, "keep the shared-memory copies at exit (a resume on this host then reads them)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
-	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or dispatcher (default: the whole cluster in this process)")
+	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
-	fs.StringVar(&o.listen, "listen", "", "-role ps or dispatcher: the address to serve on (its control channel uses the port + 100)")
+	fs.StringVar(&o.listen, "listen", "", "-role ps or coordinator: the address to serve on (data and control share it)")
 	fs.StringVar(&o.psList, "servers", "", "roles: every parameter server, ID=HOST:PORT,... (same list and order everywhere)")
-	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the dispatcher's address")
+	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the coordinator's address")
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
@@ -153,7 +153,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	switch o.role {
 	case "":
-	case "ps", "worker", "dispatcher":
+	case "ps", "worker", "coordinator", "dispatcher":
 		if o.secretFile == "" {
 			errs = append(errs, errors.New("-role needs -secret-file"))
 		}
@@ -170,7 +170,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 			errs = append(errs, errors.New("-role ps needs -id"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("-role %q: want ps, worker or dispatcher", o.role))
+		errs = append(errs, fmt.Errorf("-role %q: want ps, worker or coordinator", o.role))
 	}
 	o.workers = c.Workers
 	if len(errs) == 0 {

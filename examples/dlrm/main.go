@@ -115,11 +115,18 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "dlrm: worker %s trained %d samples\n", o.id, n)
 		return err
 	default:
-		fmt.Fprintf(stdout, "dlrm: dispatcher and coordinator on %s for %d workers; Ctrl-C stops the job after a final checkpoint\n", o.listen, o.workers)
+		fmt.Fprintf(stdout, "dlrm: coordinator and dispatcher on %s for %d workers; Ctrl-C stops the job after a final checkpoint\n", o.listen, o.workers)
 		sum, err := train.RunCoordinator(ctx, rc)
 		if sum != nil {
-			fmt.Fprintf(stdout, "\njob: %s; %d samples counted by the dispatcher (%d in this run, %.0f/s); %d checkpoints committed, training blocked %v on average, newest step %d in %s\n",
-				sum.StopReason, sum.TotalSamples, sum.Samples, sum.SamplesPerSec, sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked().Round(time.Microsecond), sum.Checkpoints.LastCommitted, sum.Checkpoints.Dir)
+			verdict := "every position trained exactly once per epoch"
+			if !sum.ExactlyOnce {
+				verdict = "EXACTLY-ONCE CHECK FAILED"
+			}
+			fmt.Fprintf(stdout, "\njob: %s; %d samples counted by the dispatcher (%d in this run, %.0f/s), %s; %d checkpoints committed, training blocked %v on average, newest step %d in %s\n",
+				sum.StopReason, sum.TotalSamples, sum.Samples, sum.SamplesPerSec, verdict, sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked().Round(time.Microsecond), sum.Checkpoints.LastCommitted, sum.Checkpoints.Dir)
+			for _, e := range sum.Epochs {
+				fmt.Fprintf(stdout, "  %s\n", e)
+			}
 		}
 		return err
 	}
