@@ -515,7 +515,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 	if err == nil {
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
-		dispState, ledgerState := c.svc.snapshot()
+		dispState, ledgerState, done := c.svc.snapshot()
 		job = commitJob{step: step, taken: time.Now(), blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
@@ -528,7 +528,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		infos := make([]checkpoint.SnapshotInfo, len(c.servers))
 		for i, s := range c.servers {
 			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step)
+				info, err := s.Snapshot(gctx, step, done)
 				if err != nil {
 					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
 				}

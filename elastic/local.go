@@ -85,7 +85,7 @@ func (l *LocalServer) owned(t *ps.OwnerTable) []int {
 
 // Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
 // tensors and the positions it applied (for those slots).
-func (l *LocalServer) Snapshot(ctx context.Context, step uint64) (checkpoint.SnapshotInfo, error) {
+func (l *LocalServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
 		return checkpoint.SnapshotInfo{}, errNoCheckpoints
 	}
@@ -102,6 +102,7 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64) (checkpoint.Sna
 		return last, nil
 	}
 	set := t.SlotsOf(l.srv.ID())
+	l.srv.PruneApplied(func(p ps.Position) bool { return !done.Done(p) })
 	applied := l.srv.AppliedState(set.Has)
 	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(blobApplied, applied))
 	if err == nil {

@@ -148,7 +148,11 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			return l.Fence(ctx, m.floor, m.epochs)
 		}),
 		methodSnapshot: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
-			info, err := l.Snapshot(ctx, m.step)
+			done, err := decodeProgress(m.done)
+			if err != nil {
+				return err
+			}
+			info, err := l.Snapshot(ctx, m.step, done)
 			if err != nil {
 				return err
 			}
@@ -313,9 +317,9 @@ func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64)
 }
 
 // Snapshot implements ParameterServer.
-func (s *RemoteServer) Snapshot(ctx context.Context, step uint64) (checkpoint.SnapshotInfo, error) {
+func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
-	err := s.call(ctx, methodSnapshot, serverMsg{step: step}.append(nil), func(d *dec) {
+	err := s.call(ctx, methodSnapshot, serverMsg{step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})
 	return info, err

@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 
 	"github.com/elasticps/elasticps/shard"
@@ -18,13 +19,15 @@ type ledgerService struct {
 	c *Coordinator
 
 	// mu orders reports with the snapshot of the dispatcher and the ledger (Coordinator.snapshot).
-	mu     sync.Mutex
-	leases map[shard.LeaseID]leaseMark
+	mu       sync.Mutex
+	leases   map[shard.LeaseID]leaseMark
+	accepted map[ShardKey]int64 // offsets accepted per shard of the current data epochs
 }
 
 // leaseMark is what the ledger knows of a lease granted through the service.
 type leaseMark struct {
 	worker string
+	shard  uint32
 	epoch  int
 	base   int64 // dataset index of the shard's first position
 	offset int64 // positions before it are marked
@@ -36,11 +39,11 @@ var (
 )
 
 func newLedgerService(c *Coordinator) *ledgerService {
-	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}}
+	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}, accepted: map[ShardKey]int64{}}
 }
 
 func (s *ledgerService) grantedLocked(worker string, l shard.Lease) {
-	s.leases[l.ID] = leaseMark{worker: worker, epoch: l.Epoch, base: l.Shard.Base, offset: l.Offset}
+	s.leases[l.ID] = leaseMark{worker: worker, shard: l.ID.Shard, epoch: l.Epoch, base: l.Shard.Base, offset: l.Offset}
 }
 
 // acceptedLocked marks the positions of lease id up to offset.
@@ -53,6 +56,8 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 		s.c.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
 		m.offset = offset
 		s.leases[id] = m
+		k := ShardKey{uint32(m.epoch), m.shard}
+		s.accepted[k] = max(s.accepted[k], offset)
 	}
 	if done {
 		delete(s.leases, id)
@@ -130,11 +135,19 @@ func (s *ledgerService) evict(worker string) {
 	s.forgetLocked(worker)
 }
 
-// snapshot returns the dispatcher's and the ledger's states, taken together.
-func (s *ledgerService) snapshot() (disp, ledger []byte) {
+// snapshot returns the dispatcher's and the ledger's states, taken together, and how far the
+// data is done at that moment.
+func (s *ledgerService) snapshot() (disp, ledger []byte, done Progress) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.c.disp.Snapshot(), s.c.ledger.encode()
+	done.Epoch = uint32(s.c.disp.Progress().Epoch)
+	for k := range s.accepted {
+		if k.Epoch < done.Epoch {
+			delete(s.accepted, k) // a finished epoch is done as a whole
+		}
+	}
+	done.Offsets = maps.Clone(s.accepted)
+	return s.c.disp.Snapshot(), s.c.ledger.encode(), done
 }
 
 // restore replaces the dispatcher's and the ledger's states; every lease ends.
@@ -146,5 +159,6 @@ func (s *ledgerService) restore(disp []byte, l *ledger) error {
 	}
 	s.c.ledger = l
 	clear(s.leases)
+	clear(s.accepted)
 	return nil
 }

@@ -145,14 +145,15 @@ type serverMsg struct {
 	floor  uint64
 	epochs []uint64
 	table  []byte // ps.AppendOwnerTable, or empty
+	done   []byte // appendProgress, or empty
 }
 
 func (m serverMsg) append(dst []byte) []byte {
-	return enc(dst).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table)
+	return enc(dst).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table).bytes(m.done)
 }
 
 func decodeServerMsg(b []byte) (serverMsg, error) {
 	d := dec{b: b}
-	m := serverMsg{step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes()}
+	m := serverMsg{step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes()}
 	return m, d.end()
 }

@@ -3,6 +3,7 @@ package elastic
 import (
 	"testing"
 
+	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -13,7 +14,7 @@ func TestWireRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, w, got)
 
-	s := serverMsg{step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes")}
+	s := serverMsg{step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress")}
 	gs, err := decodeServerMsg(s.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, s, gs)
@@ -60,4 +61,20 @@ func FuzzDecodeServerMsg(f *testing.F) {
 		assert.Equal(t, m.step, again.step)
 		assert.Equal(t, len(m.epochs), len(again.epochs))
 	})
+}
+
+func TestProgressRoundTrips(t *testing.T) {
+	p := Progress{Epoch: 3, Offsets: map[ShardKey]int64{{3, 7}: 512, {3, 9}: 64}}
+	got, err := decodeProgress(appendProgress(nil, p))
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+	assert.True(t, p.Done(ps.Position{Epoch: 2, Shard: 1, Start: 0, End: 10}), "a finished epoch")
+	assert.True(t, p.Done(ps.Position{Epoch: 3, Shard: 7, Start: 256, End: 512}))
+	assert.False(t, p.Done(ps.Position{Epoch: 3, Shard: 7, Start: 512, End: 600}), "not accepted yet")
+	assert.False(t, p.Done(ps.Position{Epoch: 3, Shard: 8, Start: 0, End: 1}), "a shard not reported")
+	b := appendProgress(nil, p)
+	for n := range len(b) {
+		_, err := decodeProgress(b[:n])
+		assert.ErrorIs(t, err, errMalformed)
+	}
 }
