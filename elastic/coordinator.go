@@ -401,6 +401,32 @@ func (c *Coordinator) WaitMembers(ctx context.Context) error {
 	return c.await(ctx, func() (bool, error) { return len(c.core.members) == 0, nil })
 }
 
+// Finish ends training the way a job ends: with final set, a last checkpoint of everything
+// trained (Checkpoint); then no more barriers and every worker's next batch refused (Stop); it
+// waits for the commits under way and, for at most linger, for the workers to leave (remote ones
+// learn that the job is over only while the coordinator still answers). It returns the final
+// checkpoint's error, or the commits'.
+func (c *Coordinator) Finish(ctx context.Context, final bool, linger time.Duration) error {
+	var err error
+	if final {
+		if _, cerr := c.Checkpoint(ctx); cerr != nil {
+			err = fmt.Errorf("final checkpoint: %w", cerr)
+		}
+	}
+	c.Stop()
+	if werr := c.WaitCommits(ctx); werr != nil && err == nil {
+		err = fmt.Errorf("waiting for commits: %w", werr)
+	}
+	if linger > 0 {
+		lctx, cancel := context.WithTimeout(ctx, linger)
+		defer cancel()
+		if c.WaitMembers(lctx) != nil {
+			c.log.Warn("workers still joined at the end", "workers", c.Members())
+		}
+	}
+	return err
+}
+
 // Stop ends training: no barrier goes up after those in progress, and workers' next Begin
 // returns ErrStopped. Call Checkpoint before it for a final checkpoint.
 func (c *Coordinator) Stop() {

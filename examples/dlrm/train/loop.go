@@ -110,14 +110,8 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
-	if !cfg.NoFinalCheckpoint {
-		if _, err := r.job.Coordinator.Checkpoint(fctx); err != nil && failure == nil {
-			failure = fmt.Errorf("final checkpoint: %w", err)
-		}
-	}
-	r.job.Coordinator.Stop()
-	if err := r.job.Coordinator.WaitCommits(fctx); err != nil && failure == nil {
-		failure = fmt.Errorf("waiting for commits: %w", err)
+	if err := r.job.Coordinator.Finish(fctx, !cfg.NoFinalCheckpoint, 0); err != nil && failure == nil {
+		failure = err
 	}
 
 	sum := r.summary(reason, trainedFor)

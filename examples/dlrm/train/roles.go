@@ -331,25 +331,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		}
 	}
 	r.emit(Event{Kind: EventNote, Message: "stopping: " + reason})
-	var failure error
-	if !cfg.NoFinalCheckpoint {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
-		if _, err := coord.Checkpoint(fctx); err != nil {
-			failure = fmt.Errorf("final checkpoint: %w", err)
-		}
-		cancel()
-	}
-	coord.Stop() // workers' next batch is refused: they leave
-	if err := coord.WaitCommits(ctx); err != nil && failure == nil {
-		failure = fmt.Errorf("waiting for commits: %w", err)
-	}
-	// Keep serving until the workers have left, so that each learns the job is over (its next
-	// batch is refused, or the dispatcher says there is no more work) rather than finding the
-	// coordinator gone.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerSilence)
-	if err := coord.WaitMembers(lctx); err != nil {
-		rc.Logger.Warn("workers still joined at the end", "workers", coord.Members())
-	}
+	// A final checkpoint, then serve until the workers have left, so that each learns the job
+	// is over rather than finding the coordinator gone.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
+	failure := coord.Finish(fctx, !cfg.NoFinalCheckpoint, workerSilence)
 	cancel()
 	sum.Checkpoints = r.ck.get()
 	sum.Checkpoints.Dir = cfg.CheckpointDir
