@@ -126,3 +126,34 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 		})
 	}
 }
+
+// A dense tensor the servers were not told about (created on the fly by InitDense) cannot be
+// checkpointed: the snapshot fails and says so, rather than losing it on a restore.
+func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "ck"))
+	require.NoError(t, err)
+	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "undeclared", Servers: 2, Slots: 64,
+		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4}}},
+		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(4)}},
+		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm")}})
+	require.NoError(t, err)
+	defer job.Close()
+	cli, err := job.Client()
+	require.NoError(t, err)
+	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(4,
+		func(i int64, rec *shard.Record) error {
+			rec.IDs = append(rec.IDs, uint64(i))
+			rec.EndField()
+			return nil
+		})}})
+	require.NoError(t, err)
+	defer sess.Close()
+	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+		return cli.InitDense(ctx, "mlp.x", []float32{1, 2}, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1})
+	}))
+	_, err = job.Coordinator.Checkpoint(ctx)
+	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "mlp.x")
+}

@@ -17,9 +17,10 @@ const blobApplied = "ps.applied"
 // LocalServer is a ps.Server in the coordinator's process, with its flash checkpointer: the
 // in-process ParameterServer.
 type LocalServer struct {
-	srv  *ps.Server
-	addr string
-	ck   *checkpoint.Checkpointer
+	srv    *ps.Server
+	addr   string
+	ck     *checkpoint.Checkpointer
+	tables map[string]checkpoint.Table // what the checkpointer saves
 
 	mu       sync.Mutex
 	restored *checkpoint.Restored
@@ -42,6 +43,7 @@ func NewLocalServer(srv *ps.Server, addr string, ck checkpoint.Config) (*LocalSe
 	ck.Node = srv.ID()
 	ck.Slots = srv.Slots()
 	ck.Tables = srv.CheckpointTables()
+	l.tables = ck.Tables
 	c, err := checkpoint.New(ck)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointer of %s: %w", srv.ID(), err)
@@ -100,6 +102,12 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, done Progress) 
 		// Taken in an earlier attempt whose other servers failed: no batch has been applied
 		// since (the step would be higher), so it still holds the state of step.
 		return last, nil
+	}
+	for _, name := range l.srv.TableNames() {
+		if _, ok := l.tables[name]; !ok {
+			// Saving the rest would lose it silently on a restore.
+			return checkpoint.SnapshotInfo{}, fmt.Errorf("%w: server %s hosts %q, created after its checkpointer; declare it in ps.ServerConfig.Tables (TableSpec.Dense for a dense tensor) to checkpoint it", ErrInvalidConfig, l.srv.ID(), name)
+		}
 	}
 	set := t.SlotsOf(l.srv.ID())
 	l.srv.PruneApplied(func(p ps.Position) bool { return !done.Done(p) })

@@ -27,7 +27,8 @@ type TableSpec struct {
 	// matrix, say) rather than an embedding table: it lives whole on the owner of its name's
 	// slot, Config.Optimizer applies to it, and it starts at zero until the first InitDense
 	// gives its values. Declared dense tensors are checkpointed with the tables
-	// (Server.CheckpointTables); ones that InitDense creates on the fly are not.
+	// (Server.CheckpointTables); ones that InitDense creates on the fly are not (an elastic
+	// LocalServer refuses to snapshot a server hosting one, rather than lose it on a restore).
 	Dense int
 }
 

@@ -177,7 +177,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	defer func() {
 		ls.Close()
 		if !cfg.KeepShm {
-			removeShm(shmDir, false, func(node string) bool { return node != rc.ID })
+			removeShm(shmDir, cfg.ShmDir == "", func(node string) bool { return node != rc.ID })
 		}
 	}()
 	if err := elastic.ServeServer(srv, ls); err != nil {
