@@ -2,51 +2,31 @@ package elastic
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/shard"
+	"github.com/elasticps/elasticps/shard/shardtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// fakeNow is a clock that moves only when told.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeNow() *fakeNow { return &fakeNow{t: time.Unix(1_700_000_000, 0)} }
-
-func (f *fakeNow) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *fakeNow) advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.t = f.t.Add(d)
-}
-
 func TestPausableClock(t *testing.T) {
-	f := newFakeNow()
+	f := shardtest.NewClock(time.Unix(1_700_000_000, 0))
 	c := newPausableClock(f.Now)
 	t0 := c.Now()
-	f.advance(time.Second)
+	f.Advance(time.Second)
 	assert.Equal(t, time.Second, c.Now().Sub(t0))
 	c.pause()
-	f.advance(time.Hour)
+	f.Advance(time.Hour)
 	assert.Equal(t, time.Second, c.Now().Sub(t0), "stands still while paused")
 	c.pause() // nested
-	f.advance(time.Hour)
+	f.Advance(time.Hour)
 	c.resume()
 	assert.Equal(t, time.Second, c.Now().Sub(t0), "still paused")
 	c.resume()
 	assert.Equal(t, time.Second, c.Now().Sub(t0), "resumes where it stopped")
-	f.advance(2 * time.Second)
+	f.Advance(2 * time.Second)
 	assert.Equal(t, 3*time.Second, c.Now().Sub(t0))
 	c.resume() // unmatched: ignored
 	assert.Equal(t, 3*time.Second, c.Now().Sub(t0))
@@ -57,7 +37,7 @@ func TestPausableClock(t *testing.T) {
 // already handed to another worker.
 func TestLeasesDoNotAgeWhileTrainingIsPaused(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeNow()
+	f := shardtest.NewClock(time.Unix(1_700_000_000, 0))
 	clock := newPausableClock(f.Now)
 	d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(100), ShardSize: 50, LeaseTTL: 10 * time.Second,
 		Clock: clock, Incarnation: 1})
@@ -65,13 +45,13 @@ func TestLeasesDoNotAgeWhileTrainingIsPaused(t *testing.T) {
 	l, err := d.Acquire(ctx, "w")
 	require.NoError(t, err)
 
-	f.advance(9 * time.Second)
+	f.Advance(9 * time.Second)
 	clock.pause()
-	f.advance(time.Minute) // a long snapshot, or a barrier waiting for a silent worker
+	f.Advance(time.Minute) // a long snapshot, or a barrier waiting for a silent worker
 	assert.Zero(t, d.Expire())
 	clock.resume()
 	require.NoError(t, d.Report(ctx, "w", l.ID, 10, false), "the lease outlived the pause")
 
-	f.advance(11 * time.Second)
+	f.Advance(11 * time.Second)
 	assert.Equal(t, 1, d.Expire(), "and expires as usual without reports")
 }

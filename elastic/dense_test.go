@@ -16,6 +16,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// tinySession is a session over n records of one id each, one record per batch.
+func tinySession(t *testing.T, job *elastic.LocalJob, n int64) *elastic.Session {
+	t.Helper()
+	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(n,
+		func(i int64, rec *shard.Record) error {
+			rec.IDs = append(rec.IDs, uint64(i))
+			rec.EndField()
+			return nil
+		})}})
+	require.NoError(t, err)
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
 // allRows returns every row of every table (weights and optimizer state) over the servers.
 func allRows(job *elastic.LocalJob) map[string]map[uint64][]float32 {
 	out := map[string]map[uint64][]float32{}
@@ -56,14 +70,7 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 	require.NoError(t, err)
 	cli, err := job.Client()
 	require.NoError(t, err)
-	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(10,
-		func(i int64, rec *shard.Record) error {
-			rec.IDs = append(rec.IDs, uint64(i))
-			rec.EndField()
-			return nil
-		})}})
-	require.NoError(t, err)
-	defer sess.Close()
+	sess := tinySession(t, job, 10)
 	train := func(round int) {
 		require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
 			for name, n := range lengths {
@@ -142,14 +149,7 @@ func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
 	defer job.Close()
 	cli, err := job.Client()
 	require.NoError(t, err)
-	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(4,
-		func(i int64, rec *shard.Record) error {
-			rec.IDs = append(rec.IDs, uint64(i))
-			rec.EndField()
-			return nil
-		})}})
-	require.NoError(t, err)
-	defer sess.Close()
+	sess := tinySession(t, job, 4)
 	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
 		return cli.InitDense(ctx, "mlp.x", []float32{1, 2}, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1})
 	}))
