@@ -93,32 +93,33 @@ func (rc *RoleConfig) prepare() error {
 	return errors.Join(errs...)
 }
 
-// fieldNames returns the sparse field names of the data, without loading it.
-func fieldNames(cfg *Config) ([]string, error) {
+// modelShape returns the sparse field names of the data and the model's dense features (at
+// least 1), without loading the data: what a parameter server needs to declare its tables.
+func modelShape(cfg *Config) (fields []string, dense int, err error) {
+	var schema shard.Schema
 	switch cfg.Data.Kind {
 	case Synthetic:
 		sc := cfg.Synth
 		sc.Seed = cfg.Seed
-		if err := sc.Validate(); err != nil {
-			return nil, err
+		gen, err := model.NewSynth(sc)
+		if err != nil {
+			return nil, 0, err
 		}
-		n := len(sc.Vocab)
-		if n == 0 {
-			n = 26
+		sc = gen.Config()
+		for i := range sc.Vocab {
+			schema.Fields = append(schema.Fields, fmt.Sprintf("C%d", i+1))
 		}
-		out := make([]string, n)
-		for i := range out {
-			out[i] = fmt.Sprintf("C%d", i+1)
-		}
-		return out, nil
+		schema.Dense = sc.DenseFeatures
 	case Criteo:
-		return shard.Criteo{}.Schema().Fields, nil
+		schema = shard.Criteo{}.Schema()
 	case LibSVM:
-		return shard.LibSVM{}.Schema().Fields, nil
+		schema = shard.LibSVM{}.Schema()
 	case MovieLens:
-		return shard.MovieLensRatings{}.Schema().Fields, nil
+		schema = shard.MovieLensRatings{}.Schema()
+	default:
+		return nil, 0, fmt.Errorf("%w: unknown data kind", ErrConfig)
 	}
-	return nil, fmt.Errorf("%w: unknown data kind", ErrConfig)
+	return schema.Fields, max(schema.Dense, 1), nil
 }
 
 // Timings of a multi-process job.
@@ -141,14 +142,20 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 		return err
 	}
 	cfg := &rc.Config
-	fields, err := fieldNames(cfg)
+	fields, dense, err := modelShape(cfg)
 	if err != nil {
 		return err
 	}
 	if !containsNode(rc.PS, rc.ID) {
 		return fmt.Errorf("server %q is not in the server list", rc.ID)
 	}
+	m0, err := model.New(model.Config{DenseFeatures: dense, Fields: len(fields), EmbeddingDim: cfg.EmbeddingDim,
+		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, Seed: cfg.Seed})
+	if err != nil {
+		return err
+	}
 	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.EmbeddingOptimizer, cfg.EmbeddingInit)
+	specs = append(specs, denseSpecs(denseTensors(m0), cfg.DenseOptimizer)...)
 	var wg sync.WaitGroup
 	defer wg.Wait() // last: after the server below is closed
 	srv, err := ps.NewServer(ps.ServerConfig{ID: rc.ID, Secret: rc.Secret, Slots: cfg.Slots, Tables: specs, Logger: rc.Logger})
