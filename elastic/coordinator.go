@@ -265,6 +265,8 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 // epoch: every position of a finished epoch trained exactly once, and in the current epoch at
 // most once and exactly those the dispatcher counted (EpochCheck.OK).
 func (c *Coordinator) ExactlyOnce() []EpochCheck {
+	c.svc.mu.Lock() // the dispatcher and the ledger at one moment
+	defer c.svc.mu.Unlock()
 	pr := c.disp.Progress()
 	totals := make([]epochTotals, 0, len(pr.EpochRecords))
 	for _, e := range pr.EpochRecords {
