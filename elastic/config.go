@@ -54,7 +54,9 @@ type Config struct {
 	// longest batch.
 	ArriveTimeout time.Duration
 	// WorkerSilence fails a worker not heard from for this long (a Session is heard at every
-	// batch). Default 0: never (in-process workers cannot vanish unnoticed).
+	// batch and every dispatcher call). Default 0: never. It must exceed the longest batch and
+	// the dispatcher's RetryAfter (how long a worker waiting for shards sleeps between calls), or
+	// healthy workers are failed and must join again.
 	WorkerSilence time.Duration
 
 	// Logger receives the coordinator's events. Nil discards.

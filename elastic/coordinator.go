@@ -382,6 +382,13 @@ func (c *Coordinator) await(ctx context.Context, done func() (bool, error)) erro
 	}
 }
 
+// heardFrom records that worker called the dispatcher: a worker waiting for shards is alive.
+func (c *Coordinator) heardFrom(worker string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.core.alive(c.clock.now(), worker)
+}
+
 // Settle waits until the coordinator has carried out everything it decided before the call:
 // the fences, evictions and snapshots of the workers failed, left or joined so far.
 func (c *Coordinator) Settle(ctx context.Context) error {

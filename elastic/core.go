@@ -171,6 +171,15 @@ func (c *core) heard(now time.Time, id string, epoch uint64) bool {
 	return true
 }
 
+// alive records a sign of life from worker id, whatever its epoch (it talks to the dispatcher:
+// waiting for shards at an epoch's end, say).
+func (c *core) alive(now time.Time, id string) {
+	c.tick(now)
+	if m, ok := c.members[id]; ok {
+		m.seen = c.now
+	}
+}
+
 // begin records that worker id starts applying a batch. It fails (false) when a barrier is up
 // (the worker counts as arrived and must wait for the release), after stop, or when the worker
 // is not a member under epoch (it must join again).
@@ -316,6 +325,11 @@ func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
 	c.tick(now)
 	if c.phase != phaseSnapshot || gen != c.gen {
 		return nil
+	}
+	for _, m := range c.members {
+		if m.arrived == c.gen {
+			m.seen = c.now // it waited for us: its silence starts now
+		}
 	}
 	c.gen++
 	c.phase = phaseIdle

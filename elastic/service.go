@@ -9,8 +9,9 @@ import (
 	"github.com/elasticps/elasticps/shard"
 )
 
-// ledgerService is the coordinator's dispatcher as workers reach it (Coordinator.Service): every
-// progress report the dispatcher accepts marks, in the same critical section, the dataset
+// ledgerService is the coordinator's dispatcher as workers reach it (Coordinator.Service). A
+// worker's call is a sign of life (one waiting for shards at an epoch's end is not silent).
+// Every progress report the dispatcher accepts marks, in the same critical section, the dataset
 // positions it newly covers in the exactly-once ledger. A position therefore counts when, and
 // only when, the data position saved with a checkpoint moves past it; the ledger is kept apart
 // from the dispatcher's own bookkeeping, so a position accepted twice (across leases, epochs or
@@ -66,6 +67,7 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 
 // Acquire implements shard.Service.
 func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease, error) {
+	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, err := s.c.disp.Acquire(ctx, worker)
@@ -77,6 +79,7 @@ func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease
 
 // Report implements shard.Service.
 func (s *ledgerService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
+	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.c.disp.Report(ctx, worker, lease, offset, done)
@@ -91,6 +94,7 @@ func (s *ledgerService) Report(ctx context.Context, worker string, lease shard.L
 
 // ReportAndAcquire implements shard.ReportAcquirer.
 func (s *ledgerService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (shard.Lease, error) {
+	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, err := s.c.disp.ReportAndAcquire(ctx, worker, lease, offset)
