@@ -58,3 +58,13 @@ func (c *pausableClock) resume() {
 		c.paused += c.now().Sub(c.since)
 	}
 }
+
+// reset ends every pause in progress (a barrier a rollback abandoned).
+func (c *pausableClock) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.depth > 0 {
+		c.paused += c.now().Sub(c.since)
+		c.depth = 0
+	}
+}

@@ -59,6 +59,22 @@ type Config struct {
 	// healthy workers are failed and must join again.
 	WorkerSilence time.Duration
 
+	// Recovery is what the job does when a parameter server fails: Rollback (the default) or
+	// Partial.
+	Recovery RecoveryPolicy
+	// HealthEvery is how often the coordinator asks every parameter server for its health.
+	// Default 500ms.
+	HealthEvery time.Duration
+	// ServerTimeout fails a parameter server that has not answered for this long. Default 5s.
+	ServerTimeout time.Duration
+	// ReplaceWait is how long a failed server's slots wait for a replacement (a new incarnation
+	// answering at the same node, or one given to ReplaceServer) before they are restored onto
+	// the surviving servers under a new owner table. Default 30s.
+	ReplaceWait time.Duration
+	// OnRecovery, if set, is called after every recovery from a server failure (or a failed
+	// attempt), from the coordinator's goroutine. It must not block for long.
+	OnRecovery func(RecoveryEvent)
+
 	// Logger receives the coordinator's events. Nil discards.
 	Logger *slog.Logger
 	// Now is the wall clock. Nil: time.Now.
@@ -87,7 +103,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
 		}
 	}
-	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout, "WorkerSilence": c.WorkerSilence} {
+	if c.Recovery > Partial {
+		errs = append(errs, fmt.Errorf("unknown Recovery policy %d", c.Recovery))
+	}
+	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout, "WorkerSilence": c.WorkerSilence,
+		"HealthEvery": c.HealthEvery, "ServerTimeout": c.ServerTimeout, "ReplaceWait": c.ReplaceWait} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
 		}
@@ -110,6 +130,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArriveTimeout == 0 {
 		c.ArriveTimeout = 30 * time.Second
+	}
+	if c.HealthEvery == 0 {
+		c.HealthEvery = 500 * time.Millisecond
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = 5 * time.Second
+	}
+	if c.ReplaceWait == 0 {
+		c.ReplaceWait = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -35,15 +35,18 @@ type Coordinator struct {
 	disp      *shard.Dispatcher
 	svc       *ledgerService
 	committer *checkpoint.Committer
-	servers   []ParameterServer
 	holder    ps.TableHolder
+	initial   []byte // the dispatcher's state at the start, for a rollback before any commit
 
 	mu      sync.Mutex
 	core    *core
 	ledger  *ledger
 	changed chan struct{} // closed and replaced whenever the barrier or membership changes
 	stats   Stats
-	failure error // the first action that failed for good (a fence): no commit after it
+	servers []ParameterServer       // those the owner table names (replaced by recoveries)
+	srvs    map[string]*serverEntry // by node id: health and failures
+	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
+	recGen  uint64                  // recoveries begun: a snapshot taken before one is not committed
 
 	pending    []action        // for the executor, in order (guarded by mu)
 	queued     uint64          // actions handed to the executor (guarded by mu)
@@ -88,13 +91,19 @@ type Stats struct {
 	Fenced        int           // epochs fenced
 	Evicted       int           // workers failed and evicted
 	LastErr       error         // the newest snapshot or commit error
+	// ServerFailures counts parameter-server failures noticed; Recoveries the recoveries that
+	// succeeded, the newest of them LastRecovery.
+	ServerFailures int
+	Recoveries     int
+	LastRecovery   RecoveryEvent
 }
 
 type commitJob struct {
-	step  uint64
-	blobs []checkpoint.Blob
-	taken time.Time
-	done  chan struct{}
+	step    uint64
+	blobs   []checkpoint.Blob
+	taken   time.Time
+	servers []ParameterServer // those snapshotted
+	recGen  uint64            // recoveries begun before the snapshot
 }
 
 // coordState is the coordinator's own state in a commit.
@@ -114,7 +123,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Coordinator{cfg: cfg, log: cfg.Logger, servers: cfg.Servers, changed: make(chan struct{}), ledger: newLedger(),
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
 		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{})}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
@@ -127,6 +136,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: dispatcher: %w", ErrInvalidConfig, err)
 	}
 	c.disp = disp
+	c.initial = disp.Snapshot()
 	c.svc = newLedgerService(c)
 	if cfg.Storage != nil {
 		if c.committer, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: cfg.Job, Storage: cfg.Storage, KeepLast: cfg.KeepLast, Logger: c.log}); err != nil {
@@ -142,20 +152,24 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := c.install(ctx, table); err != nil {
+	if err := c.admit(ctx, c.servers); err != nil {
 		return nil, err
 	}
-	c.wg.Add(3)
+	if err := c.install(ctx, c.servers, table); err != nil {
+		return nil, err
+	}
+	c.wg.Add(4)
 	go c.execute()
 	go c.commitLoop()
 	go c.timerLoop()
+	go c.monitor()
 	return c, nil
 }
 
-// install gives t to every server, then to clients (the holder).
-func (c *Coordinator) install(ctx context.Context, t *ps.OwnerTable) error {
+// install gives t to servers, then to clients (the holder).
+func (c *Coordinator) install(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
 	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range c.servers {
+	for _, s := range servers {
 		g.Go(func() error {
 			if err := s.InstallTable(gctx, t); err != nil {
 				return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
@@ -477,15 +491,21 @@ func (c *Coordinator) do(a action) {
 	switch a.kind {
 	case actFence:
 		c.log.Info("fencing", "epochs", epochsString(a.epochs), "reason", a.reason)
-		err := c.fence(ctx, 0, a.epochs)
+		c.mu.Lock()
+		c.fenced = append(c.fenced, a.epochs...)
+		servers := slices.Clone(c.servers)
+		c.mu.Unlock()
+		errs := c.fenceEach(ctx, servers, 0, a.epochs)
 		c.mu.Lock()
 		c.stats.Fenced += len(a.epochs)
-		if err != nil && c.failure == nil {
-			// A server that cannot be fenced may still take the fenced worker's pushes: no
-			// checkpoint is consistent from now on.
-			c.failure = err
+		for id, err := range errs {
+			// A server that cannot be fenced may still take the fenced worker's pushes: it is
+			// failed, and recovered (fenced again) before the next checkpoint.
+			c.serverFailedLocked(id, fmt.Sprintf("fence failed: %v", err))
 		}
 		c.mu.Unlock()
+	case actRecover:
+		c.recover(a.worker)
 	case actEvict:
 		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
 		c.svc.evict(a.worker)
@@ -496,6 +516,16 @@ func (c *Coordinator) do(a action) {
 		c.clock.pause()
 		c.pauseStart = c.clock.now()
 	case actSnapshot:
+		c.mu.Lock()
+		if c.core.phase != phaseSnapshot || c.core.gen != a.gen {
+			// A rollback ended the barrier it was for.
+			c.snapSeq++
+			c.snapRes = CheckpointEvent{Step: a.step, Err: errors.New("elastic: snapshot abandoned: the job was rolled back")}
+			c.applyLocked(nil)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 		err := c.snapshot(ctx, a.step)
 		c.mu.Lock()
 		c.snapSeq++
@@ -517,28 +547,44 @@ func (c *Coordinator) do(a action) {
 	}
 }
 
-// fence fences epochs (and the floor) on every server.
-func (c *Coordinator) fence(ctx context.Context, floor uint64, epochs []uint64) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range c.servers {
-		g.Go(func() error {
-			if err := s.Fence(gctx, floor, epochs); err != nil {
-				return fmt.Errorf("fence on %s: %w", s.Node().ID, err)
+// fence fences epochs (and the floor) on servers.
+func (c *Coordinator) fence(ctx context.Context, servers []ParameterServer, floor uint64, epochs []uint64) error {
+	var errs []error
+	for id, err := range c.fenceEach(ctx, servers, floor, epochs) {
+		errs = append(errs, fmt.Errorf("fence on %s: %w", id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// fenceEach fences epochs (and the floor) on servers, and returns the failures by server.
+func (c *Coordinator) fenceEach(ctx context.Context, servers []ParameterServer, floor uint64, epochs []uint64) map[string]error {
+	var mu sync.Mutex
+	errs := map[string]error{}
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			if err := s.Fence(ctx, floor, epochs); err != nil {
+				mu.Lock()
+				errs[s.Node().ID] = err
+				mu.Unlock()
 			}
-			return nil
 		})
 	}
-	return g.Wait()
+	wg.Wait()
+	return errs
 }
 
 // snapshot takes the checkpoint of step at a barrier: the job state, the dispatcher, every
 // server; the commit follows in the background.
 func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 	c.mu.Lock()
-	failure := c.failure
+	var err error
+	if ids := c.failedLocked(); len(ids) > 0 {
+		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
+	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation}
+	servers, gen := slices.Clone(c.servers), c.recGen
 	c.mu.Unlock()
-	err := failure
 	if err == nil && c.committer == nil {
 		err = errors.New("no checkpoint storage")
 	}
@@ -551,7 +597,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		job = commitJob{step: step, taken: time.Now(), blobs: []checkpoint.Blob{
+		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
@@ -560,8 +606,8 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})
 		}
 		g, gctx := errgroup.WithContext(ctx)
-		infos := make([]checkpoint.SnapshotInfo, len(c.servers))
-		for i, s := range c.servers {
+		infos := make([]checkpoint.SnapshotInfo, len(servers))
+		for i, s := range servers {
 			g.Go(func() error {
 				info, err := s.Snapshot(gctx, step, done)
 				if err != nil {
@@ -629,9 +675,9 @@ func (c *Coordinator) commit(job commitJob) error {
 		case <-ctx.Done():
 		}
 	}()
-	refs := make([]checkpoint.ManifestRef, len(c.servers))
+	refs := make([]checkpoint.ManifestRef, len(job.servers))
 	g, gctx := errgroup.WithContext(ctx)
-	for i, s := range c.servers {
+	for i, s := range job.servers {
 		g.Go(func() error {
 			ref, err := s.WaitPersisted(gctx, job.step)
 			if err != nil {
@@ -643,6 +689,14 @@ func (c *Coordinator) commit(job commitJob) error {
 	}
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
+	}
+	c.mu.Lock()
+	gen := c.recGen
+	c.mu.Unlock()
+	if gen != job.recGen {
+		// A server failed since the snapshot and the job was restored: committing it now would
+		// put a state the job has left behind on top of the commits.
+		return fmt.Errorf("elastic: commit of step %d: abandoned (a server failed and was recovered since the snapshot)", job.step)
 	}
 	if _, err := c.committer.Commit(ctx, job.step, refs, job.blobs...); err != nil {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
@@ -695,6 +749,7 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
 	table := c.holder.Get()
+	servers := c.serverList()
 	if c.cfg.CheckJob != nil {
 		// Vet the newest commit first: tables of another shape would fail verification and
 		// hide the reason behind a schema error.
@@ -713,7 +768,7 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	}
 	info, err := c.committer.Choose(ctx, func(ctx context.Context, step uint64) error {
 		g, gctx := errgroup.WithContext(ctx)
-		for _, s := range c.servers {
+		for _, s := range servers {
 			g.Go(func() error { return s.Verify(gctx, step, table) })
 		}
 		return g.Wait()
@@ -732,17 +787,9 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	if st.Job != c.cfg.Job {
 		return 0, nil, fmt.Errorf("elastic: commit %d belongs to job %q, not %q", info.Step, st.Job, c.cfg.Job)
 	}
-	dispSnap, err := c.committer.Blob(ctx, info.Step, blobDispatcher)
+	dispSnap, led, err := c.commitData(ctx, info.Step)
 	if err != nil {
-		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
-	}
-	rawLedger, err := c.committer.Blob(ctx, info.Step, blobLedger)
-	if err != nil {
-		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
-	}
-	led, err := decodeLedger(rawLedger)
-	if err != nil {
-		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
+		return 0, nil, err
 	}
 	var job []byte
 	if c.cfg.JobState != nil {
@@ -760,12 +807,13 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	c.mu.Lock()
 	c.core.restore(info.Step, st.Incarnation)
 	floor := c.core.floor()
+	c.fenced = nil
 	c.mu.Unlock()
-	if err := c.fence(ctx, floor, nil); err != nil {
+	if err := c.fence(ctx, servers, floor, nil); err != nil {
 		return 0, nil, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range c.servers {
+	for _, s := range servers {
 		g.Go(func() error {
 			if err := s.Load(gctx, info.Step, table); err != nil {
 				return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)

@@ -53,6 +53,8 @@ const (
 	actRelease
 	// actCommit: persist and commit the snapshot of Step in the background, in step order.
 	actCommit
+	// actRecover: recover the failed parameter servers (Worker names the first one).
+	actRecover
 )
 
 // action is one instruction from the core to its driver.
@@ -79,6 +81,8 @@ func (a action) String() string {
 		return fmt.Sprintf("release gen=%d (%s)", a.gen, a.reason)
 	case actCommit:
 		return fmt.Sprintf("commit step=%d", a.step)
+	case actRecover:
+		return fmt.Sprintf("recover %s (%s)", a.worker, a.reason)
 	}
 	return fmt.Sprintf("action(%d)", a.kind)
 }
@@ -121,6 +125,8 @@ type core struct {
 	members     map[string]*member
 	snapshots   []uint64 // snapshots taken and not yet committed, in step order
 	committed   uint64   // step of the newest commit
+	recovering  bool     // a parameter server failed and is not recovered yet: no barrier
+	hold        bool     // and no worker may begin a batch meanwhile (Rollback)
 }
 
 // newCore returns the core of a fresh job: incarnation 1.
@@ -188,6 +194,9 @@ func (c *core) begin(now time.Time, id string, epoch uint64) bool {
 		return false
 	}
 	m := c.members[id]
+	if c.recovering && c.hold {
+		return false // held until the job is restored
+	}
 	if c.barrierUp() {
 		// A worker asking to begin holds no batch: it has arrived, and waits for the release.
 		m.arrived, m.inBatch = c.gen, false
@@ -272,7 +281,8 @@ func (c *core) timers(now time.Time) []action {
 	var acts []action
 	for _, id := range c.sortedMembers() {
 		m := c.members[id]
-		waiting := c.barrierUp() && m.arrived == c.gen // held by us, so not silent
+		// Held by us (or stuck retrying pushes to a failed server), so not silent.
+		waiting := c.recovering || c.barrierUp() && m.arrived == c.gen
 		switch {
 		case c.cfg.silence > 0 && !waiting && c.now.Sub(m.seen) > c.cfg.silence:
 			acts = append(acts, c.failLocked(id, fmt.Sprintf("silent for %v", c.now.Sub(m.seen).Round(time.Millisecond)))...)
@@ -289,7 +299,7 @@ func (c *core) advance() []action {
 	var acts []action
 	// The schedule counts from the last barrier, taken or failed, so a failing snapshot is
 	// retried a whole interval later, not at every step.
-	if c.phase == phaseIdle && !c.stopped && c.step > c.snapStep &&
+	if c.phase == phaseIdle && !c.stopped && !c.recovering && c.step > c.snapStep &&
 		(c.want || (c.cfg.every > 0 && c.step-max(c.snapStep, c.tryStep) >= c.cfg.every)) {
 		c.gen++
 		c.tryStep = c.step
@@ -370,6 +380,29 @@ func (c *core) restore(step, prev uint64) {
 	}
 }
 
+// serverFailed records that a parameter server failed: no barrier goes up until recovered, and
+// with hold no worker begins a batch meanwhile. The first failure asks the driver to recover;
+// later ones are picked up by the recovery under way.
+func (c *core) serverFailed(now time.Time, id, reason string, hold bool) []action {
+	c.tick(now)
+	if c.recovering {
+		c.hold = c.hold || hold
+		return nil
+	}
+	c.recovering, c.hold = true, hold
+	return []action{{kind: actRecover, worker: id, reason: reason}}
+}
+
+// recovered ends a recovery: workers may begin again, and their silence starts now.
+func (c *core) recovered(now time.Time) []action {
+	c.tick(now)
+	c.recovering, c.hold = false, false
+	for _, m := range c.members {
+		m.seen = c.now
+	}
+	return c.advance()
+}
+
 func (c *core) sortedMembers() []string {
 	ids := make([]string, 0, len(c.members))
 	for id := range c.members {
@@ -383,6 +416,9 @@ func (c *core) sortedMembers() []string {
 func (c *core) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "phase=%s gen=%d step=%d snap=%d committed=%d epoch=%s", c.phase, c.gen, c.step, c.snapStep, c.committed, epochString(c.lastEpoch))
+	if c.recovering {
+		fmt.Fprintf(&b, " recovering(hold=%t)", c.hold)
+	}
 	for _, id := range c.sortedMembers() {
 		m := c.members[id]
 		fmt.Fprintf(&b, " %s(e%s", id, epochString(m.epoch))

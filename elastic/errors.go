@@ -16,6 +16,9 @@ var (
 	// ErrNotFresh is returned by a server's Load when it holds rows changed by updates: a
 	// restore would mix the checkpoint with later training. Restart the job's processes.
 	ErrNotFresh = errors.New("elastic: a checkpoint is restored only into a parameter server that has applied no update since it started; restart every process of the job to resume")
+	// ErrReplaced is a server's refusal of a call meant for an earlier incarnation of it: its
+	// process restarted, and it waits to be restored (ParameterServer.Admit).
+	ErrReplaced = errors.New("elastic: the parameter server restarted since (a new incarnation)")
 	// ErrCommitsBehind is the failure of a snapshot not taken because Config.CommitBacklog
 	// snapshots already wait for their commit (persisting is that far behind); training goes on
 	// and the next checkpoint is due an interval later.

@@ -184,3 +184,57 @@ func decodeLedger(b []byte) (*ledger, error) {
 	}
 	return l, nil
 }
+
+// trained returns the positions marked, over every epoch.
+func (l *ledger) trained() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, e := range l.epochs {
+		n += e.covered
+	}
+	return n
+}
+
+// since returns the positions marked in l and not in old, as spans in epoch and position
+// order, and their count.
+func (l *ledger) since(old *ledger) ([]Span, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	keys := make([]int, 0, len(l.epochs))
+	for k := range l.epochs {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	var spans []Span
+	var n int64
+	for _, k := range keys {
+		e, o := l.epochs[k], old.epochs[k]
+		open := int64(-1)
+		for w, word := range e.words {
+			if o != nil && w < len(o.words) {
+				word &^= o.words[w]
+			}
+			for b := range 64 {
+				p := int64(w)*64 + int64(b)
+				set := word&(1<<b) != 0
+				switch {
+				case set && open < 0:
+					open = p
+				case !set && open >= 0:
+					spans = append(spans, Span{Epoch: k, From: open, To: p})
+					n += p - open
+					open = -1
+				}
+			}
+		}
+		if open >= 0 {
+			end := int64(len(e.words)) * 64
+			spans = append(spans, Span{Epoch: k, From: open, To: end})
+			n += end - open
+		}
+	}
+	return spans, n
+}

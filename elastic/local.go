@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/embedding"
@@ -21,6 +23,8 @@ type LocalServer struct {
 	addr   string
 	ck     *checkpoint.Checkpointer
 	tables map[string]checkpoint.Table // what the checkpointer saves
+	inc    uint64                      // this incarnation
+	closed atomic.Bool
 
 	mu       sync.Mutex
 	restored *checkpoint.Restored
@@ -36,7 +40,7 @@ func NewLocalServer(srv *ps.Server, addr string, ck checkpoint.Config) (*LocalSe
 	if srv == nil {
 		return nil, fmt.Errorf("%w: nil server", ErrInvalidConfig)
 	}
-	l := &LocalServer{srv: srv, addr: addr}
+	l := &LocalServer{srv: srv, addr: addr, inc: rand.Uint64() | 1}
 	if ck.Storage == nil {
 		return l, nil
 	}
@@ -211,8 +215,81 @@ func (l *LocalServer) CheckpointStats() checkpoint.Stats {
 	return l.ck.Stats()
 }
 
-// Close closes the checkpointer. Idempotent.
+// Incarnation identifies this LocalServer among the restarts of its server.
+func (l *LocalServer) Incarnation() uint64 { return l.inc }
+
+// Health implements ParameterServer; after Close it answers ErrClosed.
+func (l *LocalServer) Health(context.Context) (ServerHealth, error) {
+	if l.closed.Load() {
+		return ServerHealth{}, ErrClosed
+	}
+	h := ServerHealth{Incarnation: l.inc}
+	if t := l.srv.OwnerTable(); t != nil {
+		h.TableVersion = t.Version
+	}
+	return h, nil
+}
+
+// Admit implements ParameterServer: calls on a LocalServer always reach its own incarnation.
+func (l *LocalServer) Admit(uint64) {}
+
+// Restore implements ParameterServer.
+func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
+	if t == nil {
+		return fmt.Errorf("%w: nil owner table", ErrInvalidConfig)
+	}
+	if step > 0 && l.ck == nil {
+		return errNoCheckpoints
+	}
+	want := t.SlotsOf(l.srv.ID())
+	var target func(slot int) bool
+	switch mode {
+	case RestoreAll:
+		target = func(int) bool { return true }
+	case RestoreNew:
+		cur := l.srv.OwnerTable()
+		if cur == nil {
+			target = want.Has
+		} else {
+			have := cur.SlotsOf(l.srv.ID())
+			target = func(s int) bool { return want.Has(s) && !have.Has(s) }
+		}
+	default:
+		return fmt.Errorf("%w: restore mode %d", ErrInvalidConfig, mode)
+	}
+	var slots []int
+	for _, s := range want.Members() {
+		if target(s) {
+			slots = append(slots, s)
+		}
+	}
+	l.srv.ClearSlots(target)
+	l.mu.Lock()
+	l.last = checkpoint.SnapshotInfo{}
+	l.mu.Unlock()
+	if step == 0 {
+		return nil
+	}
+	res, err := l.ck.Load(ctx, step, checkpoint.RestoreSlots(slots),
+		checkpoint.RestoreBlobs(func(_, name string) bool { return name == blobApplied }))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.restored = res
+	l.mu.Unlock()
+	var applied [][]byte
+	for _, b := range res.Blobs {
+		if b.Name == blobApplied {
+			applied = append(applied, b.Data)
+		}
+	}
+	return l.srv.LoadApplied(applied, target)
+}
+
+// Close closes the checkpointer; Health answers ErrClosed from then on. Idempotent.
 func (l *LocalServer) Close() error {
+	l.closed.Store(true)
 	if l.ck == nil {
 		return nil
 	}

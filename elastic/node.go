@@ -31,9 +31,44 @@ type ParameterServer interface {
 	WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error)
 	// Verify checks that the commit of step can be loaded for the slots t gives this server.
 	Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error
-	// Load restores the state of step for the slots t gives this server.
+	// Load restores the state of step for the slots t gives this server, which must be fresh
+	// (no trained row): how a job resumes.
 	Load(ctx context.Context, step uint64, t *ps.OwnerTable) error
+
+	// Health answers whether the server is up, and as which incarnation: a new value every time
+	// its process (or LocalServer) starts, so a server that restarted shows.
+	Health(ctx context.Context) (ServerHealth, error)
+	// Admit directs every later call at incarnation inc: a server of another incarnation (one
+	// that restarted since) refuses them with ErrReplaced instead of acting on them.
+	Admit(inc uint64)
+	// Restore recovers the state of step, after a server failed, for the slots mode selects
+	// among those t gives this server; what the server holds for them is cleared first. Step 0
+	// (no commit yet) clears without loading.
+	Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error
 }
+
+// ServerHealth is a server's answer to Health.
+type ServerHealth struct {
+	// Incarnation identifies the server's process (never 0).
+	Incarnation uint64
+	// TableVersion is the owner table it serves (0: none, it serves nothing).
+	TableVersion uint64
+}
+
+// RestoreMode selects the slots a Restore recovers.
+type RestoreMode uint8
+
+const (
+	// RestoreAll clears every slot and loads all the slots the table gives the server
+	// (Rollback: the whole job returns to a commit), from its own shared memory where it still
+	// has the commit, else from storage.
+	RestoreAll RestoreMode = iota + 1
+	// RestoreNew loads only the slots the table gives the server that its current table does
+	// not (all of them on a server without a table): a failed server's slots, onto its
+	// replacement or onto survivors (Partial). The slots it serves are left alone, and it goes
+	// on serving them meanwhile.
+	RestoreNew
+)
 
 // Progress is how far the dispatcher has accepted the training data at a barrier: every data
 // epoch below Epoch is finished, and in Epoch each listed shard is accepted through its offset. A

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -24,6 +25,8 @@ const (
 	methodPersist  uint16 = 0x4504
 	methodVerify   uint16 = 0x4505
 	methodLoad     uint16 = 0x4506
+	methodHealth   uint16 = 0x4507
+	methodRestore  uint16 = 0x4508
 
 	methodJoin  uint16 = 0x4511
 	methodBegin uint16 = 0x4512
@@ -42,6 +45,7 @@ const (
 	codeFailed       = codeMalformed + 6
 	codeClosed       = codeMalformed + 7
 	codeNotFresh     = codeMalformed + 8
+	codeReplaced     = codeMalformed + 9
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -85,6 +89,8 @@ func remoteErr(err error) error {
 		code = codeNoCheckpoint
 	case errors.Is(err, ErrNotFresh):
 		code = codeNotFresh
+	case errors.Is(err, ErrReplaced):
+		code = codeReplaced
 	}
 	return &rpc.RemoteError{Code: code, Message: err.Error()}
 }
@@ -111,6 +117,8 @@ func localErr(addr string, err error) error {
 		sentinel = errHeld
 	case codeNotFresh:
 		sentinel = ErrNotFresh
+	case codeReplaced:
+		sentinel = ErrReplaced
 	default:
 		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
 	}
@@ -133,10 +141,27 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			if err != nil {
 				return remoteErr(err)
 			}
+			if m.inc != 0 && m.inc != l.inc {
+				return remoteErr(fmt.Errorf("%w: server %s is incarnation %x, the call is for %x", ErrReplaced, l.srv.ID(), l.inc, m.inc))
+			}
 			return remoteErr(f(ctx, m, resp))
 		}
 	}
 	return register(reg, map[uint16]rpc.Handler{
+		methodHealth: handle(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
+			h, err := l.Health(ctx)
+			if err == nil {
+				resp.Write(enc(nil).u64(h.Incarnation).u64(h.TableVersion))
+			}
+			return err
+		}),
+		methodRestore: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			t, err := table(m.table)
+			if err != nil {
+				return err
+			}
+			return l.Restore(ctx, m.step, t, RestoreMode(m.mode))
+		}),
 		methodInstall: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
 			t, err := table(m.table)
 			if err != nil {
@@ -286,6 +311,7 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 type RemoteServer struct {
 	remote
 	node ps.Node
+	inc  atomic.Uint64 // Admit's incarnation: every call is meant for it
 }
 
 var _ ParameterServer = (*RemoteServer)(nil)
@@ -308,18 +334,18 @@ func (s *RemoteServer) Node() ps.Node { return s.node }
 
 // InstallTable implements ParameterServer.
 func (s *RemoteServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
-	return s.call(ctx, methodInstall, serverMsg{table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Fence implements ParameterServer.
 func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
-	return s.call(ctx, methodFence, serverMsg{floor: floor, epochs: epochs}.append(nil), nil)
+	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), floor: floor, epochs: epochs}.append(nil), nil)
 }
 
 // Snapshot implements ParameterServer.
 func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
-	err := s.call(ctx, methodSnapshot, serverMsg{step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
+	err := s.call(ctx, methodSnapshot, serverMsg{inc: s.inc.Load(), step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})
 	return info, err
@@ -328,7 +354,7 @@ func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress)
 // WaitPersisted implements ParameterServer.
 func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	var ref checkpoint.ManifestRef
-	err := s.call(ctx, methodPersist, serverMsg{step: step}.append(nil), func(d *dec) {
+	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), step: step}.append(nil), func(d *dec) {
 		ref = checkpoint.ManifestRef{Node: d.str(), Step: d.u64(), Name: d.str(), Size: int64(d.u64()), Sum: d.u64()}
 	})
 	return ref, err
@@ -336,12 +362,30 @@ func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoi
 
 // Verify implements ParameterServer.
 func (s *RemoteServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
-	return s.call(ctx, methodVerify, serverMsg{step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Load implements ParameterServer.
 func (s *RemoteServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
-	return s.call(ctx, methodLoad, serverMsg{step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+}
+
+// Health implements ParameterServer; it is answered by whichever incarnation runs.
+func (s *RemoteServer) Health(ctx context.Context) (ServerHealth, error) {
+	var h ServerHealth
+	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
+		h.Incarnation, h.TableVersion = d.u64(), d.u64()
+	})
+	return h, err
+}
+
+// Admit implements ParameterServer.
+func (s *RemoteServer) Admit(inc uint64) { s.inc.Store(inc) }
+
+// Restore implements ParameterServer.
+func (s *RemoteServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
+	m := serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
+	return s.call(ctx, methodRestore, m.append(nil), nil)
 }
 
 // RemoteControl is a coordinator in another process (ServeControl), as a worker's Session uses

@@ -43,7 +43,8 @@ type SessionConfig struct {
 	Reader shard.ReaderConfig
 	// Retries is how many times a batch whose function failed is run again before the session
 	// gives up (a retry is safe: the servers apply each batch position at most once per slot).
-	// Default 2.
+	// Failures for want of a parameter server (unreachable, or not serving its slots yet: a
+	// server being recovered) do not count: they are retried until ApplyTimeout. Default 2.
 	Retries int
 	// RetryBackoff is the wait before the first retry, doubled for each next one. Default 50ms.
 	RetryBackoff time.Duration
@@ -60,11 +61,12 @@ type SessionConfig struct {
 // the batch's position), reports it to the dispatcher and counts it. A Session is used by one
 // goroutine at a time; Close is safe from any.
 type Session struct {
-	cfg    SessionConfig
-	log    *slog.Logger
-	reader *shard.Reader
+	cfg SessionConfig
+	log *slog.Logger
+	rc  shard.ReaderConfig
 
 	mu     sync.Mutex
+	reader *shard.Reader // replaced when the worker joins again
 	epoch  uint64
 	steps  uint64
 	failed error
@@ -110,7 +112,7 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reader: %w", ErrInvalidConfig, err)
 	}
-	return &Session{cfg: cfg, log: cfg.Logger.With("worker", cfg.Worker), reader: r}, nil
+	return &Session{cfg: cfg, log: cfg.Logger.With("worker", cfg.Worker), rc: rc, reader: r}, nil
 }
 
 // Batch is a batch of training data as a step's function sees it: the records, and pushes that
@@ -158,13 +160,29 @@ var ErrBatchFailed = errors.New("elastic: batch failed")
 // before. A failed fn is run again (Retries); one that keeps failing ends the session with
 // ErrBatchFailed. ErrStopped means the coordinator ended training.
 func (s *Session) Step(ctx context.Context, fn func(ctx context.Context, b *Batch) error) error {
+	for {
+		err := s.step(ctx, fn)
+		if !errors.Is(err, errRejoined) {
+			return err
+		}
+	}
+}
+
+// errRejoined says the coordinator had dropped the worker (failed it, or rolled the job back):
+// the batch in hand was given up, and the worker joined again with a new reader.
+var errRejoined = errors.New("elastic: joined again")
+
+func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batch) error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
 	if err := s.join(ctx, false); err != nil {
 		return err
 	}
-	sb, err := s.reader.Next(ctx)
+	s.mu.Lock()
+	reader := s.reader
+	s.mu.Unlock()
+	sb, err := reader.Next(ctx)
 	if err != nil {
 		return err
 	}
@@ -179,52 +197,91 @@ func (s *Session) Step(ctx context.Context, fn func(ctx context.Context, b *Batc
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
 	backoff := s.cfg.RetryBackoff
-	for try := 0; ; try++ {
+	for tries := 0; ; {
 		err = fn(ctx, b)
-		if err == nil || try == s.cfg.Retries || ctx.Err() != nil || errors.Is(err, ps.ErrFenced) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, ps.ErrFenced) {
 			break
 		}
-		s.log.Warn("batch failed; trying again", "try", try+1, "err", err)
+		if !waitingForServer(err) {
+			if tries++; tries > s.cfg.Retries {
+				break
+			}
+		}
+		s.log.Warn("batch failed; trying again", "tries", tries, "err", err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		}
-		backoff *= 2
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer lcancel()
+	if errors.Is(err, ps.ErrFenced) {
+		// The coordinator fenced this worker (it failed it, or rolled the job back): what it
+		// did not apply of the batch is replayed by whoever holds the shard now.
+		s.cfg.Control.End(lctx, s.cfg.Worker, epoch, false)
+		s.log.Warn("fenced in the middle of a batch; joining again", "err", err)
+		if err := s.rejoin(lctx); err != nil {
+			return err
+		}
+		return errRejoined
 	}
 	if err == nil {
-		err = s.reader.Done(ctx, sb)
+		err = reader.Done(ctx, sb)
 		if err == nil {
 			return s.cfg.Control.End(ctx, s.cfg.Worker, epoch, true)
 		}
 	}
 	// The batch may be partly applied and is not reported: hand the shards back so it is
 	// replayed from the last reported offset, and stop.
-	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
-	defer lcancel()
 	s.cfg.Control.End(lctx, s.cfg.Worker, epoch, false)
 	s.finish(lctx, fmt.Errorf("%w: %w", ErrBatchFailed, err))
 	return s.usable()
 }
 
-// begin waits at the barrier; a worker the coordinator dropped joins again.
+// maxRetryBackoff caps the wait between two tries of a batch.
+const maxRetryBackoff = time.Second
+
+// waitingForServer reports whether a batch failed for want of a parameter server (down, or
+// not serving its slots yet): it goes through once the coordinator has recovered the server.
+func waitingForServer(err error) bool {
+	var se *ps.ServerError
+	return errors.As(err, &se) || errors.Is(err, ps.ErrWrongOwner)
+}
+
+// begin waits at the barrier. A worker the coordinator dropped gives up the batch in hand and
+// joins again (errRejoined).
 func (s *Session) begin(ctx context.Context) (uint64, error) {
-	for {
-		s.mu.Lock()
-		epoch := s.epoch
-		s.mu.Unlock()
-		err := s.cfg.Control.Begin(ctx, s.cfg.Worker, epoch)
-		switch {
-		case err == nil:
-			return epoch, nil
-		case errors.Is(err, ErrNotMember):
-			s.log.Warn("dropped by the coordinator; joining again")
-			if err := s.join(ctx, true); err != nil {
-				return 0, err
-			}
-		default:
+	s.mu.Lock()
+	epoch := s.epoch
+	s.mu.Unlock()
+	err := s.cfg.Control.Begin(ctx, s.cfg.Worker, epoch)
+	switch {
+	case err == nil:
+		return epoch, nil
+	case errors.Is(err, ErrNotMember):
+		s.log.Warn("dropped by the coordinator; joining again")
+		if err := s.rejoin(ctx); err != nil {
 			return 0, err
 		}
+		return 0, errRejoined
 	}
+	return 0, err
+}
+
+// rejoin joins again with a new reader: the leases of the old one were handed back (the worker
+// was failed) or voided (the job was rolled back), and what it read ahead is not this worker's.
+func (s *Session) rejoin(ctx context.Context) error {
+	r, err := shard.NewReader(s.rc)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.reader
+	s.reader = r
+	s.mu.Unlock()
+	old.Close()
+	return s.join(ctx, true)
 }
 
 // Join registers the worker with the coordinator now (Step does it otherwise): a program that
@@ -270,7 +327,10 @@ const leaveTimeout = 10 * time.Second
 
 // finish hands the shards back, leaves the job and records why.
 func (s *Session) finish(ctx context.Context, why error) {
-	if err := s.reader.Leave(ctx); err != nil {
+	s.mu.Lock()
+	reader := s.reader
+	s.mu.Unlock()
+	if err := reader.Leave(ctx); err != nil {
 		s.log.Warn("handing shards back", "err", err)
 	}
 	s.mu.Lock()
@@ -309,5 +369,7 @@ func (s *Session) Close() error {
 		s.finish(ctx, ErrClosed)
 		cancel()
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.reader.Close()
 }

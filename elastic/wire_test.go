@@ -14,7 +14,7 @@ func TestWireRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, w, got)
 
-	s := serverMsg{step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress")}
+	s := serverMsg{inc: 0xabc, mode: uint8(RestoreNew), step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress")}
 	gs, err := decodeServerMsg(s.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, s, gs)
@@ -48,7 +48,7 @@ func FuzzDecodeWorkerMsg(f *testing.F) {
 }
 
 func FuzzDecodeServerMsg(f *testing.F) {
-	f.Add(serverMsg{step: 1, floor: 2, epochs: []uint64{3}, table: []byte{4}}.append(nil))
+	f.Add(serverMsg{inc: 9, mode: 1, step: 1, floor: 2, epochs: []uint64{3}, table: []byte{4}}.append(nil))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeServerMsg(b)

@@ -296,9 +296,10 @@ func decodeApplied(b []byte) (map[string]map[Position][]uint32, error) {
 	return out, nil
 }
 
-// LoadApplied replaces the server's applied positions with those of the saved states (from one
-// or several servers' checkpoints: a restore onto another number of servers merges them),
-// keeping the slots owned accepts. Every state is checked first: on an error nothing changes.
+// LoadApplied replaces the server's applied positions for the slots owned accepts (nil: every
+// slot) with those of the saved states (from one or several servers' checkpoints: a restore onto
+// another number of servers merges them); positions applied to other slots are kept. Every state
+// is checked first: on an error nothing changes.
 func (s *Server) LoadApplied(states [][]byte, owned func(slot int) bool) error {
 	merged := map[string]map[Position][]uint32{}
 	for i, b := range states {
@@ -321,11 +322,17 @@ func (s *Server) LoadApplied(states [][]byte, owned func(slot int) bool) error {
 			}
 		}
 	}
+	all := func(int) bool { return true }
+	if owned == nil {
+		owned = all
+	}
 	s.own.Lock()
 	defer s.own.Unlock()
-	s.own.applied = map[string]*appliedSet{}
 	for _, h := range s.own.tables {
 		s.appliedLocked(h.name)
+	}
+	for _, a := range s.own.applied {
+		a.dropSlots(owned)
 	}
 	for name, entries := range merged {
 		a := s.appliedLocked(name)
@@ -333,8 +340,10 @@ func (s *Server) LoadApplied(states [][]byte, owned func(slot int) bool) error {
 			if len(slots) == 0 {
 				continue
 			}
+			m := a.stripes[a.stripe(p)].m
+			slots = append(slots, m[p]...)
 			slices.Sort(slots)
-			a.stripes[a.stripe(p)].m[p] = slices.Compact(slots)
+			m[p] = slices.Compact(slots)
 		}
 	}
 	return nil

@@ -359,3 +359,52 @@ func TestSyncModeRefusesDuplicateAndLatePushes(t *testing.T) {
 	applyRef(t, ref, ids1, g1, 1)
 	assert.Equal(t, rowsOf(ref), clusterRows(t, c.Servers, "emb"), "step 1 applied once")
 }
+
+// ClearSlots drops the rows and applied positions of the given slots only, and LoadApplied for
+// some slots leaves the positions of the others alone: what a server adopting a failed server's
+// slots relies on.
+func TestClearSlotsAndLoadAppliedPerSlot(t *testing.T) {
+	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, Slots: 16})
+	ctx := pstest.Context(t)
+	cl := c.Client("w", ps.ClientConfig{})
+	srv := c.Servers[0]
+	ids, g := randomBatch(rand.New(rand.NewPCG(3, 4)), 64, 500)
+	pos := ps.Position{Shard: 1, Start: 0, End: 64}
+	require.NoError(t, cl.Push(ctx, "emb", ids, g, 1, ps.At(pos)))
+	saved := srv.AppliedState(nil)
+	low := func(slot int) bool { return slot < 8 }
+	tab, _ := srv.Table("emb")
+	before := rowsOf(tab)
+
+	deleted := srv.ClearSlots(low)
+	after := rowsOf(tab)
+	require.Positive(t, deleted)
+	assert.Equal(t, len(before)-deleted, len(after))
+	for id, r := range before {
+		if low(embedding.Slot(id, 16)) {
+			assert.NotContains(t, after, id)
+		} else {
+			assert.Equal(t, r, after[id], "row %d of a kept slot", id)
+		}
+	}
+	// The replay applies to the cleared slots only: the kept slots remember the position.
+	require.NoError(t, cl.Push(ctx, "emb", ids, g, 1, ps.At(pos)))
+	for id := range before {
+		if !low(embedding.Slot(id, 16)) {
+			assert.Equal(t, before[id], rowsOf(tab)[id], "kept row %d not applied twice", id)
+		}
+	}
+
+	// Loading the saved positions for the low slots gives them back, keeping the high ones'.
+	srv.ClearSlots(low)
+	require.NoError(t, srv.LoadApplied([][]byte{saved}, low))
+	require.NoError(t, cl.Push(ctx, "emb", ids, g, 1, ps.At(pos)))
+	now := rowsOf(tab)
+	for id, r := range before {
+		if low(embedding.Slot(id, 16)) {
+			assert.NotContains(t, now, id, "row %d: the position is known again, nothing applied", id)
+		} else {
+			assert.Equal(t, r, now[id], "row %d: its slot's positions were kept", id)
+		}
+	}
+}

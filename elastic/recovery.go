@@ -1,0 +1,503 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/ps"
+	"golang.org/x/sync/errgroup"
+)
+
+// RecoveryPolicy says what a job does when a parameter server fails.
+type RecoveryPolicy uint8
+
+const (
+	// Rollback returns the whole job to the newest commit: every server reloads its slots
+	// (from its own shared memory where it still has them), the dispatcher and the ledger too,
+	// and the workers join again. Exactly-once holds; the work since that commit is redone.
+	Rollback RecoveryPolicy = iota
+	// Partial (after CPR, Maeng et al., MLSys 2021) restores only the failed server's slots
+	// from the newest commit, onto its replacement or onto the surviving servers, while the
+	// others go on training. The updates those slots lost are counted (RecoveryEvent.Lost).
+	Partial
+)
+
+func (p RecoveryPolicy) String() string {
+	switch p {
+	case Rollback:
+		return "rollback"
+	case Partial:
+		return "partial"
+	}
+	return fmt.Sprintf("RecoveryPolicy(%d)", uint8(p))
+}
+
+// RecoveryEvent reports one recovery from parameter-server failures.
+type RecoveryEvent struct {
+	Policy RecoveryPolicy
+	// Failed are the servers that failed, with why.
+	Failed map[string]string
+	// Replaced are the failed servers a new incarnation took over; the slots of the others
+	// went to the survivors.
+	Replaced []string
+	// Step is the commit restored (0: none yet, so restored slots start afresh).
+	Step uint64
+	// TableVersion is the owner table published at the end.
+	TableVersion uint64
+	// Detected is when the first failure was noticed; Replacement how long the wait for
+	// replacements took; Duration the time from Detected until training could go on.
+	Detected    time.Time
+	Replacement time.Duration
+	Duration    time.Duration
+	// Partial only: the dataset positions trained since the commit and before the restored
+	// slots were published, whose updates to those slots are lost (they count as trained);
+	// LostRecords counts them and TrainedRecords is every position trained so far.
+	Lost           []Span
+	LostRecords    int64
+	TrainedRecords int64
+	// Err is set when the attempt failed (it is tried again).
+	Err error
+}
+
+// LostShare is the share of the trained records whose effect on the restored slots was lost.
+func (e RecoveryEvent) LostShare() float64 {
+	if e.TrainedRecords == 0 {
+		return 0
+	}
+	return float64(e.LostRecords) / float64(e.TrainedRecords)
+}
+
+// Span is the dataset positions [From, To) of a data epoch.
+type Span struct {
+	Epoch    int
+	From, To int64
+}
+
+// serverEntry is what the coordinator knows of a parameter server's health.
+type serverEntry struct {
+	ps       ParameterServer
+	inc      uint64    // the incarnation admitted
+	lastOK   time.Time // its last good answer
+	failed   bool
+	reason   string
+	failedAt time.Time
+	next     ParameterServer // a replacement handed to ReplaceServer
+}
+
+// serverList returns the servers the owner table names.
+func (c *Coordinator) serverList() []ParameterServer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.servers)
+}
+
+// admit learns the incarnation of each server and directs later calls at it.
+func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) error {
+	for _, s := range servers {
+		h, err := s.Health(ctx)
+		if err != nil {
+			return fmt.Errorf("elastic: health of %s: %w", s.Node().ID, err)
+		}
+		s.Admit(h.Incarnation)
+		c.mu.Lock()
+		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: time.Now()}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// failedLocked returns the ids of the servers failed and not yet recovered.
+func (c *Coordinator) failedLocked() []string {
+	var ids []string
+	for id, e := range c.srvs {
+		if e.failed {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// ServerFailed reports that parameter server id failed (an RPC error, a lost lease, a
+// membership event): it is recovered under Config.Recovery. Unknown ids are ignored.
+func (c *Coordinator) ServerFailed(id, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.serverFailedLocked(id, reason)
+}
+
+func (c *Coordinator) serverFailedLocked(id, reason string) {
+	e := c.srvs[id]
+	if e == nil || e.failed || c.closed {
+		return
+	}
+	e.failed, e.reason, e.failedAt = true, reason, time.Now()
+	c.stats.ServerFailures++
+	c.log.Warn("parameter server failed", "server", id, "reason", reason, "policy", c.cfg.Recovery)
+	c.applyLocked(c.core.serverFailed(c.clock.now(), id, reason, c.cfg.Recovery == Rollback))
+}
+
+// ReplaceServer hands the coordinator a new incarnation of one of its servers (same node id):
+// the one it replaces is failed if it was not already, and s takes its slots when recovered.
+// The embedded job uses it; a remote server that restarts at its address is found by Health.
+func (c *Coordinator) ReplaceServer(s ParameterServer) error {
+	id := s.Node().ID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.srvs[id]
+	if e == nil {
+		return fmt.Errorf("%w: no parameter server %q in the job", ErrInvalidConfig, id)
+	}
+	e.next = s
+	c.serverFailedLocked(id, "replaced")
+	return nil
+}
+
+// monitor asks every server for its health and fails those that restarted or stopped
+// answering.
+func (c *Coordinator) monitor() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.HealthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			c.checkHealth()
+		}
+	}
+}
+
+func (c *Coordinator) checkHealth() {
+	type probe struct {
+		e   *serverEntry
+		s   ParameterServer
+		h   ServerHealth
+		err error
+	}
+	c.mu.Lock()
+	var probes []*probe
+	for _, e := range c.srvs {
+		if !e.failed {
+			probes = append(probes, &probe{e: e, s: e.ps})
+		}
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.HealthEvery, c.cfg.ServerTimeout/2))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range probes {
+		wg.Go(func() { p.h, p.err = p.s.Health(ctx) })
+	}
+	wg.Wait()
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range probes {
+		e := p.e
+		if e.failed || e.ps != p.s {
+			continue // changed meanwhile
+		}
+		id := p.s.Node().ID
+		switch {
+		case p.err == nil && p.h.Incarnation == e.inc:
+			e.lastOK = now
+		case p.err == nil:
+			c.serverFailedLocked(id, fmt.Sprintf("restarted (incarnation %x, was %x)", p.h.Incarnation, e.inc))
+		case now.Sub(e.lastOK) > c.cfg.ServerTimeout:
+			c.serverFailedLocked(id, fmt.Sprintf("no answer for %v: %v", now.Sub(e.lastOK).Round(time.Millisecond), p.err))
+		}
+	}
+}
+
+// recover recovers the failed servers, trying again until it succeeds or the coordinator
+// closes. It runs on the executor: no snapshot or fence runs meanwhile.
+func (c *Coordinator) recover(first string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	backoff := c.cfg.HealthEvery
+	for {
+		ev, err := c.recoverOnce(ctx)
+		ev.Err = err
+		c.recoveryEvent(ev)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("recovery failed; trying again", "server", first, "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
+	c.mu.Lock()
+	if ev.Err == nil {
+		c.stats.Recoveries++
+		c.stats.LastRecovery = ev
+	}
+	c.mu.Unlock()
+	if ev.Err == nil {
+		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
+			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
+	}
+	if c.cfg.OnRecovery != nil {
+		c.cfg.OnRecovery(ev)
+	}
+}
+
+// recoverOnce is one attempt: wait for the commits under way, find replacements (or give the
+// failed servers' slots to the survivors), restore under the policy, publish the owner table.
+func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
+	policy := c.cfg.Recovery
+	ev := RecoveryEvent{Policy: policy, Failed: map[string]string{}}
+	// Snapshots taken before the failure may still commit (their state is whole); none taken
+	// from now on will, so the newest commit cannot change under the restore.
+	wctx, wcancel := context.WithTimeout(ctx, c.cfg.ServerTimeout)
+	c.await(wctx, func() (bool, error) { return len(c.core.snapshots) == 0, nil })
+	wcancel()
+	c.mu.Lock()
+	c.recGen++
+	step := c.core.committed
+	var failed []*serverEntry
+	for _, id := range c.failedLocked() {
+		e := c.srvs[id]
+		failed = append(failed, e)
+		ev.Failed[id] = e.reason
+		if ev.Detected.IsZero() || e.failedAt.Before(ev.Detected) {
+			ev.Detected = e.failedAt
+		}
+	}
+	c.mu.Unlock()
+	ev.Step = step
+	if len(failed) == 0 {
+		return ev, nil
+	}
+
+	// Replacements: a new incarnation at the failed node, for at most ReplaceWait.
+	waitStart := time.Now()
+	replacement := map[string]ParameterServer{}
+	incs := map[string]uint64{}
+	for {
+		for _, e := range failed {
+			id := e.ps.Node().ID
+			if replacement[id] != nil {
+				continue
+			}
+			c.mu.Lock()
+			cand := e.next
+			c.mu.Unlock()
+			if cand == nil {
+				cand = e.ps
+			}
+			hctx, hcancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
+			h, err := cand.Health(hctx)
+			hcancel()
+			if err == nil && h.Incarnation != e.inc {
+				replacement[id], incs[id] = cand, h.Incarnation
+			}
+		}
+		if len(replacement) == len(failed) || ctx.Err() != nil {
+			break
+		}
+		if time.Since(failed[0].failedAt) > c.cfg.ReplaceWait {
+			break
+		}
+		select {
+		case <-time.After(c.cfg.HealthEvery):
+		case <-ctx.Done():
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return ev, err
+	}
+	ev.Replacement = time.Since(waitStart)
+
+	// The new server list and owner table.
+	old := c.holder.Get()
+	c.mu.Lock()
+	var servers, survivors []ParameterServer
+	for _, s := range c.servers {
+		id := s.Node().ID
+		e := c.srvs[id]
+		switch {
+		case !e.failed:
+			servers, survivors = append(servers, s), append(survivors, s)
+		case replacement[id] != nil:
+			servers = append(servers, replacement[id])
+			ev.Replaced = append(ev.Replaced, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(servers) == 0 {
+		return ev, errors.New("no parameter server is left, and none was replaced")
+	}
+	nodes := make([]ps.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = s.Node()
+	}
+	table, err := ps.NewOwnerTable(old.Version+1, old.Slots, nodes, old)
+	if err != nil {
+		return ev, err
+	}
+	ev.TableVersion = table.Version
+	for id, s := range replacement {
+		s.Admit(incs[id])
+	}
+
+	switch policy {
+	case Rollback:
+		err = c.rollback(ctx, step, servers, table)
+	case Partial:
+		err = c.partial(ctx, step, servers, replacement, old, table, &ev)
+	}
+	if err != nil {
+		return ev, err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servers = servers
+	for _, e := range failed {
+		id := e.ps.Node().ID
+		if r := replacement[id]; r != nil {
+			c.srvs[id] = &serverEntry{ps: r, inc: incs[id], lastOK: time.Now()}
+		} else {
+			delete(c.srvs, id)
+		}
+	}
+	if len(c.failedLocked()) > 0 {
+		// Another server failed meanwhile: recover it too, from the same commit.
+		return ev, fmt.Errorf("parameter servers %v failed during the recovery", c.failedLocked())
+	}
+	ev.Duration = time.Since(ev.Detected)
+	c.applyLocked(c.core.recovered(c.clock.now()))
+	return ev, nil
+}
+
+// rollback returns every server, the dispatcher and the ledger to the commit of step (or to
+// the start of the job before any commit), under a new incarnation: every epoch issued so far
+// is fenced, and the workers join again.
+func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable) error {
+	disp, led, err := c.commitData(ctx, step)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.core.restore(step, c.core.incarnation)
+	floor := c.core.floor()
+	c.fenced = nil
+	c.mu.Unlock()
+	c.clock.reset() // a barrier the failure interrupted never comes down
+	if err := c.fence(ctx, servers, floor, nil); err != nil {
+		return err
+	}
+	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
+		return err
+	}
+	if err := c.svc.restore(disp, led); err != nil {
+		return fmt.Errorf("elastic: commit %d: dispatcher: %w", step, err)
+	}
+	return c.install(ctx, servers, table)
+}
+
+// partial restores the slots the failed servers had, from the commit of step, onto the servers
+// that take them (replacements, or survivors under the new table), while the others go on.
+func (c *Coordinator) partial(ctx context.Context, step uint64, servers []ParameterServer, replacement map[string]ParameterServer, old, table *ps.OwnerTable, ev *RecoveryEvent) error {
+	c.mu.Lock()
+	floor, fenced := c.core.floor(), slices.Clone(c.fenced)
+	c.mu.Unlock()
+	var gaining []ParameterServer
+	for _, s := range servers {
+		id := s.Node().ID
+		if replacement[id] != nil {
+			gaining = append(gaining, s)
+			continue
+		}
+		have, want := old.SlotsOf(id), table.SlotsOf(id)
+		for _, sl := range want.Members() {
+			if !have.Has(sl) {
+				gaining = append(gaining, s)
+				break
+			}
+		}
+	}
+	var reps []ParameterServer
+	for _, s := range replacement {
+		reps = append(reps, s)
+	}
+	// A replacement refuses whatever the survivors refuse before it serves anything.
+	if err := c.fence(ctx, reps, floor, fenced); err != nil {
+		return err
+	}
+	if err := c.restoreEach(ctx, gaining, step, table, RestoreNew); err != nil {
+		return err
+	}
+	_, led, err := c.commitData(ctx, step)
+	if err != nil {
+		return err
+	}
+	// What was trained from the commit until the table is published updated the failed
+	// slots on a server that is gone: count it, at the moment before the servers that now
+	// hold those slots start taking updates.
+	c.svc.mu.Lock()
+	ev.Lost, ev.LostRecords = c.ledger.since(led)
+	ev.TrainedRecords = c.ledger.trained()
+	err = c.install(ctx, servers, table)
+	c.svc.mu.Unlock()
+	return err
+}
+
+// restoreEach runs Restore on servers in parallel.
+func (c *Coordinator) restoreEach(ctx context.Context, servers []ParameterServer, step uint64, table *ps.OwnerTable, mode RestoreMode) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.Restore(gctx, step, table, mode); err != nil {
+				return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// commitData reads the dispatcher's state and the ledger of the commit of step; step 0 is the
+// start of the job.
+func (c *Coordinator) commitData(ctx context.Context, step uint64) ([]byte, *ledger, error) {
+	if step == 0 {
+		return c.initial, newLedger(), nil
+	}
+	if c.committer == nil {
+		return nil, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
+	}
+	disp, err := c.committer.Blob(ctx, step, blobDispatcher)
+	if err != nil {
+		return nil, nil, fmt.Errorf("elastic: commit %d: %w", step, err)
+	}
+	raw, err := c.committer.Blob(ctx, step, blobLedger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("elastic: commit %d: %w", step, err)
+	}
+	led, err := decodeLedger(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("elastic: commit %d: %w", step, err)
+	}
+	return disp, led, nil
+}

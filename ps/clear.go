@@ -1,0 +1,68 @@
+package ps
+
+import (
+	"github.com/elasticps/elasticps/embedding"
+)
+
+// ClearSlots forgets everything this server holds for the slots drop accepts: the rows of its
+// embedding tables in those slots and the positions applied to them. Dense tensors keep their
+// rows (a restore replaces them whole). A server rolled back to a checkpoint clears its slots
+// first, so rows created after the checkpoint do not survive the load. It returns the rows
+// deleted. Call it while the server does not serve those slots (no owner table gives them to
+// it, or training is paused).
+func (s *Server) ClearSlots(drop func(slot int) bool) int {
+	s.own.RLock()
+	var tables []*embedding.Table
+	for _, h := range s.own.tables {
+		if !h.dense {
+			tables = append(tables, h.t)
+		}
+	}
+	sets := make([]*appliedSet, 0, len(s.own.applied))
+	for _, a := range s.own.applied {
+		sets = append(sets, a)
+	}
+	s.own.RUnlock()
+	S := s.cfg.Slots
+	n := 0
+	for _, t := range tables {
+		var ids []uint64
+		t.Range(func(v embedding.RowView) bool {
+			if drop(embedding.Slot(v.ID, S)) {
+				ids = append(ids, v.ID)
+			}
+			return true
+		})
+		for _, id := range ids {
+			if t.Delete(id) {
+				n++
+			}
+		}
+	}
+	for _, a := range sets {
+		a.dropSlots(drop)
+	}
+	return n
+}
+
+// dropSlots removes the slots drop accepts from every entry, and entries left with none.
+func (a *appliedSet) dropSlots(drop func(slot int) bool) {
+	for k := range a.stripes {
+		st := &a.stripes[k]
+		st.Lock()
+		for p, slots := range st.m {
+			kept := slots[:0:0]
+			for _, sl := range slots {
+				if !drop(int(sl)) {
+					kept = append(kept, sl)
+				}
+			}
+			if len(kept) == 0 {
+				delete(st.m, p)
+			} else if len(kept) < len(slots) {
+				st.m[p] = kept
+			}
+		}
+		st.Unlock()
+	}
+}
