@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -88,9 +89,18 @@ type faultJob struct {
 	wg      sync.WaitGroup
 	close   func() // stops everything; the shared-memory regions stay
 	closers []func()
+
+	mu     sync.Mutex // guards servers and locals once training runs
+	dead   map[int]bool
+	logger *slog.Logger // for the workers; nil discards
 }
 
 func startFaultJob(t *testing.T, n int, store checkpoint.Storage, shm string) *faultJob {
+	return startFaultJobWith(t, n, store, shm, nil)
+}
+
+// startFaultJobWith starts a fault job whose coordinator's Config tune adjusts.
+func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string, tune func(*elastic.Config)) *faultJob {
 	j := &faultJob{t: t, net: memnet.New(memnet.Config{}), secret: []byte("a secret of the fault tests....."), store: store, shm: shm}
 	ctx := context.Background()
 	var nodes []elastic.ParameterServer
@@ -106,13 +116,17 @@ func startFaultJob(t *testing.T, n int, store checkpoint.Storage, shm string) *f
 		j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)
 		nodes = append(nodes, ls)
 	}
-	var err error
-	j.coord, err = elastic.NewCoordinator(ctx, elastic.Config{
+	cfg := elastic.Config{
 		Job: "faults", Servers: nodes, Slots: faultSlots, Storage: store, CheckpointEvery: 8,
 		WorkerSilence: 400 * time.Millisecond, ArriveTimeout: time.Second,
 		Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs,
 			Seed: 3, Shuffle: true, LeaseTTL: 2 * time.Second, RetryAfter: 100 * time.Millisecond},
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	var err error
+	j.coord, err = elastic.NewCoordinator(ctx, cfg)
 	require.NoError(t, err)
 	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: j.coord.Service(), Secret: j.secret})
 	require.NoError(t, err)
@@ -127,6 +141,8 @@ func startFaultJob(t *testing.T, n int, store checkpoint.Storage, shm string) *f
 		}
 		dsrv.Close()
 		j.coord.Close()
+		j.mu.Lock()
+		defer j.mu.Unlock()
 		for i, s := range j.servers {
 			s.Close()
 			j.locals[i].Close()
@@ -169,7 +185,7 @@ func (j *faultJob) worker(name string) *faultWorker {
 	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
 	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
-		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}})
+		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}, Logger: j.logger})
 	require.NoError(j.t, err)
 	j.closers = append(j.closers, func() {
 		sess.Close()

@@ -425,7 +425,8 @@ func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, ba
 			return nil, ctx.Err()
 		}
 		*backoff *= 2
-		return c.refreshTable(ctx, t.Version)
+		// Anything newer than t: the unreachable server may have been replaced in a new table.
+		return c.refreshTable(ctx, t.Version+1)
 	}
 	return c.refreshTable(ctx, maxVer)
 }

@@ -1,0 +1,216 @@
+package elastic_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// kill crashes server i as a process dies: its host drops off the network, its server and
+// checkpointer stop; its shared-memory files stay.
+func (j *faultJob) kill(i int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	id := j.servers[i].ID()
+	j.net.Kill(id)
+	j.servers[i].Close()
+	j.locals[i].Close()
+	if j.dead == nil {
+		j.dead = map[int]bool{}
+	}
+	j.dead[i] = true
+}
+
+// liveServers returns the servers not killed (or restarted since).
+func (j *faultJob) liveServers() []*ps.Server {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []*ps.Server
+	for i, s := range j.servers {
+		if !j.dead[i] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// restart starts a new incarnation of server i at the same address and shared-memory
+// directory, and hands it to the coordinator.
+func (j *faultJob) restart(i int) error {
+	id := j.servers[i].ID()
+	j.net.Restart(id)
+	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+	if err != nil {
+		return err
+	}
+	l, err := j.net.Host(id).Listen(id + ":1")
+	if err != nil {
+		return err
+	}
+	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
+	if err != nil {
+		return err
+	}
+	j.serve(func() { srv.Serve(l) })
+	j.mu.Lock()
+	j.servers[i], j.locals[i] = srv, ls
+	delete(j.dead, i)
+	j.mu.Unlock()
+	return j.coord.ReplaceServer(ls)
+}
+
+// faultRecoveryCase is one way of losing a server.
+type faultRecoveryCase struct {
+	policy  elastic.RecoveryPolicy
+	replace bool // a new incarnation comes up; otherwise the survivors take the slots
+}
+
+// A parameter server dies in the middle of training (a worker's pushes to it fail), and comes
+// back as a new incarnation or does not; the job goes on without any worker failing. Under
+// Rollback every row at the end equals the failure-free result bit for bit and every position
+// was trained exactly once per epoch; under Partial the rows equal it except for the updates of
+// the positions the recovery reported lost, on the failed server's slots only.
+func TestServerFailureRecovery(t *testing.T) {
+	for _, tc := range []faultRecoveryCase{
+		{elastic.Rollback, true},
+		{elastic.Rollback, false},
+		{elastic.Partial, true},
+		{elastic.Partial, false},
+	} {
+		t.Run(fmt.Sprintf("%s/replace=%t", tc.policy, tc.replace), func(t *testing.T) { testServerFailure(t, tc) })
+	}
+}
+
+func testServerFailure(t *testing.T, tc faultRecoveryCase) {
+	store := checkpoint.NewMemStorage()
+	var snapped atomic.Uint64 // the step of the newest snapshot
+	j := startFaultJobWith(t, 3, store, t.TempDir(), func(c *elastic.Config) {
+		c.Recovery = tc.policy
+		c.OnCheckpoint = func(ev elastic.CheckpointEvent) {
+			if !ev.Commit && ev.Err == nil {
+				snapped.Store(ev.Step)
+			}
+		}
+		c.Logger = testLogger(t)
+		c.HealthEvery = 20 * time.Millisecond
+		c.ServerTimeout = 200 * time.Millisecond
+		c.ReplaceWait = time.Hour
+		if !tc.replace {
+			c.ReplaceWait = 100 * time.Millisecond
+		}
+	})
+	j.logger = testLogger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	table, err := j.coord.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	failedSlots := table.SlotsOf("ps-1")
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, name := range []string{"w0", "w1"} {
+		w := j.worker(name)
+		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
+	}
+	// The killer kills ps-1 at its 10th batch or later, after some commits, just before pushing
+	// it.
+	killer := j.worker("killer")
+	n, killed := 0, false
+	restarted := make(chan error, 1)
+	wg.Go(func() {
+		errs[2] = killer.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
+			// Some steps since the last commit, so that Partial has updates to lose.
+			n++
+			if st := j.coord.Stats(); n >= 10 && !killed && st.Step > snapped.Load()+3 {
+				killed = true
+				t.Logf("killing ps-1 at step %d, last snapshot %d", st.Step, snapped.Load())
+				j.kill(1)
+				if tc.replace {
+					go func() { restarted <- j.restart(1) }()
+				}
+			}
+			return trainStep(ctx, b)
+		})
+	})
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the recovery", i)
+	}
+	require.True(t, killed, "the killer killed ps-1 (it trained %d batches)", n)
+	if tc.replace {
+		require.NoError(t, <-restarted)
+	}
+	_, err = j.coord.Checkpoint(ctx)
+	require.NoError(t, err)
+
+	st := j.coord.Stats()
+	require.Equal(t, 1, st.Recoveries, "one recovery")
+	ev := st.LastRecovery
+	require.NoError(t, ev.Err)
+	assert.Contains(t, ev.Failed, "ps-1")
+	assert.Positive(t, ev.Step, "restored from a commit")
+	if tc.replace {
+		assert.Equal(t, []string{"ps-1"}, ev.Replaced)
+	} else {
+		assert.Empty(t, ev.Replaced)
+		now, err := j.coord.OwnerTable(ctx, 0)
+		require.NoError(t, err)
+		assert.Empty(t, now.SlotsOf("ps-1").Members(), "the survivors took its slots")
+	}
+	t.Logf("%s: recovered from step %d in %v (waited %v for a replacement), lost %d of %d records",
+		tc.policy, ev.Step, ev.Duration.Round(time.Millisecond), ev.Replacement.Round(time.Millisecond), ev.LostRecords, ev.TrainedRecords)
+
+	for _, e := range j.coord.ExactlyOnce() {
+		assert.True(t, e.OK(), "%s", e)
+		assert.True(t, e.Complete, "%s", e)
+	}
+	want := faultExpected()
+	live := j.liveServers()
+	switch tc.policy {
+	case elastic.Rollback:
+		assert.Zero(t, ev.LostRecords)
+		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch")
+	case elastic.Partial:
+		require.Positive(t, ev.LostRecords, "training went on between the commit and the failure")
+		var counted int64
+		g := make([]float32, faultDim)
+		for _, sp := range ev.Lost {
+			for p := sp.From; p < sp.To; p++ {
+				counted++
+				id := faultID(p)
+				if !failedSlots.Has(embedding.Slot(id, faultSlots)) {
+					continue
+				}
+				faultGrad(p, g)
+				for k := range g {
+					want[id][k] += g[k] // the update that was lost
+				}
+			}
+		}
+		assert.Equal(t, ev.LostRecords, counted)
+		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch, but the lost ones on the failed slots")
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
