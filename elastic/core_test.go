@@ -163,6 +163,14 @@ func runTrace(t *testing.T, src string) string {
 			if cerr == nil {
 				lastCommitted, lastIncarnation = step, get().incarnation
 			}
+		case "serverfail":
+			// serverfail ID hold|go: a parameter server failed (hold: Rollback).
+			acts = get().serverFailed(now, arg(1), "test", arg(2) == "hold")
+		case "rollback":
+			// The driver's rollback: the newest commit, as the next incarnation.
+			get().restore(lastCommitted, get().incarnation)
+		case "recovered":
+			acts = get().recovered(now)
 		case "restart":
 			// What a commit records: its step and the committing coordinator's incarnation.
 			c = newCore(cfg, now)

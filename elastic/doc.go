@@ -53,6 +53,41 @@
 // reach it); it is saved and restored with every commit, and ExactlyOnce compares it with the
 // dispatcher: every position of a finished epoch trained exactly once.
 //
+// # A parameter server fails
+//
+// Every server has an incarnation, new each time its process (or LocalServer) starts. The
+// coordinator asks each server for its health every HealthEvery; one that has not answered for
+// ServerTimeout, one that answers as another incarnation (it restarted), one that cannot be
+// fenced, and one reported by ServerFailed or replaced by ReplaceServer is failed. Once the
+// coordinator has admitted an incarnation (ParameterServer.Admit), a restarted process refuses
+// every call meant for the old one (ErrReplaced), and it has no owner table, so it serves
+// nothing until it is restored. No barrier goes up while a server is failed, and a snapshot
+// taken before the failure whose commit had not been written is abandoned, so no commit ever
+// holds an unrecovered failure and retention never deletes the commit a recovery needs.
+//
+// The coordinator waits up to ReplaceWait for a new incarnation at the failed node (started by
+// a scaler, or by hand); without one, the survivors take the failed slots under a new owner
+// table (a rendezvous placement from the old one: only those slots move). Then, by
+// Config.Recovery:
+//
+//   - Rollback (the default): workers are held, every epoch is fenced (a new incarnation), every
+//     server clears its rows and loads its slots of the newest commit (from its own shared
+//     memory where it still holds that commit), the dispatcher and the ledger return to the
+//     commit, and the workers join again. Exactly-once holds; the work since the commit is
+//     redone.
+//   - Partial: the other servers go on serving; the servers that take the failed slots (the
+//     replacement, or survivors) load just those slots of the commit, the replacement is fenced
+//     like the others, and the new table is published. The positions trained between the commit
+//     and the publication lost their updates on those slots: RecoveryEvent.Lost lists them
+//     (they count as trained). A batch whose push to the failed server was under way when it
+//     failed is not lost: its push lands after the recovery. The count is exact when workers
+//     report every batch as it ends (shard.ReaderConfig.ReportEvery 1); a batch pushed before
+//     the failure and reported only after the publication is missed.
+//
+// Meanwhile a Session retries a batch whose function failed for want of a server until
+// ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker
+// fails. Stats.LastRecovery and Config.OnRecovery report each recovery.
+//
 // # Concurrency and ownership
 //
 // Coordinator, LocalServer, RemoteServer, RemoteControl and LocalJob are safe for concurrent use;
