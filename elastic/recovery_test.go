@@ -13,6 +13,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -213,4 +214,56 @@ type tlogWriter struct{ t *testing.T }
 func (w tlogWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// A coordinator's calls are meant for the incarnation it admitted: once the server's process
+// restarts at the same address, the new one refuses them (it has not been restored) until the
+// coordinator admits it, and Health shows the change.
+func TestRemoteServerRefusesCallsForAnEarlierIncarnation(t *testing.T) {
+	net := memnet.New(memnet.Config{})
+	secret := []byte("a secret of the incarnation test")
+	ctx := context.Background()
+	start := func() (*ps.Server, *elastic.LocalServer) {
+		srv, err := ps.NewServer(ps.ServerConfig{ID: "ps-0", Secret: secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+		require.NoError(t, err)
+		l, err := net.Host("ps-0").Listen("ps-0:1")
+		require.NoError(t, err)
+		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{})
+		require.NoError(t, err)
+		require.NoError(t, elastic.ServeServer(srv, ls))
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+		return srv, ls
+	}
+	srv, first := start()
+	rs, err := elastic.NewRemoteServer(ps.Node{ID: "ps-0", Addr: "ps-0:1"}, elastic.RemoteConfig{Addr: "ps-0:1", Secret: secret, Transport: net.Host("coord")})
+	require.NoError(t, err)
+	defer rs.Close()
+	table, err := ps.NewOwnerTable(1, faultSlots, []ps.Node{rs.Node()}, nil)
+	require.NoError(t, err)
+
+	h, err := rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, first.Incarnation(), h.Incarnation)
+	assert.Zero(t, h.TableVersion)
+	rs.Admit(h.Incarnation)
+	require.NoError(t, rs.InstallTable(ctx, table))
+
+	net.Kill("ps-0")
+	srv.Close()
+	net.Restart("ps-0")
+	_, second := start()
+	require.NotEqual(t, first.Incarnation(), second.Incarnation())
+	err = rs.InstallTable(ctx, table)
+	require.ErrorIs(t, err, elastic.ErrReplaced, "a call meant for the old process")
+	require.ErrorIs(t, rs.Fence(ctx, 1<<32, nil), elastic.ErrReplaced)
+	h, err = rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, second.Incarnation(), h.Incarnation)
+	assert.Zero(t, h.TableVersion, "the new process serves nothing")
+	rs.Admit(h.Incarnation)
+	require.NoError(t, rs.InstallTable(ctx, table))
+	h, err = rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), h.TableVersion)
 }
