@@ -125,7 +125,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 		w := j.worker(name)
 		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
 	}
-	// The killer kills ps-1 at its 10th batch or later, after some commits, just before pushing
+	// The killer kills ps-1 at its 10th batch or later, after a commit, just before pushing
 	// it.
 	killer := j.worker("killer")
 	n, killed := 0, false
@@ -134,7 +134,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 		errs[2] = killer.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
 			// Some steps since the last commit, so that Partial has updates to lose.
 			n++
-			if st := j.coord.Stats(); n >= 10 && !killed && st.Step > snapped.Load()+3 {
+			if st := j.coord.Stats(); n >= 10 && !killed && st.LastCommitted > 0 && st.Step > snapped.Load()+3 {
 				killed = true
 				t.Logf("killing ps-1 at step %d, last snapshot %d", st.Step, snapped.Load())
 				j.kill(1)
