@@ -49,21 +49,28 @@ type decoder struct {
 // openFile checks the trailer checksum, magic and version of a whole file and returns a decoder
 // positioned after them.
 func openFile(src []byte, magic string, version uint32) (*decoder, error) {
+	d, _, err := openFileVersion(src, magic, version, version)
+	return d, err
+}
+
+// openFileVersion is openFile for a format read in versions lo..hi; it returns the version.
+func openFileVersion(src []byte, magic string, lo, hi uint32) (*decoder, uint32, error) {
 	if len(src) < len(magic)+4+8 {
-		return nil, corruptf("%s: %d bytes is too short", magic, len(src))
+		return nil, 0, corruptf("%s: %d bytes is too short", magic, len(src))
 	}
 	body := src[:len(src)-8]
 	if binary.LittleEndian.Uint64(src[len(src)-8:]) != xxhash.Sum64(body) {
-		return nil, corruptf("%s: checksum mismatch", magic)
+		return nil, 0, corruptf("%s: checksum mismatch", magic)
 	}
 	if string(body[:len(magic)]) != magic {
-		return nil, corruptf("bad magic %q, want %q", body[:len(magic)], magic)
+		return nil, 0, corruptf("bad magic %q, want %q", body[:len(magic)], magic)
 	}
 	d := &decoder{b: body[len(magic):]}
-	if v := d.u32(); v != version {
-		return nil, corruptf("%s: version %d, want %d", magic, v, version)
+	v := d.u32()
+	if v < lo || v > hi {
+		return nil, 0, corruptf("%s: version %d, want %d to %d", magic, v, lo, hi)
 	}
-	return d, nil
+	return d, v, nil
 }
 
 func (d *decoder) fail(what string) {

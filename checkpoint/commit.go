@@ -26,6 +26,7 @@ type Committer struct {
 
 	mu    sync.Mutex
 	stats CommitterStats
+	inc   uint64 // the incarnation claimed (Claim), 0 before
 }
 
 // CommitterStats are a Committer's counters.
@@ -92,6 +93,12 @@ func (m *Committer) Commit(ctx context.Context, step uint64, manifests []Manifes
 
 func (m *Committer) commit(ctx context.Context, step uint64, refs []ManifestRef, blobs []Blob) (CommitInfo, error) {
 	st, job := m.cfg.Storage, m.cfg.Job
+	if err := m.autoClaim(ctx); err != nil {
+		return CommitInfo{}, err
+	}
+	if err := m.superseded(ctx, step); err != nil {
+		return CommitInfo{}, err
+	}
 	if len(refs) == 0 {
 		return CommitInfo{}, fmt.Errorf("%w: no manifests", ErrIncomplete)
 	}
@@ -144,7 +151,7 @@ func (m *Committer) commit(ctx context.Context, step uint64, refs []ManifestRef,
 	if missing := S - cover.count(); missing > 0 {
 		return CommitInfo{}, fmt.Errorf("%w: %d of %d slots have no owner", ErrIncomplete, missing, S)
 	}
-	rec := &commitRecord{Job: job, Step: step, Slots: S}
+	rec := &commitRecord{Job: job, Step: step, Slots: S, Inc: m.Incarnation()}
 	for i, man := range mans {
 		rec.Nodes = append(rec.Nodes, commitNode{Node: man.Node, Manifest: refs[i].Name, Size: uint64(refs[i].Size),
 			Sum: refs[i].Sum, Segments: man.Segments})
@@ -178,6 +185,13 @@ func (m *Committer) commit(ctx context.Context, step uint64, refs []ManifestRef,
 		// The record may have become visible although the call failed (a rename that succeeded before
 		// a directory sync failed); keep the blobs it might point to.
 		return CommitInfo{}, err
+	}
+	// A takeover claimed between the check above and the record voids it: say so. (Failing to
+	// read the claims now says nothing about the record, which is written.)
+	if err := m.superseded(ctx, step); errors.Is(err, ErrSuperseded) {
+		return CommitInfo{}, err
+	} else if err != nil {
+		m.log.Warn("checkpoint: could not check for a takeover after the commit", "step", step, "err", err)
 	}
 	return recInfo(rec), nil
 }
@@ -253,42 +267,28 @@ func checkObjects(ctx context.Context, st Storage, man *manifest) error {
 	return nil
 }
 
-// lastSeq returns the sequence number of the newest readable commit, or 0.
+// lastSeq returns the sequence number of the newest valid commit, or 0.
 func (m *Committer) lastSeq(ctx context.Context) (uint64, error) {
-	steps, err := commitSteps(ctx, m.cfg.Storage, m.cfg.Job)
+	valid, _, err := m.validCommits(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var seq uint64
-	for _, s := range steps {
-		rec, err := readCommit(ctx, m.cfg.Storage, m.cfg.Job, s)
-		if err != nil {
-			if skippable(err) {
-				continue
-			}
-			return 0, err
-		}
+	for _, rec := range valid {
 		seq = max(seq, rec.Seq)
 	}
 	return seq, nil
 }
 
-// Commits returns the job's valid commits, newest first. Unreadable commit records are logged and left out.
+// Commits returns the job's valid commits, newest first. Unreadable commit records, and those a
+// coordinator's takeover voided (see Claim), are logged and left out.
 func (m *Committer) Commits(ctx context.Context) ([]CommitInfo, error) {
-	steps, err := commitSteps(ctx, m.cfg.Storage, m.cfg.Job)
+	valid, _, err := m.validCommits(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []CommitInfo
-	for _, s := range steps {
-		rec, err := readCommit(ctx, m.cfg.Storage, m.cfg.Job, s)
-		if err != nil {
-			if skippable(err) {
-				m.log.Warn("checkpoint: unreadable commit record", "step", s, "err", err)
-				continue
-			}
-			return nil, err
-		}
+	out := make([]CommitInfo, 0, len(valid))
+	for _, rec := range valid {
 		out = append(out, recInfo(rec))
 	}
 	return out, nil
@@ -300,15 +300,13 @@ func (m *Committer) Commits(ctx context.Context) ([]CommitInfo, error) {
 // ErrNotCommitted) are skipped with a logged reason; any other error is returned. With no usable
 // commit it returns ErrNoCheckpoint.
 func (m *Committer) Choose(ctx context.Context, verify func(ctx context.Context, step uint64) error) (CommitInfo, error) {
-	steps, err := commitSteps(ctx, m.cfg.Storage, m.cfg.Job)
+	valid, _, err := m.validCommits(ctx)
 	if err != nil {
 		return CommitInfo{}, err
 	}
-	for _, s := range steps {
-		rec, err := readCommit(ctx, m.cfg.Storage, m.cfg.Job, s)
-		if err == nil {
-			err = m.checkBlobs(ctx, rec)
-		}
+	for _, rec := range valid {
+		s := rec.Step
+		err := m.checkBlobs(ctx, rec)
 		if err == nil && verify != nil {
 			err = verify(ctx, s)
 		}

@@ -9,6 +9,7 @@ type commitRecord struct {
 	Job     string
 	Step    uint64
 	Seq     uint64 // 1 + the Seq of the newest commit when this one was written
+	Inc     uint64 // the incarnation of the coordinator that wrote it (Committer.Claim; 0: none)
 	Slots   int
 	Nodes   []commitNode
 	BlobDir string // directory of Blobs ("" when there are none)
@@ -25,7 +26,7 @@ type commitNode struct {
 
 const (
 	commitMagic   = "EPSCOMIT"
-	commitVersion = 1
+	commitVersion = 2 // 2 added Inc; version 1 records read with Inc 0
 )
 
 func appendCommit(dst []byte, c *commitRecord) []byte {
@@ -34,6 +35,7 @@ func appendCommit(dst []byte, c *commitRecord) []byte {
 	e.str(c.Job)
 	e.u64(c.Step)
 	e.u64(c.Seq)
+	e.u64(c.Inc)
 	e.uv(uint64(c.Slots))
 	e.uv(uint64(len(c.Nodes)))
 	for _, n := range c.Nodes {
@@ -52,11 +54,14 @@ func appendCommit(dst []byte, c *commitRecord) []byte {
 }
 
 func decodeCommit(src []byte) (*commitRecord, error) {
-	d, err := openFile(src, commitMagic, commitVersion)
+	d, v, err := openFileVersion(src, commitMagic, 1, commitVersion)
 	if err != nil {
 		return nil, err
 	}
 	c := &commitRecord{Job: d.str(), Step: d.u64(), Seq: d.u64()}
+	if v >= 2 {
+		c.Inc = d.u64()
+	}
 	slots := d.uv()
 	if slots == 0 || slots > maxSlots {
 		d.fail("slot count")

@@ -38,22 +38,9 @@ func (m *Committer) Prune(ctx context.Context) (PruneResult, error) {
 func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
 	st, job := m.cfg.Storage, m.cfg.Job
-	steps, err := commitSteps(ctx, st, job)
+	valid, invalid, err := m.validCommits(ctx)
 	if err != nil {
 		return res, err
-	}
-	var valid []*commitRecord
-	var invalid []uint64
-	for _, s := range steps {
-		rec, err := readCommit(ctx, st, job, s)
-		switch {
-		case err == nil:
-			valid = append(valid, rec)
-		case skippable(err):
-			invalid = append(invalid, s)
-		default:
-			return res, err
-		}
 	}
 	if len(valid) == 0 {
 		return res, nil

@@ -314,3 +314,18 @@ func (f *FaultStorage) Delete(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+var _ ExclusiveStorage = (*FaultStorage)(nil)
+
+// PutNew implements ExclusiveStorage when the wrapped storage does; a create fault fails it
+// before anything is stored.
+func (f *FaultStorage) PutNew(ctx context.Context, name string, data []byte) error {
+	ex, ok := f.inner.(ExclusiveStorage)
+	if !ok {
+		return fmt.Errorf("checkpoint: %T cannot create objects exclusively", f.inner)
+	}
+	if ft := f.hit(OpCreate, name); ft != nil {
+		return ft.fire(OpCreate, name)
+	}
+	return ex.PutNew(ctx, name, data)
+}

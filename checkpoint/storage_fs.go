@@ -265,3 +265,36 @@ func (s *FSStorage) RemoveTemp(ctx context.Context, cutoff time.Time) (int, erro
 	})
 	return n, err
 }
+
+var _ ExclusiveStorage = (*FSStorage)(nil)
+
+// PutNew implements ExclusiveStorage: the bytes go to a temporary file, fsynced, then are linked
+// under name (a hard link fails if the name exists, atomically), and the directory is fsynced.
+func (s *FSStorage) PutNew(ctx context.Context, name string, data []byte) error {
+	w, err := s.Create(ctx, name)
+	if err != nil {
+		return err
+	}
+	fw := w.(*fsWriter)
+	tmp := fw.f.Name()
+	defer os.Remove(tmp)
+	fw.done = true
+	if _, err := fw.f.Write(data); err != nil {
+		fw.f.Close()
+		return err
+	}
+	if err := fw.f.Sync(); err != nil {
+		fw.f.Close()
+		return err
+	}
+	if err := fw.f.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp, fw.final); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("checkpoint: %s: %w", name, fs.ErrExist)
+		}
+		return err
+	}
+	return syncDir(fw.dir)
+}

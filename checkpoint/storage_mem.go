@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"strings"
 	"sync"
@@ -121,5 +122,24 @@ func (m *MemStorage) Update(name string, fn func([]byte) []byte) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	m.objs[name] = fn(append([]byte(nil), b...))
+	return nil
+}
+
+var _ ExclusiveStorage = (*MemStorage)(nil)
+
+// PutNew implements ExclusiveStorage.
+func (m *MemStorage) PutNew(ctx context.Context, name string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validName(name); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.objs[name]; ok {
+		return fmt.Errorf("checkpoint: %s: %w", name, fs.ErrExist)
+	}
+	m.objs[name] = bytes.Clone(data)
 	return nil
 }
