@@ -344,6 +344,23 @@ func (m *Committer) Blob(ctx context.Context, step uint64, name string) ([]byte,
 	return nil, fmt.Errorf("%w: blob %q in the commit of step %d", ErrNotFound, name, step)
 }
 
+// RecordsAfter returns the steps of the job's commit records above step, valid or not (void,
+// unreadable), newest first. A coordinator taking over a running job checks that none was
+// written above the commit it restores: one that was may have moved the servers past it.
+func (m *Committer) RecordsAfter(ctx context.Context, step uint64) ([]uint64, error) {
+	steps, err := commitSteps(ctx, m.cfg.Storage, m.cfg.Job)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, s := range steps {
+		if s > step {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
 // DropAfter deletes the commit records of steps after step, newest first. A coordinator that restored
 // step calls it so that commits from the abandoned future are never restored later; their data goes
 // with the next Prune.

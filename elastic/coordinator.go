@@ -22,6 +22,7 @@ const (
 	blobDispatcher = "elastic.dispatcher"
 	blobJob        = "elastic.job"
 	blobLedger     = "elastic.ledger"
+	blobProgress   = "elastic.progress"
 )
 
 // Coordinator is the job master of one training job: it owns the owner table and its versions,
@@ -47,6 +48,11 @@ type Coordinator struct {
 	srvs    map[string]*serverEntry // by node id: health and failures
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
 	recGen  uint64                  // recoveries begun: a snapshot taken before one is not committed
+	live    bool                    // the servers were found running a job: Resume takes it over
+	// committedDone is how far the data was done at the newest commit: the servers forget the
+	// positions it covers, and no others, so that a coordinator taking over from that commit
+	// finds every later position in their applied sets.
+	committedDone Progress
 
 	pending    []action        // for the executor, in order (guarded by mu)
 	queued     uint64          // actions handed to the executor (guarded by mu)
@@ -104,6 +110,7 @@ type commitJob struct {
 	taken   time.Time
 	servers []ParameterServer // those snapshotted
 	recGen  uint64            // recoveries begun before the snapshot
+	done    Progress          // how far the data was done at the snapshot
 }
 
 // coordState is the coordinator's own state in a commit.
@@ -152,11 +159,21 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := c.admit(ctx, c.servers); err != nil {
+	found, err := c.admit(ctx, c.servers)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.install(ctx, c.servers, table); err != nil {
-		return nil, err
+	for _, h := range found {
+		c.live = c.live || h.TableVersion != 0 || h.Leader != 0
+	}
+	if !c.live {
+		// A fresh job: incarnation 1 leads the servers and places the slots.
+		if err := c.lead(ctx, c.servers, c.core.incarnation); err != nil {
+			return nil, err
+		}
+		if err := c.install(ctx, c.servers, table); err != nil {
+			return nil, err
+		}
 	}
 	c.wg.Add(4)
 	go c.execute()
@@ -233,6 +250,9 @@ func (c *Coordinator) Join(ctx context.Context, worker string) (uint64, error) {
 	defer c.mu.Unlock()
 	if c.closed {
 		return 0, ErrClosed
+	}
+	if c.live {
+		return 0, ErrNeedsResume
 	}
 	epoch, acts := c.core.join(c.clock.now(), worker)
 	c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
@@ -583,7 +603,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
 	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation}
-	servers, gen := slices.Clone(c.servers), c.recGen
+	servers, gen, forget := slices.Clone(c.servers), c.recGen, c.committedDone
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {
 		err = errors.New("no checkpoint storage")
@@ -597,10 +617,11 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, blobs: []checkpoint.Blob{
+		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
+			{Name: blobProgress, Data: appendProgress(nil, done)},
 		}}
 		if c.cfg.JobState != nil {
 			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})
@@ -609,7 +630,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
 		for i, s := range servers {
 			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step, done)
+				info, err := s.Snapshot(gctx, step, forget)
 				if err != nil {
 					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
 				}
@@ -658,6 +679,7 @@ func (c *Coordinator) commitLoop() {
 			} else {
 				c.stats.Committed++
 				c.stats.LastCommitted = job.step
+				c.committedDone = job.done
 			}
 			c.applyLocked(nil)
 			c.mu.Unlock()
@@ -737,104 +759,6 @@ func (c *Coordinator) timerLoop() {
 			c.mu.Unlock()
 		}
 	}
-}
-
-// Resume restores the newest commit every server can load: the servers' slots, the dispatcher
-// (every lease ends; shards resume at their reported offsets), the step, and the fence floor (a
-// new incarnation: every earlier epoch is void). It returns the committed step and the program's
-// job state (Config.JobState) of that commit. checkpoint.ErrNoCheckpoint means there is none.
-// Call it before any worker joins.
-func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
-	if c.committer == nil {
-		return 0, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
-	}
-	table := c.holder.Get()
-	servers := c.serverList()
-	if c.cfg.CheckJob != nil {
-		// Vet the newest commit first: tables of another shape would fail verification and
-		// hide the reason behind a schema error.
-		commits, err := c.committer.Commits(ctx)
-		if err != nil {
-			return 0, nil, err
-		}
-		if len(commits) == 0 {
-			return 0, nil, checkpoint.ErrNoCheckpoint
-		}
-		if job, err := c.committer.Blob(ctx, commits[0].Step, blobJob); err == nil {
-			if err := c.cfg.CheckJob(job); err != nil {
-				return 0, nil, err
-			}
-		}
-	}
-	info, err := c.committer.Choose(ctx, func(ctx context.Context, step uint64) error {
-		g, gctx := errgroup.WithContext(ctx)
-		for _, s := range servers {
-			g.Go(func() error { return s.Verify(gctx, step, table) })
-		}
-		return g.Wait()
-	})
-	if err != nil {
-		return 0, nil, err
-	}
-	raw, err := c.committer.Blob(ctx, info.Step, blobState)
-	if err != nil {
-		return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
-	}
-	var st coordState
-	if err := json.Unmarshal(raw, &st); err != nil || st.Version != 1 {
-		return 0, nil, fmt.Errorf("elastic: commit %d: coordinator state unreadable (version %d): %v", info.Step, st.Version, err)
-	}
-	if st.Job != c.cfg.Job {
-		return 0, nil, fmt.Errorf("elastic: commit %d belongs to job %q, not %q", info.Step, st.Job, c.cfg.Job)
-	}
-	dispSnap, led, err := c.commitData(ctx, info.Step)
-	if err != nil {
-		return 0, nil, err
-	}
-	var job []byte
-	if c.cfg.JobState != nil {
-		if job, err = c.committer.Blob(ctx, info.Step, blobJob); err != nil {
-			return 0, nil, fmt.Errorf("elastic: commit %d: %w", info.Step, err)
-		}
-	}
-	if c.cfg.CheckJob != nil {
-		if err := c.cfg.CheckJob(job); err != nil {
-			return 0, nil, err
-		}
-	}
-	// Fence every epoch of the earlier coordinators first, so nothing of theirs lands while
-	// the servers load.
-	c.mu.Lock()
-	c.core.restore(info.Step, st.Incarnation)
-	floor := c.core.floor()
-	c.fenced = nil
-	c.mu.Unlock()
-	if err := c.fence(ctx, servers, floor, nil); err != nil {
-		return 0, nil, err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Load(gctx, info.Step, table); err != nil {
-				return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, nil, err
-	}
-	if err := c.svc.restore(dispSnap, led); err != nil {
-		return 0, nil, fmt.Errorf("elastic: commit %d: dispatcher: %w", info.Step, err)
-	}
-	c.mu.Lock()
-	c.stats.LastCommitted = info.Step
-	c.mu.Unlock()
-	if err := c.committer.DropAfter(ctx, info.Step); err != nil {
-		return 0, nil, err
-	}
-	c.log.Info("resumed", "step", info.Step, "incarnation", floor>>32)
-	return info.Step, job, nil
 }
 
 // Close stops the coordinator's goroutines; commits not yet written are abandoned. It does not

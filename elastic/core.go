@@ -365,12 +365,14 @@ func (c *core) commitDone(step uint64, err error) {
 	}
 }
 
-// restore sets the core to a committed state: the step, and the incarnation of the coordinator
-// that committed it. The core runs as a later incarnation than any that came before (prev is the
-// newest known), so every earlier epoch is void; members join again.
-func (c *core) restore(step, prev uint64) {
-	c.step, c.snapStep, c.tryStep, c.committed = step, step, step, step
-	c.incarnation = max(prev, c.incarnation) + 1
+// restore sets the core to a committed state: the commit of step committed, with steps counted
+// on from step (at least committed: a coordinator that takes over counts above the snapshots its
+// servers hold). The core runs as incarnation inc, later than any that came before, so every
+// earlier epoch is void; members join again.
+func (c *core) restore(step, committed, inc uint64) {
+	step = max(step, committed)
+	c.step, c.snapStep, c.tryStep, c.committed = step, step, step, committed
+	c.incarnation = inc
 	c.lastEpoch = c.incarnation << 32
 	c.members = map[string]*member{}
 	c.snapshots = nil

@@ -168,13 +168,13 @@ func runTrace(t *testing.T, src string) string {
 			acts = get().serverFailed(now, arg(1), "test", arg(2) == "hold")
 		case "rollback":
 			// The driver's rollback: the newest commit, as the next incarnation.
-			get().restore(lastCommitted, get().incarnation)
+			get().restore(lastCommitted, lastCommitted, get().incarnation+1)
 		case "recovered":
 			acts = get().recovered(now)
 		case "restart":
 			// What a commit records: its step and the committing coordinator's incarnation.
 			c = newCore(cfg, now)
-			c.restore(lastCommitted, lastIncarnation)
+			c.restore(lastCommitted, lastCommitted, max(lastIncarnation, c.incarnation)+1)
 		default:
 			t.Fatalf("line %d: unknown command %q", n+1, line)
 		}

@@ -23,6 +23,12 @@ var (
 	// snapshots already wait for their commit (persisting is that far behind); training goes on
 	// and the next checkpoint is due an interval later.
 	ErrCommitsBehind = errors.New("elastic: too many snapshots wait for their commit")
+	// ErrNeedsResume is returned by Coordinator.Join when the coordinator found its servers
+	// running a job (a coordinator restarted while they trained): Resume takes the job over first.
+	ErrNeedsResume = errors.New("elastic: the parameter servers are running a job: call Resume to take it over first")
+	// ErrSuperseded is a parameter server's refusal of a coordinator that another one, of a
+	// later incarnation, has taken over from (ParameterServer.Lead); the job is that one's now.
+	ErrSuperseded = errors.New("elastic: another coordinator has taken over the job")
 	// ErrUnavailable wraps a remote call that did not reach the other process (not up yet, or
 	// gone); it was certainly not processed.
 	ErrUnavailable = errors.New("elastic: unavailable")

@@ -29,6 +29,8 @@ type LocalServer struct {
 	mu       sync.Mutex
 	restored *checkpoint.Restored
 	last     checkpoint.SnapshotInfo // the newest snapshot taken
+	newest   uint64                  // the highest step snapshotted or restored
+	leader   uint64                  // the coordinator incarnation it obeys (Lead)
 }
 
 var _ ParameterServer = (*LocalServer)(nil)
@@ -120,6 +122,7 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, done Progress) 
 	if err == nil {
 		l.mu.Lock()
 		l.last = info
+		l.newest = max(l.newest, step)
 		l.mu.Unlock()
 	}
 	return info, err
@@ -158,6 +161,7 @@ func (l *LocalServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) e
 	l.mu.Lock()
 	l.restored = res
 	l.last = checkpoint.SnapshotInfo{}
+	l.newest = max(l.newest, step)
 	l.mu.Unlock()
 	var applied [][]byte
 	for _, b := range res.Blobs {
@@ -223,11 +227,45 @@ func (l *LocalServer) Health(context.Context) (ServerHealth, error) {
 	if l.closed.Load() {
 		return ServerHealth{}, ErrClosed
 	}
-	h := ServerHealth{Incarnation: l.inc}
+	l.mu.Lock()
+	h := ServerHealth{Incarnation: l.inc, Leader: l.leader, Snapshot: l.newest}
+	l.mu.Unlock()
 	if t := l.srv.OwnerTable(); t != nil {
 		h.TableVersion = t.Version
 	}
 	return h, nil
+}
+
+// Lead implements ParameterServer. In one process the coordinators of a job follow one another
+// (each closed before the next starts), so only the remote calls (ServeServer) are checked
+// against the leader; Lead itself is checked everywhere.
+func (l *LocalServer) Lead(_ context.Context, inc uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if inc < l.leader {
+		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, not %d", ErrSuperseded, l.srv.ID(), l.leader, inc)
+	}
+	l.leader = inc
+	return nil
+}
+
+// obeys refuses a remote call of coordinator incarnation coord when a later one leads the
+// server (0: a call that does not say, such as Health, or a coordinator that has not led yet).
+func (l *LocalServer) obeys(coord uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if coord != 0 && coord < l.leader || coord == 0 && l.leader != 0 {
+		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, the call is from %d", ErrSuperseded, l.srv.ID(), l.leader, coord)
+	}
+	return nil
+}
+
+// Table implements ParameterServer.
+func (l *LocalServer) Table(context.Context) (*ps.OwnerTable, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	return l.srv.OwnerTable(), nil
 }
 
 // Admit implements ParameterServer: calls on a LocalServer always reach its own incarnation.
@@ -266,6 +304,7 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	l.srv.ClearSlots(target)
 	l.mu.Lock()
 	l.last = checkpoint.SnapshotInfo{}
+	l.newest = max(l.newest, step)
 	l.mu.Unlock()
 	if step == 0 {
 		return nil

@@ -45,6 +45,14 @@ type ParameterServer interface {
 	// among those t gives this server; what the server holds for them is cleared first. Step 0
 	// (no commit yet) clears without loading.
 	Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error
+
+	// Lead makes coordinator incarnation inc the one the server obeys: from then on it refuses
+	// the calls of every earlier coordinator (ErrSuperseded), and Lead itself fails with
+	// ErrSuperseded when a later coordinator already leads it. A coordinator leads its servers
+	// before it drives them.
+	Lead(ctx context.Context, inc uint64) error
+	// Table returns the server's owner table (nil: it has none and serves nothing).
+	Table(ctx context.Context) (*ps.OwnerTable, error)
 }
 
 // ServerHealth is a server's answer to Health.
@@ -53,6 +61,11 @@ type ServerHealth struct {
 	Incarnation uint64
 	// TableVersion is the owner table it serves (0: none, it serves nothing).
 	TableVersion uint64
+	// Leader is the incarnation of the coordinator it obeys (Lead; 0: none yet).
+	Leader uint64
+	// Snapshot is the step of the newest snapshot it took or restored (0: none): a coordinator
+	// that takes over numbers its checkpoints above it.
+	Snapshot uint64
 }
 
 // RestoreMode selects the slots a Restore recovers.

@@ -96,19 +96,36 @@ func (c *Coordinator) serverList() []ParameterServer {
 	return slices.Clone(c.servers)
 }
 
-// admit learns the incarnation of each server and directs later calls at it.
-func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) error {
+// admit learns the incarnation of each server and directs later calls at it; it returns what
+// each answered, by node id.
+func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) (map[string]ServerHealth, error) {
+	found := map[string]ServerHealth{}
 	for _, s := range servers {
 		h, err := s.Health(ctx)
 		if err != nil {
-			return fmt.Errorf("elastic: health of %s: %w", s.Node().ID, err)
+			return nil, fmt.Errorf("elastic: health of %s: %w", s.Node().ID, err)
 		}
 		s.Admit(h.Incarnation)
+		found[s.Node().ID] = h
 		c.mu.Lock()
 		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: time.Now()}
 		c.mu.Unlock()
 	}
-	return nil
+	return found, nil
+}
+
+// lead makes incarnation inc the coordinator every one of servers obeys.
+func (c *Coordinator) lead(ctx context.Context, servers []ParameterServer, inc uint64) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.Lead(gctx, inc); err != nil {
+				return fmt.Errorf("elastic: lead %s as incarnation %d: %w", s.Node().ID, inc, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // failedLocked returns the ids of the servers failed and not yet recovered.
@@ -399,13 +416,24 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 	if err != nil {
 		return err
 	}
+	done, err := c.commitProgress(ctx, step)
+	if err != nil {
+		return err
+	}
+	inc, err := c.newIncarnation(ctx, step, 0, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.lead(ctx, servers, inc); err != nil {
+		return err
+	}
 	c.mu.Lock()
-	c.core.restore(step, c.core.incarnation)
-	floor := c.core.floor()
+	c.core.restore(step, step, inc)
 	c.fenced = nil
+	c.committedDone = done
 	c.mu.Unlock()
 	c.clock.reset() // a barrier the failure interrupted never comes down
-	if err := c.fence(ctx, servers, floor, nil); err != nil {
+	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
 		return err
 	}
 	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
@@ -442,7 +470,11 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	for _, s := range replacement {
 		reps = append(reps, s)
 	}
-	// A replacement refuses whatever the survivors refuse before it serves anything.
+	// A replacement follows this coordinator and refuses whatever the survivors refuse before
+	// it serves anything.
+	if err := c.lead(ctx, reps, floor>>32); err != nil {
+		return err
+	}
 	if err := c.fence(ctx, reps, floor, fenced); err != nil {
 		return err
 	}

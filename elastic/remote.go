@@ -27,6 +27,8 @@ const (
 	methodLoad     uint16 = 0x4506
 	methodHealth   uint16 = 0x4507
 	methodRestore  uint16 = 0x4508
+	methodLead     uint16 = 0x4509
+	methodTable    uint16 = 0x450a
 
 	methodJoin  uint16 = 0x4511
 	methodBegin uint16 = 0x4512
@@ -46,6 +48,7 @@ const (
 	codeClosed       = codeMalformed + 7
 	codeNotFresh     = codeMalformed + 8
 	codeReplaced     = codeMalformed + 9
+	codeSuperseded   = codeMalformed + 10
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -91,6 +94,8 @@ func remoteErr(err error) error {
 		code = codeNotFresh
 	case errors.Is(err, ErrReplaced):
 		code = codeReplaced
+	case errors.Is(err, ErrSuperseded):
+		code = codeSuperseded
 	}
 	return &rpc.RemoteError{Code: code, Message: err.Error()}
 }
@@ -119,6 +124,8 @@ func localErr(addr string, err error) error {
 		sentinel = ErrNotFresh
 	case codeReplaced:
 		sentinel = ErrReplaced
+	case codeSuperseded:
+		sentinel = ErrSuperseded
 	default:
 		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
 	}
@@ -135,7 +142,9 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 		}
 		return t, nil
 	}
-	handle := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
+	// read serves the calls any coordinator may make (Health, Table, Lead); handle those of
+	// the coordinator that leads the server.
+	read := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
 			m, err := decodeServerMsg(req)
 			if err != nil {
@@ -147,11 +156,29 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			return remoteErr(f(ctx, m, resp))
 		}
 	}
+	handle := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
+		return read(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
+			if err := l.obeys(m.coord); err != nil {
+				return err
+			}
+			return f(ctx, m, resp)
+		})
+	}
 	return register(reg, map[uint16]rpc.Handler{
-		methodHealth: handle(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
+		methodHealth: read(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
 			h, err := l.Health(ctx)
 			if err == nil {
-				resp.Write(enc(nil).u64(h.Incarnation).u64(h.TableVersion))
+				resp.Write(enc(nil).u64(h.Incarnation).u64(h.TableVersion).u64(h.Leader).u64(h.Snapshot))
+			}
+			return err
+		}),
+		methodLead: read(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
+			return l.Lead(ctx, m.coord)
+		}),
+		methodTable: read(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
+			t, err := l.Table(ctx)
+			if err == nil && t != nil {
+				resp.Write(ps.AppendOwnerTable(nil, t))
 			}
 			return err
 		}),
@@ -310,8 +337,9 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 // (ServeServer): the coordinator's ParameterServer for multi-process jobs.
 type RemoteServer struct {
 	remote
-	node ps.Node
-	inc  atomic.Uint64 // Admit's incarnation: every call is meant for it
+	node  ps.Node
+	inc   atomic.Uint64 // Admit's incarnation: every call is meant for it
+	coord atomic.Uint64 // Lead's coordinator incarnation: every call is made as it
 }
 
 var _ ParameterServer = (*RemoteServer)(nil)
@@ -334,18 +362,18 @@ func (s *RemoteServer) Node() ps.Node { return s.node }
 
 // InstallTable implements ParameterServer.
 func (s *RemoteServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
-	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Fence implements ParameterServer.
 func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
-	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), floor: floor, epochs: epochs}.append(nil), nil)
+	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), floor: floor, epochs: epochs}.append(nil), nil)
 }
 
 // Snapshot implements ParameterServer.
 func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
-	err := s.call(ctx, methodSnapshot, serverMsg{inc: s.inc.Load(), step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
+	err := s.call(ctx, methodSnapshot, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})
 	return info, err
@@ -354,7 +382,7 @@ func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress)
 // WaitPersisted implements ParameterServer.
 func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	var ref checkpoint.ManifestRef
-	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), step: step}.append(nil), func(d *dec) {
+	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step}.append(nil), func(d *dec) {
 		ref = checkpoint.ManifestRef{Node: d.str(), Step: d.u64(), Name: d.str(), Size: int64(d.u64()), Sum: d.u64()}
 	})
 	return ref, err
@@ -362,21 +390,48 @@ func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoi
 
 // Verify implements ParameterServer.
 func (s *RemoteServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
-	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Load implements ParameterServer.
 func (s *RemoteServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
-	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
+	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Health implements ParameterServer; it is answered by whichever incarnation runs.
 func (s *RemoteServer) Health(ctx context.Context) (ServerHealth, error) {
 	var h ServerHealth
 	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
-		h.Incarnation, h.TableVersion = d.u64(), d.u64()
+		h.Incarnation, h.TableVersion, h.Leader, h.Snapshot = d.u64(), d.u64(), d.u64(), d.u64()
 	})
 	return h, err
+}
+
+// Lead implements ParameterServer: later calls are made as coordinator incarnation inc.
+func (s *RemoteServer) Lead(ctx context.Context, inc uint64) error {
+	if err := s.call(ctx, methodLead, serverMsg{inc: s.inc.Load(), coord: inc}.append(nil), nil); err != nil {
+		return err
+	}
+	s.coord.Store(inc)
+	return nil
+}
+
+// Table implements ParameterServer.
+func (s *RemoteServer) Table(ctx context.Context) (*ps.OwnerTable, error) {
+	var t *ps.OwnerTable
+	err := s.call(ctx, methodTable, serverMsg{inc: s.inc.Load()}.append(nil), func(d *dec) {
+		if len(d.b) == 0 {
+			return
+		}
+		var rest []byte
+		var err error
+		if t, rest, err = ps.DecodeOwnerTable(d.b); err != nil {
+			d.err = errMalformed
+			return
+		}
+		d.b = rest
+	})
+	return t, err
 }
 
 // Admit implements ParameterServer.
@@ -384,7 +439,7 @@ func (s *RemoteServer) Admit(inc uint64) { s.inc.Store(inc) }
 
 // Restore implements ParameterServer.
 func (s *RemoteServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
-	m := serverMsg{inc: s.inc.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
+	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
 	return s.call(ctx, methodRestore, m.append(nil), nil)
 }
 

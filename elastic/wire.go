@@ -142,6 +142,7 @@ func decodeWorkerMsg(b []byte) (workerMsg, error) {
 // serverMsg is the request of the server agent's methods.
 type serverMsg struct {
 	inc    uint64 // the incarnation the call is meant for (0: any)
+	coord  uint64 // the coordinator incarnation making it (0: one that has not led the server)
 	step   uint64
 	floor  uint64
 	epochs []uint64
@@ -151,11 +152,11 @@ type serverMsg struct {
 }
 
 func (m serverMsg) append(dst []byte) []byte {
-	return enc(dst).u64(m.inc).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table).bytes(m.done).u8(m.mode)
+	return enc(dst).u64(m.inc).u64(m.coord).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table).bytes(m.done).u8(m.mode)
 }
 
 func decodeServerMsg(b []byte) (serverMsg, error) {
 	d := dec{b: b}
-	m := serverMsg{inc: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), mode: d.u8()}
+	m := serverMsg{inc: d.u64(), coord: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), mode: d.u8()}
 	return m, d.end()
 }

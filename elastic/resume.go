@@ -1,0 +1,344 @@
+package elastic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/ps"
+	"golang.org/x/sync/errgroup"
+)
+
+// Resume restores the newest commit and makes this coordinator the job's, as a new
+// incarnation: every epoch an earlier coordinator issued is void, its calls to the servers are
+// refused (ErrSuperseded) and its later commits are void in storage (checkpoint's Claim). It
+// returns the committed step and the program's job state (Config.JobState) of that commit;
+// checkpoint.ErrNoCheckpoint means there is none. Call it before any worker joins.
+//
+// How depends on what NewCoordinator found on the servers:
+//
+//   - Fresh servers (the whole job restarted): every server loads the slots the owner table
+//     gives it from the newest commit every server can load (any number of servers), and the
+//     dispatcher and the ledger come back.
+//   - Servers still running a job (only the coordinator restarted): the coordinator takes the
+//     job over. When every server is up, under one owner table naming exactly Config.Servers,
+//     and no commit was written after the newest one, the servers keep their rows and go on:
+//     the dispatcher returns to the commit, and the batches trained since are replayed, each
+//     skipped by the servers that applied it (they keep every position not covered by the
+//     newest commit), so nothing is lost or counted twice. Otherwise every server returns to the
+//     commit (as under Rollback, from its own shared memory where it has it). A job with no
+//     commit yet returns to its start.
+func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
+	if c.committer == nil {
+		return 0, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
+	}
+	if c.cfg.CheckJob != nil {
+		// Vet the newest commit first: tables of another shape would fail verification and
+		// hide the reason behind a schema error.
+		commits, err := c.committer.Commits(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if len(commits) > 0 {
+			if job, err := c.committer.Blob(ctx, commits[0].Step, blobJob); err == nil {
+				if err := c.cfg.CheckJob(job); err != nil {
+					return 0, nil, err
+				}
+			}
+		} else if !c.isLive() {
+			return 0, nil, checkpoint.ErrNoCheckpoint
+		}
+	}
+	if c.isLive() {
+		return c.takeOver(ctx)
+	}
+	table := c.holder.Get()
+	servers := c.serverList()
+	info, err := c.committer.Choose(ctx, func(ctx context.Context, step uint64) error {
+		g, gctx := errgroup.WithContext(ctx)
+		for _, s := range servers {
+			g.Go(func() error { return s.Verify(gctx, step, table) })
+		}
+		return g.Wait()
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	cm, err := c.readCommit(ctx, info.Step)
+	if err != nil {
+		return 0, nil, err
+	}
+	inc, err := c.newIncarnation(ctx, info.Step, cm.state.Incarnation, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	// Lead and fence first, so nothing of an earlier coordinator lands while the servers load.
+	if err := c.lead(ctx, servers, inc); err != nil {
+		return 0, nil, err
+	}
+	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+		return 0, nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.Load(gctx, info.Step, table); err != nil {
+				return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, err
+	}
+	if err := c.resumed(ctx, cm, info.Step, inc); err != nil {
+		return 0, nil, err
+	}
+	return info.Step, cm.job, nil
+}
+
+// commitState is what the coordinator keeps in a commit.
+type commitState struct {
+	step  uint64
+	state coordState
+	disp  []byte
+	led   *ledger
+	done  Progress
+	job   []byte
+}
+
+// readCommit reads the coordinator's part of the commit of step; step 0 is the job's start.
+func (c *Coordinator) readCommit(ctx context.Context, step uint64) (*commitState, error) {
+	cm := &commitState{step: step, state: coordState{Version: 1, Job: c.cfg.Job}}
+	var err error
+	if cm.disp, cm.led, err = c.commitData(ctx, step); err != nil {
+		return nil, err
+	}
+	if step == 0 {
+		return cm, nil
+	}
+	raw, err := c.committer.Blob(ctx, step, blobState)
+	if err != nil {
+		return nil, fmt.Errorf("elastic: commit %d: %w", step, err)
+	}
+	if err := json.Unmarshal(raw, &cm.state); err != nil || cm.state.Version != 1 {
+		return nil, fmt.Errorf("elastic: commit %d: coordinator state unreadable (version %d): %v", step, cm.state.Version, err)
+	}
+	if cm.state.Job != c.cfg.Job {
+		return nil, fmt.Errorf("elastic: commit %d belongs to job %q, not %q", step, cm.state.Job, c.cfg.Job)
+	}
+	if cm.done, err = c.commitProgress(ctx, step); err != nil {
+		return nil, err
+	}
+	if c.cfg.JobState != nil {
+		if cm.job, err = c.committer.Blob(ctx, step, blobJob); err != nil {
+			return nil, fmt.Errorf("elastic: commit %d: %w", step, err)
+		}
+	}
+	if c.cfg.CheckJob != nil {
+		if err := c.cfg.CheckJob(cm.job); err != nil {
+			return nil, err
+		}
+	}
+	return cm, nil
+}
+
+// commitProgress reads how far the data was done at the commit of step (none before any).
+func (c *Coordinator) commitProgress(ctx context.Context, step uint64) (Progress, error) {
+	if step == 0 {
+		return Progress{}, nil
+	}
+	raw, err := c.committer.Blob(ctx, step, blobProgress)
+	if err != nil {
+		return Progress{}, fmt.Errorf("elastic: commit %d: %w", step, err)
+	}
+	p, err := decodeProgress(raw)
+	if err != nil {
+		return Progress{}, fmt.Errorf("elastic: commit %d: progress: %w", step, err)
+	}
+	return p, nil
+}
+
+// newIncarnation claims the job in storage for a coordinator restoring the commit of step, and
+// returns its incarnation: above the claim's, the committing coordinator's (prev) and every
+// one the servers follow (found: their Health).
+func (c *Coordinator) newIncarnation(ctx context.Context, step, prev uint64, found map[string]ServerHealth) (uint64, error) {
+	c.mu.Lock()
+	inc := max(prev, c.core.incarnation) + 1
+	c.mu.Unlock()
+	for _, h := range found {
+		inc = max(inc, h.Leader+1)
+	}
+	if _, ok := c.cfg.Storage.(checkpoint.ExclusiveStorage); ok {
+		claimed, err := c.committer.Claim(ctx, step)
+		if err != nil {
+			return 0, err
+		}
+		inc = max(inc, claimed)
+	}
+	return inc, nil
+}
+
+// resumed sets the coordinator to the commit cm, as incarnation inc, with steps counted on from
+// step, and drops the commits above it (a future the job abandoned).
+func (c *Coordinator) resumed(ctx context.Context, cm *commitState, step, inc uint64) error {
+	if err := c.svc.restore(cm.disp, cm.led); err != nil {
+		return fmt.Errorf("elastic: commit %d: dispatcher: %w", cm.step, err)
+	}
+	c.mu.Lock()
+	c.core.restore(step, cm.step, inc)
+	c.fenced = nil
+	c.committedDone = cm.done
+	c.stats.LastCommitted = cm.step
+	c.live = false
+	c.applyLocked(nil)
+	c.mu.Unlock()
+	if err := c.committer.DropAfter(ctx, cm.step); err != nil {
+		return err
+	}
+	c.log.Info("resumed", "step", cm.step, "incarnation", inc)
+	return nil
+}
+
+func (c *Coordinator) isLive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live
+}
+
+// takeOver makes this coordinator the one of a job whose servers are running (see Resume).
+func (c *Coordinator) takeOver(ctx context.Context) (uint64, []byte, error) {
+	servers := c.serverList()
+	found, err := c.admit(ctx, servers)
+	if err != nil {
+		return 0, nil, err
+	}
+	var step uint64
+	commits, err := c.committer.Commits(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, ci := range commits {
+		if err := c.checkCommit(ctx, ci.Step); err != nil {
+			c.log.Warn("skipping commit", "step", ci.Step, "err", err)
+			continue
+		}
+		step = ci.Step
+		break
+	}
+	cm, err := c.readCommit(ctx, step)
+	if err != nil {
+		return 0, nil, err
+	}
+	inc, err := c.newIncarnation(ctx, step, cm.state.Incarnation, found)
+	if err != nil {
+		return 0, nil, err
+	}
+	// From here on the earlier coordinator can neither drive the servers (they follow inc) nor
+	// land a worker's push (every epoch below inc<<32 is fenced).
+	if err := c.lead(ctx, servers, inc); err != nil {
+		return 0, nil, err
+	}
+	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+		return 0, nil, err
+	}
+	// A commit record above step was written by the earlier coordinator after we chose the
+	// commit: it may have had the servers forget positions the commit does not cover.
+	after, err := c.committer.RecordsAfter(ctx, step)
+	if err != nil {
+		return 0, nil, err
+	}
+	tables := make([]*ps.OwnerTable, len(servers))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range servers {
+		g.Go(func() (err error) {
+			tables[i], err = s.Table(gctx)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, err
+	}
+	var newest *ps.OwnerTable
+	var snapped uint64
+	for i, s := range servers {
+		if t := tables[i]; t != nil && (newest == nil || t.Version > newest.Version) {
+			newest = t
+		}
+		snapped = max(snapped, found[s.Node().ID].Snapshot)
+	}
+	why := ""
+	switch {
+	case len(after) > 0:
+		why = fmt.Sprintf("commits %v were written after the commit of step %d", after, step)
+	case newest == nil:
+		why = "no server has an owner table"
+	case !sameNodes(newest, servers):
+		why = fmt.Sprintf("owner table %d names other servers than the job's", newest.Version)
+	}
+	for i, s := range servers {
+		if why == "" && (tables[i] == nil || !tables[i].Equal(newest)) {
+			why = fmt.Sprintf("server %s has not got owner table %d (it restarted, or a change was under way)", s.Node().ID, newest.Version)
+		}
+	}
+	if why == "" {
+		c.holder.Set(newest)
+		if err := c.resumed(ctx, cm, snapped, inc); err != nil {
+			return 0, nil, err
+		}
+		c.log.Info("took over a running job", "commit", step, "table", newest.Version, "incarnation", inc)
+		return step, cm.job, nil
+	}
+	// Every server returns to the commit, under a new table over the job's servers.
+	c.log.Warn("taking over by returning every server to the newest commit", "commit", step, "reason", why)
+	nodes := make([]ps.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = s.Node()
+	}
+	version := uint64(1)
+	if newest != nil {
+		version = newest.Version + 1
+	}
+	table, err := ps.NewOwnerTable(version, c.cfg.Slots, nodes, newest)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
+		return 0, nil, err
+	}
+	if err := c.install(ctx, servers, table); err != nil {
+		return 0, nil, err
+	}
+	if err := c.resumed(ctx, cm, snapped, inc); err != nil {
+		return 0, nil, err
+	}
+	return step, cm.job, nil
+}
+
+// checkCommit checks that the coordinator's part of the commit of step reads back.
+func (c *Coordinator) checkCommit(ctx context.Context, step uint64) error {
+	var errs []error
+	for _, name := range []string{blobState, blobDispatcher, blobLedger, blobProgress} {
+		if _, err := c.committer.Blob(ctx, step, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sameNodes reports whether t places slots on exactly servers (ids and addresses).
+func sameNodes(t *ps.OwnerTable, servers []ParameterServer) bool {
+	nodes := t.Nodes
+	if len(nodes) != len(servers) {
+		return false
+	}
+	for _, s := range servers {
+		if !slices.Contains(nodes, s.Node()) {
+			return false
+		}
+	}
+	return true
+}
