@@ -71,7 +71,7 @@
 //		})
 //		if errors.Is(err, io.EOF) { break }      // the data is done
 //	}
-//	step, err := job.Coordinator.Checkpoint(ctx)  // and later: job.Coordinator.Resume(ctx)
+//	step, err := job.Coordinator().Checkpoint(ctx)  // and later: job.Coordinator().Resume(ctx)
 //
 // examples/dlrm trains a DLRM this way.
 //

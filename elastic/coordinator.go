@@ -49,6 +49,9 @@ type Coordinator struct {
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
 	recGen  uint64                  // recoveries begun: a snapshot taken before one is not committed
 	live    bool                    // the servers were found running a job: Resume takes it over
+	// superseded is set once a later coordinator has taken the job over: this one has stopped.
+	superseded error
+	leading    uint64 // the highest incarnation this coordinator has led its servers as
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// positions it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later position in their applied sets.
@@ -254,6 +257,9 @@ func (c *Coordinator) Join(ctx context.Context, worker string) (uint64, error) {
 	if c.live {
 		return 0, ErrNeedsResume
 	}
+	if c.superseded != nil {
+		return 0, c.superseded
+	}
 	epoch, acts := c.core.join(c.clock.now(), worker)
 	c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
 	c.applyLocked(acts)
@@ -267,6 +273,9 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 	return c.await(ctx, func() (bool, error) {
 		if c.closed {
 			return true, ErrClosed
+		}
+		if c.superseded != nil {
+			return true, c.superseded
 		}
 		ok := c.core.begin(c.clock.now(), worker, epoch)
 		m := c.core.members[worker]
@@ -470,6 +479,22 @@ func (c *Coordinator) Finish(ctx context.Context, final bool, linger time.Durati
 	return err
 }
 
+// supersededLocked stops this coordinator for good: a later one has taken the job over (the
+// servers refuse this one's calls, or storage its commits). Its workers' next Begin or Join
+// returns ErrSuperseded; nothing more is snapshotted or recovered.
+func (c *Coordinator) supersededLocked(err error) {
+	if c.superseded != nil {
+		return
+	}
+	c.superseded = fmt.Errorf("%w: %w", ErrSuperseded, err)
+	if errors.Is(err, ErrSuperseded) {
+		c.superseded = err
+	}
+	c.log.Error("another coordinator has taken the job over; this one stops", "err", err)
+	c.core.stop()
+	c.applyLocked(nil)
+}
+
 // Stop ends training: no barrier goes up after those in progress, and workers' next Begin
 // returns ErrStopped. Call Checkpoint before it for a final checkpoint.
 func (c *Coordinator) Stop() {
@@ -519,6 +544,10 @@ func (c *Coordinator) do(a action) {
 		c.mu.Lock()
 		c.stats.Fenced += len(a.epochs)
 		for id, err := range errs {
+			if errors.Is(err, ErrSuperseded) {
+				c.supersededLocked(err)
+				continue
+			}
 			// A server that cannot be fenced may still take the fenced worker's pushes: it is
 			// failed, and recovered (fenced again) before the next checkpoint.
 			c.serverFailedLocked(id, fmt.Sprintf("fence failed: %v", err))
@@ -649,6 +678,9 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 	defer c.mu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("elastic: snapshot of step %d: %w", step, err)
+		if errors.Is(err, ErrSuperseded) {
+			c.supersededLocked(err)
+		}
 		c.lastSnap.Err = err
 		c.stats.Failed++
 		c.stats.LastErr = err
@@ -676,6 +708,9 @@ func (c *Coordinator) commitLoop() {
 				c.stats.Failed++
 				c.stats.LastErr = err
 				c.log.Warn("commit failed", "step", job.step, "err", err)
+				if errors.Is(err, checkpoint.ErrSuperseded) || errors.Is(err, ErrSuperseded) {
+					c.supersededLocked(err)
+				}
 			} else {
 				c.stats.Committed++
 				c.stats.LastCommitted = job.step

@@ -106,13 +106,13 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 	}
 	// A full checkpoint, then more training and an incremental one.
 	train(1)
-	_, err = job.Coordinator.Checkpoint(ctx)
+	_, err = job.Coordinator().Checkpoint(ctx)
 	require.NoError(t, err)
 	round1 := applied()
 	require.NotZero(t, round1, "no commit before the first: nothing is forgotten")
 	train(2)
 	round2 := applied() - round1
-	step, err := job.Coordinator.Checkpoint(ctx)
+	step, err := job.Coordinator().Checkpoint(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), step)
 	assert.Equal(t, round2, applied(), "a checkpoint forgets the positions the newest commit covers, and only those")
@@ -132,7 +132,7 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 			job, err := elastic.StartLocal(ctx, c)
 			require.NoError(t, err)
 			defer job.Close()
-			got, _, err := job.Coordinator.Resume(ctx)
+			got, _, err := job.Coordinator().Resume(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, step, got)
 			assert.Equal(t, want, allRows(job), "every table and dense tensor, weights and optimizer state")
@@ -159,7 +159,7 @@ func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
 	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
 		return cli.InitDense(ctx, "mlp.x", []float32{1, 2}, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1})
 	}))
-	_, err = job.Coordinator.Checkpoint(ctx)
+	_, err = job.Coordinator().Checkpoint(ctx)
 	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "mlp.x")
 }

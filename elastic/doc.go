@@ -13,7 +13,7 @@
 //	err = s.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
 //		... // b.Pull, forward and backward, b.Push: every push carries the fence epoch and b's position
 //	})
-//	step, err := job.Coordinator.Checkpoint(ctx)
+//	step, err := job.Coordinator().Checkpoint(ctx)
 //
 // A restarted job calls Coordinator.Resume before its workers join: every server loads the
 // slots the new owner table gives it (any number of servers), the dispatcher and the ledger come

@@ -75,7 +75,7 @@ func Example() {
 		})
 	}
 	wg.Wait()
-	step, err := job.Coordinator.Checkpoint(ctx) // the final checkpoint
+	step, err := job.Coordinator().Checkpoint(ctx) // the final checkpoint
 	if err != nil {
 		panic(err)
 	}
@@ -88,7 +88,7 @@ func Example() {
 		return r
 	}
 	before := row(job)
-	fmt.Printf("trained %d batches; committed step %d\n", job.Coordinator.Stats().Step, step)
+	fmt.Printf("trained %d batches; committed step %d\n", job.Coordinator().Stats().Step, step)
 	job.Close()
 
 	// The same job on one server: every slot is restored onto it.
@@ -98,7 +98,7 @@ func Example() {
 		panic(err)
 	}
 	defer job.Close()
-	resumed, _, err := job.Coordinator.Resume(ctx)
+	resumed, _, err := job.Coordinator().Resume(ctx)
 	if err != nil {
 		panic(err)
 	}

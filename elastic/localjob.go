@@ -40,14 +40,16 @@ type LocalConfig struct {
 
 // LocalJob is a running local job. Close stops it.
 type LocalJob struct {
-	Coordinator *Coordinator
-	Servers     []*LocalServer
+	Servers []*LocalServer
 
 	secret []byte
 	log    *slog.Logger
+	cfg    Config // the coordinator's, for a restart
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
+	coord   *Coordinator
+	ready   chan struct{} // closed when a restarting coordinator has taken over; nil otherwise
 	clients []*ps.Client
 	closed  bool
 }
@@ -117,8 +119,51 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 		j.Close()
 		return nil, err
 	}
-	j.Coordinator = c
+	j.cfg, j.coord = cc, c
 	return j, nil
+}
+
+// Coordinator returns the job's coordinator (a new one after RestartCoordinator).
+func (j *LocalJob) Coordinator() *Coordinator {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.coord
+}
+
+// RestartCoordinator replaces the job's coordinator as a crash and a restart would: the
+// coordinator stops at once (what it has not committed is lost, nobody is told), and a new one
+// takes the running job over from the newest commit (Coordinator.Resume), while the servers
+// serve and the workers train on. The workers' calls wait for the new coordinator; their
+// sessions join it again, and the batches trained since the commit are replayed, each landing
+// only on the servers that lack it. It returns the commit's step.
+func (j *LocalJob) RestartCoordinator(ctx context.Context) (uint64, error) {
+	j.mu.Lock()
+	if j.closed || j.ready != nil {
+		j.mu.Unlock()
+		return 0, fmt.Errorf("%w: the job is closed or its coordinator is restarting", ErrClosed)
+	}
+	old, ready := j.coord, make(chan struct{})
+	j.ready = ready
+	j.mu.Unlock()
+	old.Close()
+	c, err := NewCoordinator(ctx, j.cfg)
+	var step uint64
+	if err == nil {
+		if step, _, err = c.Resume(ctx); err != nil {
+			c.Close()
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err == nil {
+		j.coord = c
+	}
+	j.ready = nil
+	close(ready)
+	if err != nil {
+		return 0, fmt.Errorf("elastic: restart the coordinator: %w", err)
+	}
+	return step, nil
 }
 
 // Secret returns the cluster secret.
@@ -127,7 +172,7 @@ func (j *LocalJob) Secret() []byte { return j.secret }
 // Client returns a new client of the job's servers that learns owner tables from the
 // coordinator. The job closes it at Close.
 func (j *LocalJob) Client() (*ps.Client, error) {
-	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: j.Coordinator, Logger: j.log})
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log})
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +193,8 @@ func (j *LocalJob) NewSession(worker string, rc shard.ReaderConfig) (*Session, e
 	if err != nil {
 		return nil, err
 	}
-	rc.Service = j.Coordinator.Service()
-	return NewSession(SessionConfig{Worker: worker, Control: j.Coordinator, Client: cli, Reader: rc, Logger: j.log})
+	rc.Service = jobService{j}
+	return NewSession(SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: j.log})
 }
 
 // Close stops the coordinator, the clients and the servers, and closes the checkpointers (the
@@ -161,11 +206,11 @@ func (j *LocalJob) Close() error {
 		return nil
 	}
 	j.closed = true
-	clients := j.clients
+	clients, coord := j.clients, j.coord
 	j.mu.Unlock()
 	var errs []error
-	if j.Coordinator != nil {
-		errs = append(errs, j.Coordinator.Close())
+	if coord != nil {
+		errs = append(errs, coord.Close())
 	}
 	for _, c := range clients {
 		errs = append(errs, c.Close())
@@ -175,4 +220,101 @@ func (j *LocalJob) Close() error {
 	}
 	j.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// current returns the job's coordinator, waiting while it is being restarted.
+func (j *LocalJob) current(ctx context.Context) (*Coordinator, error) {
+	for {
+		j.mu.Lock()
+		c, ready, closed := j.coord, j.ready, j.closed
+		j.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case ready == nil:
+			return c, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// call runs f on the job's coordinator; one that closed because it was being replaced is
+// replaced by the next, as a remote coordinator that restarts at its address is.
+func (j *LocalJob) call(ctx context.Context, f func(c *Coordinator) error) error {
+	for {
+		c, err := j.current(ctx)
+		if err != nil {
+			return err
+		}
+		err = f(c)
+		if !errors.Is(err, ErrClosed) {
+			return err
+		}
+		j.mu.Lock()
+		replaced := j.coord != c || j.ready != nil
+		j.mu.Unlock()
+		if !replaced {
+			return err
+		}
+	}
+}
+
+// jobControl and jobService are the job's coordinator as its in-process workers reach it
+// (Control, ps.Resolver; the dispatcher), across restarts of the coordinator.
+type (
+	jobControl struct{ j *LocalJob }
+	jobService struct{ j *LocalJob }
+)
+
+var (
+	_ Control              = jobControl{}
+	_ ps.Resolver          = jobControl{}
+	_ shard.ReportAcquirer = jobService{}
+)
+
+func (jc jobControl) Join(ctx context.Context, worker string) (epoch uint64, err error) {
+	err = jc.j.call(ctx, func(c *Coordinator) (err error) { epoch, err = c.Join(ctx, worker); return err })
+	return epoch, err
+}
+
+func (jc jobControl) Begin(ctx context.Context, worker string, epoch uint64) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.Begin(ctx, worker, epoch) })
+}
+
+func (jc jobControl) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.End(ctx, worker, epoch, ok) })
+}
+
+func (jc jobControl) Leave(ctx context.Context, worker string, epoch uint64) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.Leave(ctx, worker, epoch) })
+}
+
+func (jc jobService) Acquire(ctx context.Context, worker string) (l shard.Lease, err error) {
+	err = jc.j.call(ctx, func(c *Coordinator) (err error) { l, err = c.svc.Acquire(ctx, worker); return err })
+	return l, err
+}
+
+func (jc jobService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.svc.Report(ctx, worker, lease, offset, done) })
+}
+
+func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (l shard.Lease, err error) {
+	err = jc.j.call(ctx, func(c *Coordinator) (err error) {
+		l, err = c.svc.ReportAndAcquire(ctx, worker, lease, offset)
+		return err
+	})
+	return l, err
+}
+
+func (jc jobService) Leave(ctx context.Context, worker string) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.svc.Leave(ctx, worker) })
+}
+
+func (jc jobControl) OwnerTable(ctx context.Context, minVersion uint64) (t *ps.OwnerTable, err error) {
+	err = jc.j.call(ctx, func(c *Coordinator) (err error) { t, err = c.OwnerTable(ctx, minVersion); return err })
+	return t, err
 }

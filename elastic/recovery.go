@@ -116,6 +116,9 @@ func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) (map
 
 // lead makes incarnation inc the coordinator every one of servers obeys.
 func (c *Coordinator) lead(ctx context.Context, servers []ParameterServer, inc uint64) error {
+	c.mu.Lock()
+	c.leading = max(c.leading, inc)
+	c.mu.Unlock()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range servers {
 		g.Go(func() error {
@@ -150,7 +153,7 @@ func (c *Coordinator) ServerFailed(id, reason string) {
 
 func (c *Coordinator) serverFailedLocked(id, reason string) {
 	e := c.srvs[id]
-	if e == nil || e.failed || c.closed {
+	if e == nil || e.failed || c.closed || c.superseded != nil {
 		return
 	}
 	e.failed, e.reason, e.failedAt = true, reason, time.Now()
@@ -223,6 +226,8 @@ func (c *Coordinator) checkHealth() {
 		}
 		id := p.s.Node().ID
 		switch {
+		case p.err == nil && p.h.Leader > c.leading:
+			c.supersededLocked(fmt.Errorf("%w: server %s follows coordinator incarnation %d, this one is %d", ErrSuperseded, id, p.h.Leader, c.leading))
 		case p.err == nil && p.h.Incarnation == e.inc:
 			e.lastOK = now
 		case p.err == nil:

@@ -65,8 +65,21 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 	}
 }
 
+// closed refuses the calls that reach a closed coordinator (its dispatcher is gone with it).
+func (s *ledgerService) closed() error {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if s.c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Acquire implements shard.Service.
 func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease, error) {
+	if err := s.closed(); err != nil {
+		return shard.Lease{}, err
+	}
 	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,6 +92,9 @@ func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease
 
 // Report implements shard.Service.
 func (s *ledgerService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
+	if err := s.closed(); err != nil {
+		return err
+	}
 	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,6 +110,9 @@ func (s *ledgerService) Report(ctx context.Context, worker string, lease shard.L
 
 // ReportAndAcquire implements shard.ReportAcquirer.
 func (s *ledgerService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (shard.Lease, error) {
+	if err := s.closed(); err != nil {
+		return shard.Lease{}, err
+	}
 	s.c.heardFrom(worker)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -113,6 +132,9 @@ func (s *ledgerService) ReportAndAcquire(ctx context.Context, worker string, lea
 
 // Leave implements shard.Service.
 func (s *ledgerService) Leave(ctx context.Context, worker string) error {
+	if err := s.closed(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.c.disp.Leave(ctx, worker)

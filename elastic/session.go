@@ -280,6 +280,14 @@ func (s *Session) rejoin(ctx context.Context) error {
 	old := s.reader
 	s.reader = r
 	s.mu.Unlock()
+	// Hand back what the old reader still holds: leases it took after the worker was dropped
+	// (from a coordinator that took the job over, say) would otherwise wait out their TTL.
+	// The new reader has taken none yet.
+	lctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	if err := old.Leave(lctx); err != nil {
+		s.log.Warn("handing the old reader's shards back", "err", err)
+	}
+	cancel()
 	old.Close()
 	return s.join(ctx, true)
 }
@@ -345,6 +353,9 @@ func (s *Session) finish(ctx context.Context, why error) {
 		}
 	}
 }
+
+// Worker returns the worker's name.
+func (s *Session) Worker() string { return s.cfg.Worker }
 
 // Steps returns the number of batches this session began.
 func (s *Session) Steps() uint64 {

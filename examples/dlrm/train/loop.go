@@ -110,7 +110,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
-	if err := r.job.Coordinator.Finish(fctx, !cfg.NoFinalCheckpoint, 0); err != nil && failure == nil {
+	if err := r.job.Coordinator().Finish(fctx, !cfg.NoFinalCheckpoint, 0); err != nil && failure == nil {
 		failure = err
 	}
 
@@ -219,7 +219,7 @@ func (r *run) progress(tick bool) Progress {
 	}
 	r.mu.Unlock()
 	if r.job != nil {
-		pr := r.job.Coordinator.Dispatcher().Progress()
+		pr := r.job.Coordinator().Dispatcher().Progress()
 		p.Epoch = pr.Epoch
 		var done, total int64
 		for _, e := range pr.EpochRecords {
@@ -263,7 +263,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 	if sec := trainedFor.Seconds(); sec > 0 {
 		s.SamplesPerSec = float64(s.Samples) / sec
 	}
-	s.Epochs = r.job.Coordinator.ExactlyOnce()
+	s.Epochs = r.job.Coordinator().ExactlyOnce()
 	s.ExactlyOnce = len(s.Epochs) > 0
 	for _, e := range s.Epochs {
 		s.ExactlyOnce = s.ExactlyOnce && e.OK()

@@ -78,7 +78,7 @@ func (r *run) steps() int64 {
 	if r.job == nil {
 		return 0
 	}
-	return int64(r.job.Coordinator.Stats().Step)
+	return int64(r.job.Coordinator().Stats().Step)
 }
 
 // Run trains a DLRM on an embedded cluster — a coordinator (package elastic) with its data-shard
@@ -244,7 +244,7 @@ func (r *run) fingerprint() string {
 
 // restore loads the newest committed checkpoint into the servers and the coordinator.
 func (r *run) restore(ctx context.Context) error {
-	step, raw, err := r.job.Coordinator.Resume(ctx)
+	step, raw, err := r.job.Coordinator().Resume(ctx)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return fmt.Errorf("%w in %s", ErrNoCheckpoint, r.cfg.CheckpointDir)
 	}

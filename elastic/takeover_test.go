@@ -1,0 +1,369 @@
+package elastic_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/internal/transport/memnet"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+	"github.com/elasticps/elasticps/shard/shardnet"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// localFaultJob starts an in-process job of the fault tests' model on n servers.
+func localFaultJob(t *testing.T, n int, store checkpoint.Storage, tune func(*elastic.Config)) *elastic.LocalJob {
+	cfg := elastic.LocalConfig{Job: "takeover", Servers: n, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 8, Logger: testLogger(t),
+			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs,
+				Seed: 3, Shuffle: true, LeaseTTL: 2 * time.Second, RetryAfter: 20 * time.Millisecond}},
+		Checkpoint: checkpoint.Config{ShmDir: t.TempDir(), FullEvery: 3},
+	}
+	if tune != nil {
+		tune(&cfg.Coordinator)
+	}
+	job, err := elastic.StartLocal(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { job.Close() })
+	return job
+}
+
+// localRows returns the table's weights over the job's servers.
+func localRows(job *elastic.LocalJob) map[uint64][]float32 {
+	var servers []*ps.Server
+	for _, s := range job.Servers {
+		servers = append(servers, s.Server())
+	}
+	return serverRows(servers)
+}
+
+// The coordinator of a running job dies twice while its workers train, once right after a
+// snapshot (its commit may or may not have been written) and once well after a commit; each
+// time a new coordinator takes the job over from the newest commit without stopping the servers.
+// No worker fails, every position is trained exactly once per epoch, and every row equals the
+// failure-free result bit for bit: the batches trained since the commit were replayed and
+// landed only where they had not.
+func TestCoordinatorRestartTakesOverARunningJob(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	snapshots := make(chan uint64, 64)
+	job := localFaultJob(t, 3, store, func(c *elastic.Config) {
+		c.OnCheckpoint = func(ev elastic.CheckpointEvent) {
+			if !ev.Commit && ev.Err == nil {
+				select {
+				case snapshots <- ev.Step:
+				default:
+				}
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	total := int64(faultRecords * faultEpochs)
+	trained := func() int64 {
+		var n int64
+		for _, e := range job.Coordinator().Dispatcher().Progress().EpochRecords {
+			n += e.Done
+		}
+		return n
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	var batches atomic.Int64
+	for i := range errs {
+		sess, err := job.NewSession([]string{"w0", "w1", "w2", "w3"}[i], shard.ReaderConfig{Source: faultData, BatchSize: 32})
+		require.NoError(t, err)
+		w := &faultWorker{name: sess.Worker(), sess: sess}
+		wg.Go(func() {
+			errs[i] = w.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
+				batches.Add(1)
+				return trainStep(ctx, b)
+			})
+		})
+	}
+
+	var restarts []uint64
+	// First: right after a snapshot, once a third of the data is trained.
+	for trained() < total/3 {
+		select {
+		case <-snapshots:
+		case <-ctx.Done():
+			t.Fatal("the job did not get a third through its data")
+		}
+	}
+	<-snapshots
+	step, err := job.RestartCoordinator(ctx)
+	require.NoError(t, err)
+	restarts = append(restarts, step)
+	// Second: a few batches after a commit, two thirds through.
+	for trained() < 2*total/3 || job.Coordinator().Stats().LastCommitted == 0 {
+		select {
+		case <-snapshots:
+		case <-ctx.Done():
+			t.Fatal("the job did not get two thirds through its data")
+		}
+	}
+	for n := batches.Load(); batches.Load() < n+5; {
+		time.Sleep(time.Millisecond)
+	}
+	step, err = job.RestartCoordinator(ctx)
+	require.NoError(t, err)
+	restarts = append(restarts, step)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the restarts", i)
+	}
+	t.Logf("took over at commits %v", restarts)
+	assert.Positive(t, restarts[1], "the second restart found a commit")
+
+	c := job.Coordinator()
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	for _, e := range c.ExactlyOnce() {
+		assert.True(t, e.OK(), "%s", e)
+		assert.True(t, e.Complete, "%s", e)
+	}
+	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+}
+
+// remoteJob is a job whose every role is a process of its own on an in-memory network: servers
+// ps-0.. serving their agents (ServeServer), a coordinator on host "coord" driving them through
+// RemoteServers and serving the workers (the dispatcher and ServeControl), and workers on their
+// own hosts.
+type remoteJob struct {
+	*faultJob
+	cfg     elastic.Config
+	remotes []*elastic.RemoteServer
+	stopC   func() // ends the coordinator process
+}
+
+func startRemoteJob(t *testing.T, n int, store checkpoint.Storage, tune func(*elastic.Config)) *remoteJob {
+	j := &remoteJob{faultJob: &faultJob{t: t, net: memnet.New(memnet.Config{}), secret: []byte("a secret of the takeover tests.."), store: store, shm: t.TempDir()}}
+	j.addr = "coord:1"
+	for i := range n {
+		id := fmt.Sprintf("ps-%d", i)
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+		require.NoError(t, err)
+		l, err := j.net.Host(id).Listen(id + ":1")
+		require.NoError(t, err)
+		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "remote", Storage: store, ShmDir: j.shm, FullEvery: 3})
+		require.NoError(t, err)
+		require.NoError(t, elastic.ServeServer(srv, ls))
+		j.serve(func() { srv.Serve(l) })
+		j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)
+	}
+	j.cfg = elastic.Config{
+		Job: "remote", Slots: faultSlots, Storage: store, CheckpointEvery: 8, Logger: testLogger(t),
+		WorkerSilence: 2 * time.Second, ArriveTimeout: 2 * time.Second,
+		Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs,
+			Seed: 3, Shuffle: true, LeaseTTL: 2 * time.Second, RetryAfter: 20 * time.Millisecond},
+	}
+	if tune != nil {
+		tune(&j.cfg)
+	}
+	j.close = sync.OnceFunc(func() {
+		for _, f := range j.closers {
+			f()
+		}
+		if j.stopC != nil {
+			j.stopC()
+		}
+		for i, s := range j.servers {
+			s.Close()
+			j.locals[i].Close()
+		}
+		j.wg.Wait()
+	})
+	t.Cleanup(j.close)
+	return j
+}
+
+// coordinator starts a coordinator process on host (resuming the job when resume is set) and
+// returns it with the function that stops it as a crash would.
+func (j *remoteJob) coordinator(ctx context.Context, host string, resume bool) (*elastic.Coordinator, uint64, func(), error) {
+	var nodes []elastic.ParameterServer
+	var remotes []*elastic.RemoteServer
+	for _, s := range j.servers {
+		rs, err := elastic.NewRemoteServer(ps.Node{ID: s.ID(), Addr: s.ID() + ":1"}, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host(host)})
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		remotes, nodes = append(remotes, rs), append(nodes, rs)
+	}
+	cfg := j.cfg
+	cfg.Servers = nodes
+	c, err := elastic.NewCoordinator(ctx, cfg)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var step uint64
+	if resume {
+		if step, _, err = c.Resume(ctx); err != nil {
+			c.Close()
+			return nil, 0, nil, err
+		}
+	}
+	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: c.Service(), Secret: j.secret})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := elastic.ServeControl(dsrv, c); err != nil {
+		return nil, 0, nil, err
+	}
+	l, err := j.net.Host(host).Listen(host + ":1")
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dsrv.Serve(l)
+	}()
+	stop := sync.OnceFunc(func() {
+		j.net.Kill(host)
+		dsrv.Close()
+		<-done
+		c.Close()
+		for _, rs := range remotes {
+			rs.Close()
+		}
+		j.net.Restart(host)
+	})
+	return c, step, stop, nil
+}
+
+// remoteWorker is a worker process: its clients reach the servers and the coordinator at
+// coord:1 over its host's links.
+func (j *remoteJob) remoteWorker(name string) *faultWorker {
+	h := j.net.Host(name)
+	var addrs []string
+	for _, s := range j.servers {
+		addrs = append(addrs, s.ID()+":1")
+	}
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Transport: h, Servers: addrs, Retries: 8, RetryBackoff: time.Millisecond})
+	require.NoError(j.t, err)
+	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: j.addr, Secret: j.secret, Transport: h})
+	require.NoError(j.t, err)
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
+	require.NoError(j.t, err)
+	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
+		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}, Logger: testLogger(j.t)})
+	require.NoError(j.t, err)
+	j.closers = append(j.closers, func() {
+		sess.Close()
+		ctl.Close()
+		svc.Close()
+		cli.Close()
+	})
+	return &faultWorker{name: name, cli: cli, sess: sess}
+}
+
+// A coordinator process dies mid-training and a new one starts at its address, taking the job
+// over from the newest commit; the workers reconnect on their own and none fails. At the end
+// every position was trained exactly once per epoch and every row equals the failure-free
+// result; a push under an epoch of the dead coordinator is refused.
+func TestCoordinatorProcessRestart(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	j := startRemoteJob(t, 3, store, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, _, stop, err := j.coordinator(ctx, "coord", false)
+	require.NoError(t, err)
+	j.stopC = stop
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	workers := make([]*faultWorker, len(errs))
+	var oldEpoch atomic.Uint64
+	for i := range errs {
+		workers[i] = j.remoteWorker(fmt.Sprintf("w%d", i))
+		wg.Go(func() {
+			errs[i] = workers[i].run(ctx, func(ctx context.Context, b *elastic.Batch) error {
+				if i == 0 && oldEpoch.Load() == 0 {
+					oldEpoch.Store(workers[0].cli.Epoch())
+				}
+				return trainStep(ctx, b)
+			})
+		})
+	}
+	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
+		time.Sleep(time.Millisecond)
+	}
+	j.stopC()
+	c2, step, stop2, err := j.coordinator(ctx, "coord", true)
+	require.NoError(t, err)
+	j.stopC = stop2
+	t.Logf("took over from step %d", step)
+	assert.Positive(t, step)
+
+	// A push of the dead coordinator's time is refused.
+	probe := j.remoteWorker("probe")
+	probe.cli.SetEpoch(oldEpoch.Load())
+	err = probe.cli.Push(ctx, "emb", []uint64{faultID(0)}, make([]float32, faultDim), 1, ps.At(ps.Position{Shard: 1 << 20, Start: 0, End: 1}))
+	require.ErrorIs(t, err, ps.ErrFenced)
+
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the restart", i)
+	}
+	_, err = c2.Checkpoint(ctx)
+	require.NoError(t, err)
+	for _, e := range c2.ExactlyOnce() {
+		assert.True(t, e.OK(), "%s", e)
+		assert.True(t, e.Complete, "%s", e)
+	}
+	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
+}
+
+// Two coordinators at once: the first still runs (cut off, say) when a second takes the job
+// over. The servers refuse the first one's calls from then on, its checkpoint fails, nothing it
+// tries to commit is ever restored, and the pushes of its workers are refused.
+func TestTakeoverFencesTheEarlierCoordinator(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	j := startRemoteJob(t, 2, store, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, _, stop1, err := j.coordinator(ctx, "coord", false)
+	require.NoError(t, err)
+	j.stopC = stop1
+	w := j.remoteWorker("w0")
+	steps := 0
+	for steps < 20 {
+		require.NoError(t, w.sess.Step(ctx, trainStep))
+		steps++
+		if steps == 10 {
+			_, err := first.Checkpoint(ctx)
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, first.WaitCommits(ctx))
+	committed := first.Stats().LastCommitted
+	require.Positive(t, committed)
+
+	second, step, stop2, err := j.coordinator(ctx, "coord2", true)
+	require.NoError(t, err)
+	j.stopC = func() { stop2(); stop1() }
+	assert.Equal(t, committed, step)
+
+	_, err = first.Checkpoint(ctx)
+	require.ErrorIs(t, err, elastic.ErrSuperseded, "the servers follow the second coordinator")
+	err = w.sess.Step(ctx, trainStep)
+	require.ErrorIs(t, err, elastic.ErrSuperseded, "its workers learn it")
+	require.ErrorIs(t, w.cli.Push(ctx, "emb", []uint64{1}, make([]float32, faultDim), 1, ps.At(ps.Position{Shard: 1 << 20, Start: 0, End: 1})), ps.ErrFenced)
+
+	cm := second.Stats()
+	assert.Equal(t, committed, cm.LastCommitted)
+	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "remote", Storage: store})
+	require.NoError(t, err)
+	commits, err := m.Commits(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, commits)
+	assert.Equal(t, committed, commits[0].Step, "nothing the first coordinator tried after the takeover is a commit")
+}
