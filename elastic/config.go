@@ -54,9 +54,14 @@ type Config struct {
 	// longest batch.
 	ArriveTimeout time.Duration
 	// WorkerSilence fails a worker not heard from for this long (a Session is heard at every
-	// batch and every dispatcher call). Default 0: never. It must exceed the longest batch and
-	// the dispatcher's RetryAfter (how long a worker waiting for shards sleeps between calls), or
-	// healthy workers are failed and must join again.
+	// batch and every dispatcher call): its epoch is fenced on every server and then its leases
+	// go back to the dispatcher. Default: three quarters of the dispatcher's LeaseTTL, so that a
+	// silent worker is fenced before its lease could expire and its shard go to another worker
+	// with the silent one unfenced. Negative: never (an expired lease is then re-leased without
+	// a fence, and only the servers' at-most-once positions keep a late push from landing
+	// twice). It must exceed the longest batch and the dispatcher's RetryAfter (how long a
+	// worker waiting for shards sleeps between calls), or healthy workers are failed and must
+	// join again.
 	WorkerSilence time.Duration
 
 	// Recovery is what the job does when a parameter server fails: Rollback (the default) or
@@ -106,7 +111,7 @@ func (c Config) Validate() error {
 	if c.Recovery > Partial {
 		errs = append(errs, fmt.Errorf("unknown Recovery policy %d", c.Recovery))
 	}
-	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout, "WorkerSilence": c.WorkerSilence,
+	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout,
 		"HealthEvery": c.HealthEvery, "ServerTimeout": c.ServerTimeout, "ReplaceWait": c.ReplaceWait} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -130,6 +135,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ArriveTimeout == 0 {
 		c.ArriveTimeout = 30 * time.Second
+	}
+	if c.WorkerSilence == 0 {
+		ttl := c.Dispatcher.LeaseTTL
+		if ttl <= 0 {
+			ttl = 30 * time.Second // shard's default
+		}
+		c.WorkerSilence = ttl * 3 / 4
 	}
 	if c.HealthEvery == 0 {
 		c.HealthEvery = 500 * time.Millisecond

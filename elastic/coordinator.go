@@ -775,7 +775,7 @@ func (c *Coordinator) event(ev CheckpointEvent) {
 func (c *Coordinator) timerLoop() {
 	defer c.wg.Done()
 	every := time.Second
-	for _, d := range []time.Duration{c.cfg.ArriveTimeout, c.cfg.WorkerSilence} {
+	for _, d := range []time.Duration{c.cfg.ArriveTimeout, c.cfg.WorkerSilence} { // negative: none
 		if d > 0 {
 			every = min(every, d/4)
 		}

@@ -103,7 +103,7 @@ type coreConfig struct {
 	// arriveTimeout bounds the wait at a barrier for a worker; one that has not arrived by then
 	// is failed (fenced and evicted) and the snapshot proceeds without it.
 	arriveTimeout time.Duration
-	// silence is how long a worker may go unheard before it is failed; 0 never.
+	// silence is how long a worker may go unheard before it is failed; 0 or less: never.
 	silence time.Duration
 }
 

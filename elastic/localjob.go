@@ -293,17 +293,27 @@ func (jc jobControl) Leave(ctx context.Context, worker string, epoch uint64) err
 	return jc.j.call(ctx, func(c *Coordinator) error { return c.Leave(ctx, worker, epoch) })
 }
 
+// call runs f on the coordinator's dispatcher; once the job is closed its errors say that
+// retrying cannot help.
+func (jc jobService) call(ctx context.Context, f func(c *Coordinator) error) error {
+	err := jc.j.call(ctx, f)
+	if errors.Is(err, ErrClosed) && !errors.Is(err, shard.ErrPermanent) {
+		err = errDispatcherClosed
+	}
+	return err
+}
+
 func (jc jobService) Acquire(ctx context.Context, worker string) (l shard.Lease, err error) {
-	err = jc.j.call(ctx, func(c *Coordinator) (err error) { l, err = c.svc.Acquire(ctx, worker); return err })
+	err = jc.call(ctx, func(c *Coordinator) (err error) { l, err = c.svc.Acquire(ctx, worker); return err })
 	return l, err
 }
 
 func (jc jobService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.svc.Report(ctx, worker, lease, offset, done) })
+	return jc.call(ctx, func(c *Coordinator) error { return c.svc.Report(ctx, worker, lease, offset, done) })
 }
 
 func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (l shard.Lease, err error) {
-	err = jc.j.call(ctx, func(c *Coordinator) (err error) {
+	err = jc.call(ctx, func(c *Coordinator) (err error) {
 		l, err = c.svc.ReportAndAcquire(ctx, worker, lease, offset)
 		return err
 	})
@@ -311,7 +321,7 @@ func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease 
 }
 
 func (jc jobService) Leave(ctx context.Context, worker string) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.svc.Leave(ctx, worker) })
+	return jc.call(ctx, func(c *Coordinator) error { return c.svc.Leave(ctx, worker) })
 }
 
 func (jc jobControl) OwnerTable(ctx context.Context, minVersion uint64) (t *ps.OwnerTable, err error) {

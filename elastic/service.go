@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 
@@ -65,12 +66,17 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 	}
 }
 
-// closed refuses the calls that reach a closed coordinator (its dispatcher is gone with it).
+// errDispatcherClosed answers the dispatcher calls that reach a closed coordinator: its
+// dispatcher is gone with it, and retrying cannot help (a LocalJob whose coordinator restarts
+// sends them to the next one).
+var errDispatcherClosed = fmt.Errorf("%w: its dispatcher is gone with it (%w)", ErrClosed, shard.ErrPermanent)
+
+// closed refuses the calls that reach a closed coordinator.
 func (s *ledgerService) closed() error {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	if s.c.closed {
-		return ErrClosed
+		return errDispatcherClosed
 	}
 	return nil
 }
