@@ -265,6 +265,19 @@ func (c *core) failLocked(id, reason string) []action {
 	}
 }
 
+// gossipFailed fails worker id, which gossip declared failed, unless it was heard from within
+// quiet: a worker still calling is alive, whatever gossip says (say, a new process under the
+// same id that joined before its predecessor's failure was gossiped).
+func (c *core) gossipFailed(now time.Time, id string, quiet time.Duration) []action {
+	c.tick(now)
+	m, ok := c.members[id]
+	if !ok || c.now.Sub(m.seen) < quiet {
+		return nil
+	}
+	acts := c.failLocked(id, fmt.Sprintf("gossip: failed, and silent for %v", c.now.Sub(m.seen).Round(time.Millisecond)))
+	return append(acts, c.advance()...)
+}
+
 // request asks for a checkpoint at the next chance (the final one, or the program's).
 func (c *core) request(now time.Time) []action {
 	c.tick(now)

@@ -24,6 +24,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files of the trace
 //	every N | arrive-timeout D | silence D     configure (before the first event)
 //	time +D                                    advance the clock
 //	join W | leave W | fail W REASON           membership
+//	gossipfail W QUIET                         gossip declared W failed
 //	begin W [eEPOCH] | end W ok|fail [eEPOCH]  a batch (default epoch: the member's)
 //	arrive W [gGEN] [eEPOCH]                   arrive at the barrier (default: the current one)
 //	request | timers | stop                    ask for a checkpoint, run the timers, stop
@@ -126,6 +127,11 @@ func runTrace(t *testing.T, src string) string {
 			acts = get().leave(now, arg(1), epochOf(arg(1), f[2:]))
 		case "fail":
 			acts = get().fail(now, arg(1), strings.Join(f[2:], " "))
+		case "gossipfail":
+			// gossipfail W QUIET: gossip declared W failed; it is failed if silent for QUIET.
+			d, err := time.ParseDuration(arg(2))
+			require.NoError(t, err)
+			acts = get().gossipFailed(now, arg(1), d)
 		case "begin":
 			fmt.Fprintf(&out, "begin %v\n", get().begin(now, arg(1), epochOf(arg(1), f[2:])))
 		case "end":

@@ -220,21 +220,10 @@ func (c *Coordinator) checkHealth() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range probes {
-		e := p.e
-		if e.failed || e.ps != p.s {
+		if p.e.failed || p.e.ps != p.s {
 			continue // changed meanwhile
 		}
-		id := p.s.Node().ID
-		switch {
-		case p.err == nil && p.h.Leader > c.leading:
-			c.supersededLocked(fmt.Errorf("%w: server %s follows coordinator incarnation %d, this one is %d", ErrSuperseded, id, p.h.Leader, c.leading))
-		case p.err == nil && p.h.Incarnation == e.inc:
-			e.lastOK = now
-		case p.err == nil:
-			c.serverFailedLocked(id, fmt.Sprintf("restarted (incarnation %x, was %x)", p.h.Incarnation, e.inc))
-		case now.Sub(e.lastOK) > c.cfg.ServerTimeout:
-			c.serverFailedLocked(id, fmt.Sprintf("no answer for %v: %v", now.Sub(e.lastOK).Round(time.Millisecond), p.err))
-		}
+		c.judgeLocked(p.e, p.h, p.err, now, "")
 	}
 }
 
