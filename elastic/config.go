@@ -80,6 +80,10 @@ type Config struct {
 	// attempt), from the coordinator's goroutine. It must not block for long.
 	OnRecovery func(RecoveryEvent)
 
+	// Scaler, if set, runs the job's processes: SetParallelism hands it the new plan. Nil:
+	// the program starts and stops processes itself, and SetParallelism fails.
+	Scaler Scaler
+
 	// Logger receives the coordinator's events. Nil discards.
 	Logger *slog.Logger
 	// Now is the wall clock. Nil: time.Now.

@@ -52,6 +52,7 @@ type Coordinator struct {
 	// superseded is set once a later coordinator has taken the job over: this one has stopped.
 	superseded error
 	leading    uint64 // the highest incarnation this coordinator has led its servers as
+	plan       Plan   // the last plan SetParallelism gave the scaler
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// positions it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later position in their applied sets.

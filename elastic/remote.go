@@ -34,6 +34,9 @@ const (
 	methodBegin uint16 = 0x4512
 	methodEnd   uint16 = 0x4513
 	methodLeave uint16 = 0x4514
+
+	methodStatus         uint16 = 0x4521
+	methodSetParallelism uint16 = 0x4522
 )
 
 // Error codes of the control protocol.
@@ -49,6 +52,9 @@ const (
 	codeNotFresh     = codeMalformed + 8
 	codeReplaced     = codeMalformed + 9
 	codeSuperseded   = codeMalformed + 10
+	codeNoScaler     = codeMalformed + 11
+	codeUnsupported  = codeMalformed + 12 // errors.ErrUnsupported
+	codeInvalid      = codeMalformed + 13 // ErrInvalidConfig
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -96,6 +102,12 @@ func remoteErr(err error) error {
 		code = codeReplaced
 	case errors.Is(err, ErrSuperseded):
 		code = codeSuperseded
+	case errors.Is(err, ErrNoScaler):
+		code = codeNoScaler
+	case errors.Is(err, errors.ErrUnsupported):
+		code = codeUnsupported
+	case errors.Is(err, ErrInvalidConfig):
+		code = codeInvalid
 	}
 	return &rpc.RemoteError{Code: code, Message: err.Error()}
 }
@@ -126,6 +138,12 @@ func localErr(addr string, err error) error {
 		sentinel = ErrReplaced
 	case codeSuperseded:
 		sentinel = ErrSuperseded
+	case codeNoScaler:
+		sentinel = ErrNoScaler
+	case codeUnsupported:
+		sentinel = errors.ErrUnsupported
+	case codeInvalid:
+		sentinel = ErrInvalidConfig
 	default:
 		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
 	}
@@ -279,8 +297,32 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 		methodLeave: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
 			return c.Leave(ctx, m.worker, m.epoch)
 		}),
+		methodStatus: func(_ context.Context, req []byte, resp *rpc.Buffer) error {
+			if len(req) != 0 {
+				return remoteErr(errMalformed)
+			}
+			b, err := encodeStatus(c.Status())
+			if err == nil {
+				resp.Write(enc(nil).bytes(b))
+			}
+			return remoteErr(err)
+		},
+		methodSetParallelism: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			workers, servers := d.u64(), d.u64()
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			if workers > maxParallelism || servers > maxParallelism {
+				return remoteErr(fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers))
+			}
+			return remoteErr(c.SetParallelism(ctx, int(workers), int(servers)))
+		},
 	})
 }
+
+// maxParallelism bounds the workers and servers a remote SetParallelism may ask for.
+const maxParallelism = 1 << 20
 
 // RemoteConfig configures a RemoteServer or RemoteControl.
 type RemoteConfig struct {
@@ -513,4 +555,23 @@ func (c *RemoteControl) Leave(ctx context.Context, worker string, epoch uint64) 
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodLeave, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
 	})
+}
+
+// Status returns the job's status (Coordinator.Status) from the coordinator's process. Unlike
+// the workers' calls it does not wait for a coordinator that cannot be reached.
+func (c *RemoteControl) Status(ctx context.Context) (Status, error) {
+	var b []byte
+	err := c.call(ctx, methodStatus, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
+	if err != nil {
+		return Status{}, err
+	}
+	return decodeStatus(b)
+}
+
+// SetParallelism calls Coordinator.SetParallelism in the coordinator's process.
+func (c *RemoteControl) SetParallelism(ctx context.Context, workers, servers int) error {
+	if workers < 0 || servers < 0 {
+		return fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers)
+	}
+	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
 }

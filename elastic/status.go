@@ -1,0 +1,265 @@
+package elastic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Status is a running job as its coordinator sees it: what an operator's status command prints
+// and what a cluster scheduler reads. It encodes to JSON as is.
+type Status struct {
+	Job string `json:"job"`
+	// Incarnation is the coordinator's: it counts the coordinators the job has had (restarts,
+	// takeovers, rollbacks).
+	Incarnation uint64 `json:"incarnation"`
+	// Phase is "training", "checkpoint" (a barrier is up), "recovering" (a parameter server
+	// failed and is not recovered yet), "stopped" or "superseded" (another coordinator took the
+	// job over).
+	Phase string `json:"phase"`
+	// Recovery is the policy for server failures: "rollback" or "partial".
+	Recovery string `json:"recovery"`
+	// Plan is the last plan SetParallelism gave the scaler; zero if it was never called.
+	Plan Plan `json:"plan"`
+	// TableVersion is the version of the owner table the servers serve.
+	TableVersion uint64         `json:"table_version"`
+	Servers      []ServerStatus `json:"servers"`
+	Workers      []WorkerStatus `json:"workers"`
+	Data         DataStatus     `json:"data"`
+	// Step counts the batches applied and reported; LastCommit is the step of the newest commit.
+	Step       uint64 `json:"step"`
+	LastCommit uint64 `json:"last_commit"`
+	Snapshots  int    `json:"snapshots"`
+	Commits    int    `json:"commits"`
+	// CheckpointFailures counts snapshots and commits that failed, the newest with LastError.
+	CheckpointFailures int    `json:"checkpoint_failures"`
+	LastError          string `json:"last_error,omitempty"`
+	// Fenced counts the worker epochs fenced, Evicted the workers failed.
+	Fenced  int `json:"fenced"`
+	Evicted int `json:"evicted"`
+	// ServerFailures counts the parameter-server failures noticed, Recoveries the recoveries
+	// that succeeded; LastRecovery describes the newest.
+	ServerFailures int             `json:"server_failures"`
+	Recoveries     int             `json:"recoveries"`
+	LastRecovery   *RecoveryStatus `json:"last_recovery,omitempty"`
+}
+
+// ServerStatus is one parameter server of a Status.
+type ServerStatus struct {
+	ID          string `json:"id"`
+	Addr        string `json:"addr"`
+	Incarnation uint64 `json:"incarnation"`
+	Failed      bool   `json:"failed,omitempty"`
+	Reason      string `json:"reason,omitempty"` // why it failed
+	// Unheard is how long ago it last answered a health check.
+	Unheard time.Duration `json:"unheard_ns"`
+}
+
+// WorkerStatus is one worker of a Status.
+type WorkerStatus struct {
+	ID      string `json:"id"`
+	Epoch   string `json:"epoch"` // its fence epoch, incarnation.n
+	InBatch bool   `json:"in_batch,omitempty"`
+	// Unheard is how long ago the coordinator last heard from it (time paused at barriers
+	// does not count).
+	Unheard time.Duration `json:"unheard_ns"`
+}
+
+// DataStatus is the data progress of a Status.
+type DataStatus struct {
+	Epoch    int   `json:"epoch"`  // the current data epoch, from 0
+	Epochs   int   `json:"epochs"` // configured epochs
+	Records  int64 `json:"records"`
+	Done     int64 `json:"done"`   // records of the current epoch trained
+	Failed   int64 `json:"failed"` // records of the current epoch given up (shards that failed too often)
+	Finished bool  `json:"finished"`
+}
+
+// RecoveryStatus summarises a RecoveryEvent.
+type RecoveryStatus struct {
+	Policy       string            `json:"policy"`
+	Failed       map[string]string `json:"failed"`
+	Replaced     []string          `json:"replaced,omitempty"`
+	Step         uint64            `json:"step"` // the commit restored
+	TableVersion uint64            `json:"table_version"`
+	Duration     time.Duration     `json:"duration_ns"`
+	LostRecords  int64             `json:"lost_records,omitempty"`
+	LostShare    float64           `json:"lost_share,omitempty"`
+}
+
+// Status returns the job's status now.
+func (c *Coordinator) Status() Status {
+	now := time.Now()
+	c.svc.mu.Lock()
+	pr := c.disp.Progress()
+	c.svc.mu.Unlock()
+	st := Status{Job: c.cfg.Job, Recovery: c.cfg.Recovery.String()}
+	if t := c.holder.Get(); t != nil {
+		st.TableVersion = t.Version
+	}
+	st.Data = DataStatus{Epoch: pr.Epoch, Epochs: pr.Epochs, Finished: pr.Finished}
+	for _, e := range pr.EpochRecords {
+		if e.Epoch == pr.Epoch {
+			st.Data.Records, st.Data.Done, st.Data.Failed = e.Records, e.Done, e.Failed
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.core
+	st.Incarnation, st.Plan, st.Step = k.incarnation, c.plan, k.step
+	switch {
+	case c.superseded != nil:
+		st.Phase = "superseded"
+	case k.recovering:
+		st.Phase = "recovering"
+	case k.stopped:
+		st.Phase = "stopped"
+	case k.phase != phaseIdle:
+		st.Phase = "checkpoint"
+	default:
+		st.Phase = "training"
+	}
+	for _, s := range c.servers {
+		id := s.Node().ID
+		ss := ServerStatus{ID: id, Addr: s.Node().Addr}
+		if e := c.srvs[id]; e != nil {
+			ss.Incarnation, ss.Failed, ss.Reason, ss.Unheard = e.inc, e.failed, e.reason, now.Sub(e.lastOK)
+		}
+		st.Servers = append(st.Servers, ss)
+	}
+	// A failed server whose slots went to the survivors is no longer in c.servers.
+	for id, e := range c.srvs {
+		if e.failed && !st.hasServer(id) {
+			st.Servers = append(st.Servers, ServerStatus{ID: id, Addr: e.ps.Node().Addr, Incarnation: e.inc, Failed: true, Reason: e.reason, Unheard: now.Sub(e.lastOK)})
+		}
+	}
+	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ID < st.Servers[j].ID })
+	cnow := c.clock.now()
+	for _, id := range k.sortedMembers() {
+		m := k.members[id]
+		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen))})
+	}
+	s := c.stats
+	st.LastCommit, st.Snapshots, st.Commits, st.CheckpointFailures = s.LastCommitted, s.Snapshots, s.Committed, s.Failed
+	if s.LastErr != nil {
+		st.LastError = s.LastErr.Error()
+	}
+	st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries = s.Fenced, s.Evicted, s.ServerFailures, s.Recoveries
+	if s.Recoveries > 0 {
+		r := s.LastRecovery
+		st.LastRecovery = &RecoveryStatus{Policy: r.Policy.String(), Failed: r.Failed, Replaced: r.Replaced, Step: r.Step,
+			TableVersion: r.TableVersion, Duration: r.Duration, LostRecords: r.LostRecords, LostShare: r.LostShare()}
+	}
+	return st
+}
+
+func (st *Status) hasServer(id string) bool {
+	for _, s := range st.Servers {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteText writes st for a person to read: a summary, then a line per server and worker.
+func (st Status) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %s: %s, coordinator incarnation %d, recovery %s\n", st.Job, st.Phase, st.Incarnation, st.Recovery)
+	if st.Plan != (Plan{}) {
+		fmt.Fprintf(&b, "plan: %s\n", st.Plan)
+	}
+	fmt.Fprintf(&b, "data: epoch %d of %d, %d of %d records trained", st.Data.Epoch+1, st.Data.Epochs, st.Data.Done, st.Data.Records)
+	if st.Data.Failed > 0 {
+		fmt.Fprintf(&b, ", %d given up", st.Data.Failed)
+	}
+	if st.Data.Finished {
+		b.WriteString(", finished")
+	}
+	fmt.Fprintf(&b, "\nsteps: %d; checkpoints: %d taken, %d committed (newest at step %d), %d failed\n",
+		st.Step, st.Snapshots, st.Commits, st.LastCommit, st.CheckpointFailures)
+	if st.LastError != "" {
+		fmt.Fprintf(&b, "last checkpoint error: %s\n", st.LastError)
+	}
+	fmt.Fprintf(&b, "workers: %d fenced epochs, %d failed; servers: %d failures, %d recoveries\n", st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries)
+	if r := st.LastRecovery; r != nil {
+		fmt.Fprintf(&b, "last recovery: %s of %v from the commit of step %d in %v, owner table %d", r.Policy, r.Failed, r.Step, r.Duration.Round(time.Millisecond), r.TableVersion)
+		if r.LostRecords > 0 {
+			fmt.Fprintf(&b, ", %d records' updates lost (%.3f%%)", r.LostRecords, 100*r.LostShare)
+		}
+		b.WriteString("\n")
+	}
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nSERVER\tADDRESS\tINCARNATION\tSTATE\tLAST ANSWER\n")
+	for _, s := range st.Servers {
+		state := "serving"
+		if s.Failed {
+			state = "failed: " + s.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%x\t%s\t%v ago\n", s.ID, s.Addr, s.Incarnation, state, s.Unheard.Round(time.Millisecond))
+	}
+	fmt.Fprintf(tw, "\nWORKER\tEPOCH\tSTATE\tLAST HEARD\n")
+	for _, w := range st.Workers {
+		state := "between batches"
+		if w.InBatch {
+			state = "in a batch"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v ago\n", w.ID, w.Epoch, state, w.Unheard.Round(time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ErrNoScaler is returned by SetParallelism when the coordinator has no Config.Scaler.
+var ErrNoScaler = errors.New("elastic: the coordinator has no scaler")
+
+// SetParallelism asks for workers workers and servers parameter servers, the call a cluster
+// scheduler makes: the coordinator hands the plan to its Config.Scaler, whose new workers join
+// while the others train, and whose workers beyond the plan are stopped (their shards go back
+// to the dispatcher at their last reported offsets). servers must be the number of servers
+// the job has: changing it needs live repartition, which this version does not do
+// (errors.ErrUnsupported).
+func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) error {
+	if c.cfg.Scaler == nil {
+		return ErrNoScaler
+	}
+	if workers < 0 {
+		return fmt.Errorf("%w: %d workers", ErrInvalidConfig, workers)
+	}
+	c.mu.Lock()
+	have := len(c.servers)
+	c.mu.Unlock()
+	if servers != have {
+		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", servers, have, errors.ErrUnsupported)
+	}
+	plan := Plan{Servers: servers, Workers: workers}
+	if err := c.cfg.Scaler.Scale(ctx, plan); err != nil {
+		return fmt.Errorf("elastic: scale to %s: %w", plan, err)
+	}
+	c.mu.Lock()
+	c.plan = plan
+	c.mu.Unlock()
+	c.log.Info("parallelism set", "plan", plan)
+	return nil
+}
+
+// encodeStatus and decodeStatus carry a Status over the control protocol.
+func encodeStatus(st Status) ([]byte, error) { return json.Marshal(st) }
+
+func decodeStatus(b []byte) (Status, error) {
+	var st Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return Status{}, fmt.Errorf("elastic: malformed status: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,139 @@
+package elastic_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// planRecorder is a Scaler that records the plans it is given.
+type planRecorder struct {
+	mu    sync.Mutex
+	plans []elastic.Plan
+	err   error
+}
+
+func (r *planRecorder) Scale(_ context.Context, p elastic.Plan) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.plans = append(r.plans, p)
+	return nil
+}
+
+func (r *planRecorder) Plan() elastic.Plan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.plans) == 0 {
+		return elastic.Plan{}
+	}
+	return r.plans[len(r.plans)-1]
+}
+
+func (r *planRecorder) Close() error { return nil }
+
+// Status, read in the coordinator's process and over the control protocol, tells the same
+// story: servers, workers, data progress, commits, and a server failure and its recovery.
+// SetParallelism reaches the scaler from another process and refuses what it cannot do.
+func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	scaler := &planRecorder{}
+	j := startFaultJobWith(t, 3, store, t.TempDir(), func(c *elastic.Config) {
+		c.Scaler = scaler
+		c.Recovery = elastic.Partial
+		c.HealthEvery = 20 * time.Millisecond
+		c.ServerTimeout = 200 * time.Millisecond
+		c.ReplaceWait = 50 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
+	require.NoError(t, err)
+	defer ctl.Close()
+
+	w := j.worker("w0")
+	for range 12 {
+		require.NoError(t, w.sess.Step(ctx, trainStep))
+	}
+	step, err := j.coord.Checkpoint(ctx)
+	require.NoError(t, err)
+
+	st, err := ctl.Status(ctx)
+	require.NoError(t, err)
+	local := j.coord.Status()
+	assert.Equal(t, "faults", st.Job)
+	assert.Equal(t, "training", st.Phase)
+	assert.Equal(t, "partial", st.Recovery)
+	assert.Equal(t, uint64(12), st.Step)
+	assert.Equal(t, step, st.LastCommit)
+	assert.Equal(t, 2, st.Commits, "the scheduled one at step 8 and the one asked for")
+	assert.Equal(t, uint64(1), st.TableVersion)
+	require.Len(t, st.Servers, 3)
+	for i, s := range st.Servers {
+		assert.Equal(t, local.Servers[i].ID, s.ID)
+		assert.Equal(t, local.Servers[i].Incarnation, s.Incarnation)
+		assert.False(t, s.Failed)
+	}
+	require.Len(t, st.Workers, 1)
+	assert.Equal(t, "w0", st.Workers[0].ID)
+	assert.Equal(t, local.Workers[0].Epoch, st.Workers[0].Epoch)
+	assert.Equal(t, int64(12*32), st.Data.Done, "12 batches of 32 records")
+	assert.Equal(t, int64(faultRecords), st.Data.Records)
+	assert.Equal(t, faultEpochs, st.Data.Epochs)
+
+	// The scheduler's call, from another process.
+	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
+	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 4}, scaler.Plan())
+	assert.ErrorIs(t, ctl.SetParallelism(ctx, 4, 5), errors.ErrUnsupported, "changing the server count needs live repartition")
+	assert.ErrorIs(t, ctl.SetParallelism(ctx, -1, 3), elastic.ErrInvalidConfig)
+	scaler.mu.Lock()
+	scaler.err = errors.New("quota exceeded")
+	scaler.mu.Unlock()
+	err = ctl.SetParallelism(ctx, 9, 3)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "quota exceeded")
+	st, err = ctl.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 4}, st.Plan, "a plan the scaler refused is not the plan")
+
+	// A server dies; its slots go to the survivors (no replacement comes).
+	j.kill(2)
+	for j.coord.Stats().Recoveries == 0 {
+		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
+	}
+	st, err = ctl.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.ServerFailures)
+	assert.Equal(t, 1, st.Recoveries)
+	require.NotNil(t, st.LastRecovery)
+	assert.Equal(t, "partial", st.LastRecovery.Policy)
+	assert.Contains(t, st.LastRecovery.Failed, "ps-2")
+	assert.Equal(t, step, st.LastRecovery.Step)
+	assert.Equal(t, uint64(2), st.TableVersion)
+	var ids []string
+	for _, s := range st.Servers {
+		ids = append(ids, s.ID)
+		assert.False(t, s.Failed)
+	}
+	assert.Equal(t, []string{"ps-0", "ps-1"}, ids, "the survivors took ps-2's slots: it is no longer in the job")
+
+	var text strings.Builder
+	require.NoError(t, st.WriteText(&text))
+	for _, want := range []string{"job faults: training", "ps-0", "ps-1", "w0", "last recovery: partial of map[ps-2:"} {
+		assert.Contains(t, text.String(), want)
+	}
+	t.Log("\n" + text.String())
+
+	noScaler := startFaultJob(t, 1, nil, t.TempDir())
+	assert.ErrorIs(t, noScaler.coord.SetParallelism(ctx, 2, 1), elastic.ErrNoScaler)
+}
