@@ -8,6 +8,7 @@
 //	go run ./examples/dlrm
 //	go run ./examples/dlrm -resume       # after Ctrl-C: continue from the newest checkpoint
 //	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small -duration 0
+//	go run ./examples/dlrm status -dispatcher HOST:PORT -secret-file FILE   # a running multi-process job
 //
 // The orchestration lives in package train; this command is flags, display and signals.
 package main
@@ -35,6 +36,9 @@ func main() {
 
 // run is the command: it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return runStatus(args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
