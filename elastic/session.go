@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -122,7 +123,18 @@ type Batch struct {
 	// Step is the worker's step number (1 for its first batch), passed to the servers' optimizers.
 	Step uint64
 	s    *Session
+	// pushed are the tables and dense tensors pushed by this try of the step's function.
+	pushed, pushedDense []string
 }
+
+// ErrPushedTwice is returned by a Batch's Push (PushDense) when the step's function already
+// pushed that table (tensor) for the batch: a server applies a batch to a slot at most once,
+// so the second push's rows on the slots the first one reached would be dropped. Push all of a
+// table's gradients of a batch in one call.
+var ErrPushedTwice = errors.New("elastic: a table pushed twice for one batch")
+
+// Worker is the name of the worker training the batch.
+func (b *Batch) Worker() string { return b.s.cfg.Worker }
 
 // Position is the batch's data position: servers apply a push of it at most once per slot.
 func (b *Batch) Position() ps.Position {
@@ -140,12 +152,23 @@ func (b *Batch) PullDense(ctx context.Context, name string, dst []float32) error
 }
 
 // Push applies gradients to rows of an embedding table (ps.Client.Push at the batch's position).
+// Each table is pushed once per batch (ErrPushedTwice); the session runs a failed function
+// again from the start, and that try may push every table again.
 func (b *Batch) Push(ctx context.Context, table string, ids []uint64, grads []float32) error {
+	if slices.Contains(b.pushed, table) {
+		return fmt.Errorf("%w: %q", ErrPushedTwice, table)
+	}
+	b.pushed = append(b.pushed, table)
 	return b.s.cfg.Client.Push(ctx, table, ids, grads, b.Step, ps.At(b.Position()))
 }
 
 // PushDense applies gradients to a dense tensor (ps.Client.PushDense at the batch's position).
+// Each tensor is pushed once per batch, as with Push.
 func (b *Batch) PushDense(ctx context.Context, name string, grads []float32) error {
+	if slices.Contains(b.pushedDense, name) {
+		return fmt.Errorf("%w: dense tensor %q", ErrPushedTwice, name)
+	}
+	b.pushedDense = append(b.pushedDense, name)
 	return b.s.cfg.Client.PushDense(ctx, name, grads, b.Step, ps.At(b.Position()))
 }
 
@@ -198,6 +221,7 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 	defer cancel()
 	backoff := s.cfg.RetryBackoff
 	for tries := 0; ; {
+		b.pushed, b.pushedDense = b.pushed[:0], b.pushedDense[:0]
 		err = fn(ctx, b)
 		if err == nil || ctx.Err() != nil || errors.Is(err, ps.ErrFenced) {
 			break

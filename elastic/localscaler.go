@@ -1,0 +1,267 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/elasticps/elasticps/shard"
+)
+
+// LocalScalerConfig configures a LocalScaler.
+type LocalScalerConfig struct {
+	// Job is the in-process job whose workers the scaler runs. Required.
+	Job *LocalJob
+	// Reader gives the reader configuration of a worker (its Source, BatchSize, ...); the
+	// dispatcher is the job's. Required.
+	Reader func(worker string) shard.ReaderConfig
+	// Step is the training function every worker runs on each of its batches
+	// (Session.Step). Required.
+	Step func(ctx context.Context, b *Batch) error
+	// MaxRestarts is how many times a worker whose Step failed is started again (with a new
+	// Session under the same name) before the scaler gives it up. Default 0: never.
+	MaxRestarts int
+	// Logger receives the workers' starts, ends and crashes. Nil discards.
+	Logger *slog.Logger
+}
+
+// LocalScaler is the in-process Scaler: it runs a LocalJob's workers as goroutines, each
+// training through its own Session until the data is done, and starts a worker whose function
+// failed again, up to MaxRestarts. The job's parameter servers are the LocalJob's: a plan must
+// keep their number (changing it needs live repartition), and a server is restarted with
+// LocalJob.RestartServer. Safe for concurrent use.
+type LocalScaler struct {
+	cfg LocalScalerConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	plan    Plan
+	workers map[string]*localWorker
+	changed chan struct{} // closed and replaced when a worker ends
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// localWorker is one worker goroutine of a LocalScaler.
+type localWorker struct {
+	id       string
+	cancel   context.CancelFunc
+	stopped  bool // Scale or Close stopped it
+	done     bool
+	err      error // why it ended, nil when its data was done
+	restarts int
+	steps    uint64
+}
+
+// LocalWorkerStatus is one worker of a LocalScaler.
+type LocalWorkerStatus struct {
+	ID       string
+	Running  bool
+	Restarts int
+	// Steps counts the batches it trained, over its restarts.
+	Steps uint64
+	// Err is why it ended: nil when its data was done or the scaler stopped it.
+	Err error
+}
+
+var _ Scaler = (*LocalScaler)(nil)
+
+// NewLocalScaler returns a scaler that runs no worker yet; Scale starts them.
+func NewLocalScaler(cfg LocalScalerConfig) (*LocalScaler, error) {
+	var errs []error
+	if cfg.Job == nil {
+		errs = append(errs, errors.New("Job is required"))
+	}
+	if cfg.Reader == nil {
+		errs = append(errs, errors.New("Reader is required"))
+	}
+	if cfg.Step == nil {
+		errs = append(errs, errors.New("Step is required"))
+	}
+	if cfg.MaxRestarts < 0 {
+		errs = append(errs, fmt.Errorf("MaxRestarts %d is negative", cfg.MaxRestarts))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &LocalScaler{cfg: cfg, log: log, workers: map[string]*localWorker{}, changed: make(chan struct{}),
+		plan: Plan{Servers: len(cfg.Job.Servers)}}, nil
+}
+
+// Scale implements Scaler: it starts workers worker-0 .. worker-(plan.Workers-1) that do not
+// run, and stops (a clean leave) those beyond. A worker that ended (its data done, or given up)
+// is not started again. plan.Servers must be the job's server count.
+func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
+	if plan.Workers < 0 {
+		return fmt.Errorf("%w: %d workers", ErrInvalidConfig, plan.Workers)
+	}
+	if plan.Servers != len(s.cfg.Job.Servers) {
+		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, len(s.cfg.Job.Servers), errors.ErrUnsupported)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for i := range plan.Workers {
+		id := WorkerID(i)
+		if _, ok := s.workers[id]; !ok {
+			s.startLocked(id)
+		}
+	}
+	for id, w := range s.workers {
+		if workerIndex(id) >= plan.Workers && !w.done {
+			w.stopped = true
+			w.cancel()
+		}
+	}
+	s.plan = plan
+	return nil
+}
+
+// workerIndex is i of "worker-i" (-1 if id is not so named).
+func workerIndex(id string) int {
+	var i int
+	if _, err := fmt.Sscanf(id, "worker-%d", &i); err != nil || WorkerID(i) != id {
+		return -1
+	}
+	return i
+}
+
+// startLocked starts worker id's goroutine. s.mu is held.
+func (s *LocalScaler) startLocked(id string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &localWorker{id: id, cancel: cancel}
+	s.workers[id] = w
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		err := s.run(ctx, w)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		w.done, w.err = true, err
+		if w.stopped {
+			w.err = nil
+		}
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}()
+}
+
+// run trains as worker w until its data is done, starting it again after a failure while it
+// has restarts left.
+func (s *LocalScaler) run(ctx context.Context, w *localWorker) error {
+	for {
+		err := s.session(ctx, w)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		s.mu.Lock()
+		again := w.restarts < s.cfg.MaxRestarts
+		if again {
+			w.restarts++
+		}
+		s.mu.Unlock()
+		if !again {
+			s.log.Error("worker failed; no restarts left", "worker", w.id, "restarts", w.restarts, "err", err)
+			return err
+		}
+		s.log.Warn("worker failed; starting it again", "worker", w.id, "restart", w.restarts, "err", err)
+	}
+}
+
+// session runs one Session of w to its end: nil when the data is done or training stopped.
+func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
+	sess, err := s.cfg.Job.NewSession(w.id, s.cfg.Reader(w.id))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	s.log.Info("worker started", "worker", w.id)
+	for {
+		err := sess.Step(ctx, s.cfg.Step)
+		switch {
+		case err == nil:
+			s.mu.Lock()
+			w.steps++
+			s.mu.Unlock()
+		case errors.Is(err, io.EOF), errors.Is(err, ErrStopped):
+			s.log.Info("worker done", "worker", w.id)
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return err
+		}
+	}
+}
+
+// Plan implements Scaler.
+func (s *LocalScaler) Plan() Plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.plan
+}
+
+// Workers returns every worker the scaler has started, by id.
+func (s *LocalScaler) Workers() []LocalWorkerStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]LocalWorkerStatus, 0, len(s.workers))
+	for _, w := range s.workers {
+		out = append(out, LocalWorkerStatus{ID: w.id, Running: !w.done, Restarts: w.restarts, Steps: w.steps, Err: w.err})
+	}
+	slices.SortFunc(out, func(a, b LocalWorkerStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Wait waits until every worker has ended, and returns the errors of those that failed for
+// good.
+func (s *LocalScaler) Wait(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		var errs []error
+		running := false
+		for _, w := range s.workers {
+			running = running || !w.done
+			if w.err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", w.id, w.err))
+			}
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		if !running {
+			return errors.Join(errs...)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close implements Scaler: it stops every worker (each leaves cleanly) and waits for them.
+func (s *LocalScaler) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for _, w := range s.workers {
+		if !w.done {
+			w.stopped = true
+			w.cancel()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

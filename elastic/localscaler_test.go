@@ -1,0 +1,119 @@
+package elastic_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The in-process scaler runs the workers of a plan: SetParallelism grows the job from one
+// worker to three while it trains and shrinks it to two, a worker whose function fails is
+// started again (its pushes had landed: the replay lands nowhere), and the job ends with every position trained exactly once per epoch and
+// every row equal to the failure-free result.
+func TestLocalScalerFollowsThePlan(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	var scaler *elastic.LocalScaler
+	job := localFaultJob(t, 2, store, func(c *elastic.Config) {
+		c.Scaler = scalerRef{&scaler}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var batches, crashes, failedTries atomic.Int64
+	reached := map[int64]chan struct{}{10: make(chan struct{}), 80: make(chan struct{})} // closed at that batch
+	var crashing atomic.Value // the worker whose batch fails on every try, "" if none
+	crashing.Store("")
+	var err error
+	scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:         job,
+		Reader:      func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		MaxRestarts: 2,
+		Step: func(ctx context.Context, b *elastic.Batch) error {
+			n := batches.Add(1)
+			if ch, ok := reached[n]; ok {
+				close(ch)
+			}
+			if (n == 20 || n == 60) && crashing.CompareAndSwap("", b.Worker()) {
+				crashes.Add(1)
+			}
+			if crashing.Load() != b.Worker() {
+				return trainStep(ctx, b)
+			}
+			// Its pushes land, then the function fails on every try: the session gives the
+			// batch up (ErrBatchFailed) and the scaler starts the worker again.
+			if err := trainStep(ctx, b); err != nil {
+				return err
+			}
+			if failedTries.Add(1)%3 == 0 { // the first try and the session's 2 retries
+				crashing.Store("")
+			}
+			return errors.New("worker crashed")
+		},
+	})
+	require.NoError(t, err)
+	defer scaler.Close()
+	c := job.Coordinator()
+
+	require.NoError(t, c.SetParallelism(ctx, 1, 2))
+	<-reached[10]
+	require.NoError(t, c.SetParallelism(ctx, 3, 2))
+	<-reached[80]
+	require.NoError(t, c.SetParallelism(ctx, 2, 2))
+	assert.ErrorIs(t, c.SetParallelism(ctx, 2, 3), errors.ErrUnsupported)
+	require.NoError(t, scaler.Wait(ctx))
+
+	ws := scaler.Workers()
+	require.Len(t, ws, 3)
+	restarts := 0
+	var steps uint64
+	for _, w := range ws {
+		assert.False(t, w.Running)
+		assert.NoError(t, w.Err)
+		restarts += w.Restarts
+		steps += w.Steps
+	}
+	assert.Equal(t, 2, restarts, "each crash restarted its worker")
+	assert.Equal(t, int64(2), crashes.Load())
+	assert.Positive(t, ws[2].Steps, "worker-2, stopped by the last plan, trained before")
+	assert.Equal(t, elastic.Plan{Servers: 2, Workers: 2}, c.Status().Plan)
+
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	for _, e := range c.ExactlyOnce() {
+		assert.True(t, e.OK(), "%s", e)
+		assert.True(t, e.Complete, "%s", e)
+	}
+	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+}
+
+// scalerRef lets the coordinator's Config name a scaler made after the job starts.
+type scalerRef struct{ s **elastic.LocalScaler }
+
+func (r scalerRef) Scale(ctx context.Context, p elastic.Plan) error { return (*r.s).Scale(ctx, p) }
+func (r scalerRef) Plan() elastic.Plan                             { return (*r.s).Plan() }
+func (r scalerRef) Close() error                                   { return (*r.s).Close() }
+
+// A step function that pushes a table twice for one batch is refused: the second push's rows on
+// the slots the first reached would be dropped as already applied.
+func TestPushingATableTwiceInOneBatchIsRefused(t *testing.T) {
+	job := localFaultJob(t, 1, nil, nil)
+	sess, err := job.NewSession("w", shard.ReaderConfig{Source: faultData, BatchSize: 8})
+	require.NoError(t, err)
+	defer sess.Close()
+	ctx := context.Background()
+	err = sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+		if err := b.Push(ctx, "emb", b.IDs[:1], make([]float32, faultDim)); err != nil {
+			return err
+		}
+		return b.Push(ctx, "emb", b.IDs[1:], make([]float32, faultDim*(len(b.IDs)-1)))
+	})
+	require.ErrorIs(t, err, elastic.ErrPushedTwice)
+	require.ErrorIs(t, err, elastic.ErrBatchFailed)
+}
