@@ -28,7 +28,7 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 	defer cancel()
 	var batches, crashes, failedTries atomic.Int64
 	reached := map[int64]chan struct{}{10: make(chan struct{}), 80: make(chan struct{})} // closed at that batch
-	var crashing atomic.Value // the worker whose batch fails on every try, "" if none
+	var crashing atomic.Value                                                            // the worker whose batch fails on every try, "" if none
 	crashing.Store("")
 	var err error
 	scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
@@ -97,8 +97,8 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 type scalerRef struct{ s **elastic.LocalScaler }
 
 func (r scalerRef) Scale(ctx context.Context, p elastic.Plan) error { return (*r.s).Scale(ctx, p) }
-func (r scalerRef) Plan() elastic.Plan                             { return (*r.s).Plan() }
-func (r scalerRef) Close() error                                   { return (*r.s).Close() }
+func (r scalerRef) Plan() elastic.Plan                              { return (*r.s).Plan() }
+func (r scalerRef) Close() error                                    { return (*r.s).Close() }
 
 // A step function that pushes a table twice for one batch is refused: the second push's rows on
 // the slots the first reached would be dropped as already applied.
