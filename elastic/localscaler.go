@@ -20,9 +20,9 @@ type LocalScalerConfig struct {
 	// Reader gives the reader configuration of a worker (its Source, BatchSize, ...); the
 	// dispatcher is the job's. Required.
 	Reader func(worker string) shard.ReaderConfig
-	// Step is the training function every worker runs on each of its batches
-	// (Session.Step). Required.
-	Step func(ctx context.Context, b *Batch) error
+	// Worker makes worker id's training function (Session.Step's), with whatever state it
+	// keeps (its model replica, its buffers), each time the worker starts. Required.
+	Worker func(id string) (StepFunc, error)
 	// MaxRestarts is how many times a worker whose Step failed is started again (with a new
 	// Session under the same name) before the scaler gives it up. Default 0: never.
 	MaxRestarts int
@@ -58,6 +58,9 @@ type localWorker struct {
 	steps    uint64
 }
 
+// StepFunc trains one batch: the function Session.Step runs.
+type StepFunc = func(ctx context.Context, b *Batch) error
+
 // LocalWorkerStatus is one worker of a LocalScaler.
 type LocalWorkerStatus struct {
 	ID       string
@@ -80,8 +83,8 @@ func NewLocalScaler(cfg LocalScalerConfig) (*LocalScaler, error) {
 	if cfg.Reader == nil {
 		errs = append(errs, errors.New("Reader is required"))
 	}
-	if cfg.Step == nil {
-		errs = append(errs, errors.New("Step is required"))
+	if cfg.Worker == nil {
+		errs = append(errs, errors.New("Worker is required"))
 	}
 	if cfg.MaxRestarts < 0 {
 		errs = append(errs, fmt.Errorf("MaxRestarts %d is negative", cfg.MaxRestarts))
@@ -182,6 +185,10 @@ func (s *LocalScaler) run(ctx context.Context, w *localWorker) error {
 
 // session runs one Session of w to its end: nil when the data is done or training stopped.
 func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
+	step, err := s.cfg.Worker(w.id)
+	if err != nil {
+		return err
+	}
 	sess, err := s.cfg.Job.NewSession(w.id, s.cfg.Reader(w.id))
 	if err != nil {
 		return err
@@ -189,7 +196,7 @@ func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
 	defer sess.Close()
 	s.log.Info("worker started", "worker", w.id)
 	for {
-		err := sess.Step(ctx, s.cfg.Step)
+		err := sess.Step(ctx, step)
 		switch {
 		case err == nil:
 			s.mu.Lock()

@@ -27,35 +27,38 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var batches, crashes, failedTries atomic.Int64
-	reached := map[int64]chan struct{}{10: make(chan struct{}), 80: make(chan struct{})} // closed at that batch
-	var crashing atomic.Value                                                            // the worker whose batch fails on every try, "" if none
+	// reached[n] is closed at the n-th batch; crashing is the worker whose batch fails on every
+	// try ("" if none).
+	reached := map[int64]chan struct{}{10: make(chan struct{}), 80: make(chan struct{})}
+	var crashing atomic.Value
 	crashing.Store("")
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		n := batches.Add(1)
+		if ch, ok := reached[n]; ok {
+			close(ch)
+		}
+		if (n == 20 || n == 60) && crashing.CompareAndSwap("", b.Worker()) {
+			crashes.Add(1)
+		}
+		if crashing.Load() != b.Worker() {
+			return trainStep(ctx, b)
+		}
+		// Its pushes land, then the function fails on every try: the session gives the
+		// batch up (ErrBatchFailed) and the scaler starts the worker again.
+		if err := trainStep(ctx, b); err != nil {
+			return err
+		}
+		if failedTries.Add(1)%3 == 0 { // the first try and the session's 2 retries
+			crashing.Store("")
+		}
+		return errors.New("worker crashed")
+	}
 	var err error
 	scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
 		Job:         job,
 		Reader:      func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
 		MaxRestarts: 2,
-		Step: func(ctx context.Context, b *elastic.Batch) error {
-			n := batches.Add(1)
-			if ch, ok := reached[n]; ok {
-				close(ch)
-			}
-			if (n == 20 || n == 60) && crashing.CompareAndSwap("", b.Worker()) {
-				crashes.Add(1)
-			}
-			if crashing.Load() != b.Worker() {
-				return trainStep(ctx, b)
-			}
-			// Its pushes land, then the function fails on every try: the session gives the
-			// batch up (ErrBatchFailed) and the scaler starts the worker again.
-			if err := trainStep(ctx, b); err != nil {
-				return err
-			}
-			if failedTries.Add(1)%3 == 0 { // the first try and the session's 2 retries
-				crashing.Store("")
-			}
-			return errors.New("worker crashed")
-		},
+		Worker:      func(string) (elastic.StepFunc, error) { return step, nil },
 	})
 	require.NoError(t, err)
 	defer scaler.Close()
