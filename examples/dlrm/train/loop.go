@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/shard"
 )
 
@@ -19,22 +20,31 @@ const finalTimeout = 5 * time.Minute
 // Config.CheckpointEvery steps it pauses the workers at a barrier.
 func (r *run) train(ctx context.Context) (*Summary, error) {
 	cfg := &r.cfg
-	for i := range cfg.Workers {
-		if _, err := r.newWorker(i); err != nil {
-			return nil, err
-		}
+	var err error
+	r.scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job: r.job,
+		Reader: func(string) shard.ReaderConfig {
+			return shard.ReaderConfig{Source: r.data.source, BatchSize: r.cfg.BatchSize, ReportEvery: 1, Seed: r.cfg.Seed}
+		},
+		Worker:      r.newWorker,
+		MaxRestarts: workerRestarts,
+		Logger:      r.logger,
+	})
+	if err != nil {
+		return nil, err
 	}
 	r.emit(Event{Kind: EventStart, Message: r.describe()})
 
 	r.start = time.Now()
 	r.lastTick, r.lastSamp = r.start, r.samples.Load()
-	wctx, stopWorkers := context.WithCancel(context.Background())
-	defer stopWorkers()
-	done := make(chan error, len(r.workers))
-	for _, w := range r.workers {
-		go func() { done <- w.run(wctx, r) }()
+	wctx, stopEval := context.WithCancel(context.Background())
+	defer stopEval()
+	if err := r.scaler.Scale(ctx, elastic.Plan{Servers: len(r.job.Servers), Workers: cfg.Workers}); err != nil {
+		return nil, err
 	}
-	running := len(r.workers)
+	done := make(chan error, 1)
+	go func() { done <- r.scaler.Wait(context.Background()) }()
+	running := true
 
 	var deadline <-chan time.Time
 	if cfg.Duration > 0 {
@@ -55,14 +65,14 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	var failure error
 	reason := ""
-	for running > 0 && reason == "" {
+	for running && reason == "" {
 		select {
 		case <-ctx.Done():
 			reason = "interrupted"
 		case <-deadline:
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case err := <-done:
-			running--
+			running = false
 			if err != nil {
 				failure, reason = err, "a worker failed"
 			}
@@ -95,12 +105,12 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	// Workers finish the batch in hand and leave; the coordinator takes no more checkpoints
 	// of its own.
-	stopWorkers()
-	for running > 0 {
+	stopEval()
+	r.scaler.Close()
+	if running {
 		if err := <-done; err != nil && failure == nil {
 			failure, reason = err, "a worker failed"
 		}
-		running--
 	}
 	if evaluating {
 		<-evalDone
@@ -137,21 +147,18 @@ type evalResult struct {
 	err error
 }
 
-func (r *run) newWorker(i int) (*worker, error) {
-	name := fmt.Sprintf("worker-%d", i)
-	sess, err := r.job.NewSession(name, shard.ReaderConfig{
-		Source: r.data.source, BatchSize: r.cfg.BatchSize, ReportEvery: 1, Seed: r.cfg.Seed,
-	})
+// workerRestarts is how many times a worker whose batch failed on every try is started again
+// before the run fails.
+const workerRestarts = 2
+
+// newWorker makes the step function of worker name, with its own model replica, each time the
+// scaler starts it.
+func (r *run) newWorker(name string) (elastic.StepFunc, error) {
+	w, err := newWorker(name, r.mcfg, nil, r.tables, r.dense)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorker(name, r.mcfg, sess, r.tables, r.dense)
-	if err != nil {
-		sess.Close()
-		return nil, err
-	}
-	r.workers = append(r.workers, w)
-	return w, nil
+	return func(ctx context.Context, b *elastic.Batch) error { return w.step(ctx, b, r) }, nil
 }
 
 // describe says what is trained where, for the start event.
@@ -298,8 +305,8 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 // by an earlier run with more servers, read by a restore at most) go once it has committed.
 func (r *run) close() error {
 	var errs []error
-	for _, w := range r.workers {
-		errs = append(errs, w.sess.Close())
+	if r.scaler != nil {
+		errs = append(errs, r.scaler.Close())
 	}
 	ours := map[string]bool{}
 	if r.job != nil {

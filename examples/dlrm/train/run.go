@@ -44,7 +44,7 @@ type run struct {
 	admin   *ps.Client
 	ck      ckStats
 	eval    *evaluator
-	workers []*worker
+	scaler  *elastic.LocalScaler // the workers
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
