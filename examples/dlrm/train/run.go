@@ -39,12 +39,12 @@ type run struct {
 	tables []string // server-side embedding table names, one per field
 	dense  []denseTensor
 
-	job     *elastic.LocalJob
-	shmDir  string
-	admin   *ps.Client
-	ck      ckStats
-	eval    *evaluator
-	scaler  *elastic.LocalScaler // the workers
+	job    *elastic.LocalJob
+	shmDir string
+	admin  *ps.Client
+	ck     ckStats
+	eval   *evaluator
+	scaler *elastic.LocalScaler // the workers
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
