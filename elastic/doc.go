@@ -88,9 +88,42 @@
 // ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker
 // fails. Stats.LastRecovery and Config.OnRecovery report each recovery.
 //
+// # The coordinator fails
+//
+// A coordinator that restarts (LocalJob.RestartCoordinator in process, a new process started
+// by a scaler or by hand) calls Resume while the servers still train: it claims the job in
+// storage (an exclusive create of its incarnation, so two coordinators never both commit),
+// leads the servers as the new incarnation (they refuse the earlier coordinator's calls from
+// then on, ErrSuperseded, and it stops), fences every earlier epoch, and either keeps the
+// servers' rows (every server up under one table and no commit after the one restored) or
+// returns them all to the newest commit. Servers forget only the data positions the newest
+// commit covers, so the batches replayed after a takeover land exactly where they had not.
+// Workers' calls wait for the new coordinator and their sessions join it again.
+//
+// # Membership
+//
+// A Membership gossips the job's processes (hashicorp/memberlist, encrypted with a key derived
+// from the cluster secret): each one's role, node id, incarnation, RPC address and host. Give
+// the coordinator's process's events to Coordinator.Observe: gossip is a hint that makes the
+// coordinator look at once, never a verdict: a server it declares failed is failed only if it
+// does not answer a health call as the incarnation admitted, and a worker only if it has not
+// been heard from for HealthEvery. Health checks, silence and lease expiry work without it.
+//
+// # Scaling and status
+//
+// A Scaler turns a Plan (how many servers and workers) into running processes and restarts
+// those that crash: LocalScaler runs a LocalJob's workers as goroutines, ProcessScaler runs a
+// binary once per role and node id. Coordinator.SetParallelism hands it a new plan (workers
+// join while the others train; those beyond the plan leave, their shards going back at their
+// reported offsets); changing the number of servers needs live repartition, not built yet.
+// Coordinator.Status tells the phase, the plan, the owner table version, every server and
+// worker with its incarnation or epoch and last contact, the data progress, the commits and
+// the last recovery; RemoteControl.Status and SetParallelism reach them from another process.
+//
 // # Concurrency and ownership
 //
-// Coordinator, LocalServer, RemoteServer, RemoteControl and LocalJob are safe for concurrent use;
+// Coordinator, LocalServer, RemoteServer, RemoteControl, LocalJob, Membership and the scalers are
+// safe for concurrent use;
 // a Session is used by one goroutine at a time (Close from any). Config.JobState, CheckJob and
 // OnCheckpoint are called from the coordinator's goroutines, OnCheckpoint one call at a time.
 // Close is idempotent and joins every goroutine; closing a Coordinator does not close its

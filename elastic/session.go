@@ -236,7 +236,13 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		}
-		backoff = min(2*backoff, maxRetryBackoff)
+		if waitingForServer(err) {
+			// A recovery ends at a moment nobody tells the worker: look often, so that
+			// training goes on soon after it (a call to a server that is down fails fast).
+			backoff = min(2*backoff, maxServerWait)
+		} else {
+			backoff = min(2*backoff, maxRetryBackoff)
+		}
 	}
 	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer lcancel()
@@ -263,8 +269,12 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 	return s.usable()
 }
 
-// maxRetryBackoff caps the wait between two tries of a batch.
-const maxRetryBackoff = time.Second
+// maxRetryBackoff caps the wait between two tries of a batch; maxServerWait between two tries
+// of one that failed for want of a parameter server.
+const (
+	maxRetryBackoff = time.Second
+	maxServerWait   = 100 * time.Millisecond
+)
 
 // waitingForServer reports whether a batch failed for want of a parameter server (down, or
 // not serving its slots yet): it goes through once the coordinator has recovered the server.
