@@ -338,18 +338,49 @@ func (s *Session) Join(ctx context.Context) error {
 // join registers with the coordinator (again, with again) and sets the client's epoch.
 func (s *Session) join(ctx context.Context, again bool) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.epoch != 0 && !again {
+		s.mu.Unlock()
 		return nil
 	}
 	epoch, err := s.cfg.Control.Join(ctx, s.cfg.Worker)
 	if err != nil {
+		s.mu.Unlock()
 		return err
 	}
+	first := s.epoch == 0
 	s.epoch = epoch
 	s.cfg.Client.SetEpoch(epoch)
+	s.mu.Unlock()
+	if first {
+		s.warmUp(ctx)
+	}
 	return nil
 }
+
+// warmUp fetches the owner table and connects to every server before the worker takes its
+// first shard, so that its first batch does not hold a lease while it does. It is best effort:
+// a server that does not answer is the first batch's business.
+func (s *Session) warmUp(ctx context.Context) {
+	t, err := s.cfg.Client.OwnerTable(ctx)
+	if err != nil {
+		s.log.Debug("warm-up: no owner table", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, n := range t.Nodes {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+			defer cancel()
+			if _, err := s.cfg.Client.Stats(wctx, n.Addr, false); err != nil {
+				s.log.Debug("warm-up: server does not answer", "server", n.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// warmUpTimeout bounds the warm-up's call to each server.
+const warmUpTimeout = 2 * time.Second
 
 func (s *Session) usable() error {
 	s.mu.Lock()

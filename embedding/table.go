@@ -606,10 +606,12 @@ func (t *Table) Stats() Stats {
 func (t *Table) MemoryBytes() int64 {
 	n := int64(len(t.shards)) * int64(unsafe.Sizeof(shard{}))
 	for i := range t.shards {
+		// The write lock: a checkpoint copy resets its tracker's record (trks) under the read
+		// lock and the tracker's mutex, which this does not hold.
 		s := &t.shards[i]
-		s.mu.RLock()
+		s.mu.Lock()
 		n += s.memoryBytesLocked()
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	if t.sketch != nil {
 		n += int64(len(t.sketch.c)) * 4
