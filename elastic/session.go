@@ -123,7 +123,9 @@ type Batch struct {
 	// Step is the worker's step number (1 for its first batch), passed to the servers' optimizers.
 	Step uint64
 	s    *Session
-	// pushed are the tables and dense tensors pushed by this try of the step's function.
+	// pushed are the tables and dense tensors pushed by this try of the step's function (its
+	// pushes may run concurrently).
+	pushMu              sync.Mutex
 	pushed, pushedDense []string
 }
 
@@ -155,21 +157,30 @@ func (b *Batch) PullDense(ctx context.Context, name string, dst []float32) error
 // Each table is pushed once per batch (ErrPushedTwice); the session runs a failed function
 // again from the start, and that try may push every table again.
 func (b *Batch) Push(ctx context.Context, table string, ids []uint64, grads []float32) error {
-	if slices.Contains(b.pushed, table) {
+	if !b.first(&b.pushed, table) {
 		return fmt.Errorf("%w: %q", ErrPushedTwice, table)
 	}
-	b.pushed = append(b.pushed, table)
 	return b.s.cfg.Client.Push(ctx, table, ids, grads, b.Step, ps.At(b.Position()))
 }
 
 // PushDense applies gradients to a dense tensor (ps.Client.PushDense at the batch's position).
 // Each tensor is pushed once per batch, as with Push.
 func (b *Batch) PushDense(ctx context.Context, name string, grads []float32) error {
-	if slices.Contains(b.pushedDense, name) {
+	if !b.first(&b.pushedDense, name) {
 		return fmt.Errorf("%w: dense tensor %q", ErrPushedTwice, name)
 	}
-	b.pushedDense = append(b.pushedDense, name)
 	return b.s.cfg.Client.PushDense(ctx, name, grads, b.Step, ps.At(b.Position()))
+}
+
+// first records name in *pushed and reports whether it was not there yet.
+func (b *Batch) first(pushed *[]string, name string) bool {
+	b.pushMu.Lock()
+	defer b.pushMu.Unlock()
+	if slices.Contains(*pushed, name) {
+		return false
+	}
+	*pushed = append(*pushed, name)
+	return true
 }
 
 // ErrBatchFailed wraps the error of a batch whose function failed on every try: the session
@@ -221,7 +232,9 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 	defer cancel()
 	backoff := s.cfg.RetryBackoff
 	for tries := 0; ; {
+		b.pushMu.Lock()
 		b.pushed, b.pushedDense = b.pushed[:0], b.pushedDense[:0]
+		b.pushMu.Unlock()
 		err = fn(ctx, b)
 		if err == nil || ctx.Err() != nil || errors.Is(err, ps.ErrFenced) {
 			break
