@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
@@ -77,6 +78,18 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")
 	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
 	fs.BoolVar(&c.KeepShm, "keep-shm", false, "keep the shared-memory copies at exit (a resume on this host then reads them)")
+	fs.Func("recovery", "when a parameter server fails: rollback (every server returns to the newest commit) or partial (only its slots do; their updates since are lost) (default rollback)", func(v string) error {
+		switch v {
+		case "rollback":
+			c.Recovery = elastic.Rollback
+		case "partial":
+			c.Recovery = elastic.Partial
+		default:
+			return fmt.Errorf("want rollback or partial, not %q", v)
+		}
+		return nil
+	})
+	fs.StringVar(&c.ShmDir, "shm-dir", "", "the directory of the shared-memory checkpoint copies (default: one named after -checkpoint-dir under /dev/shm)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/stretchr/testify/assert"
@@ -82,4 +83,16 @@ func TestSyntheticShapeFlags(t *testing.T) {
 	_, err = parseFlags(strings.Fields("-skew 0.9 -vocab-cap -1"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "-skew")
 	assert.ErrorContains(t, err, "-vocab-cap")
+}
+
+func TestRecoveryFlag(t *testing.T) {
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, elastic.Rollback, o.cfg.Recovery)
+	o, err = parseFlags(strings.Fields("-recovery partial -shm-dir /tmp/x"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, elastic.Partial, o.cfg.Recovery)
+	assert.Equal(t, "/tmp/x", o.cfg.ShmDir)
+	_, err = parseFlags(strings.Fields("-recovery sometimes"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "want rollback or partial")
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
@@ -94,6 +95,10 @@ type Config struct {
 	// host restores from memory. Default false: they are deleted (the storage copy stays).
 	// Regions of servers the run does not have are deleted either way once it has committed.
 	KeepShm bool
+	// Recovery is what the job does when a parameter server fails: elastic.Rollback (the
+	// default: every server returns to the newest commit) or elastic.Partial (only the failed
+	// server's slots do; the updates to them since the commit are lost and counted).
+	Recovery elastic.RecoveryPolicy
 
 	// EvalEvery evaluates the held-out set this often while training. Default 15s; negative
 	// evaluates only at the end.

@@ -252,7 +252,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
 			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
 			JobState: r.jobState, CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
-			WorkerSilence: workerSilence,
+			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 		})
 		if err == nil || !errors.Is(err, elastic.ErrUnavailable) {
 			break

@@ -137,7 +137,7 @@ func (r *run) setUp(ctx context.Context) error {
 	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
-			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger,
+			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger, Recovery: cfg.Recovery,
 			Dispatcher:   r.dispatcherConfig(),
 			JobState:     r.jobState,
 			CheckJob:     r.checkJob,
