@@ -342,3 +342,23 @@ func sameNodes(t *ps.OwnerTable, servers []ParameterServer) bool {
 	}
 	return true
 }
+
+// JobRunning reports whether any of servers holds a running job (it serves an owner table or
+// follows a coordinator): a coordinator starting then takes the job over (Resume), and its
+// program must not clear the job's checkpoints as a fresh start would. When no server that
+// answered holds a job and some did not answer, it cannot tell, and returns their errors (a
+// remote server not up yet: ErrUnavailable) for the caller to wait and ask again.
+func JobRunning(ctx context.Context, servers []ParameterServer) (bool, error) {
+	var errs []error
+	for _, s := range servers {
+		h, err := s.Health(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.Node().ID, err))
+			continue
+		}
+		if h.TableVersion != 0 || h.Leader != 0 {
+			return true, nil
+		}
+	}
+	return false, errors.Join(errs...)
+}

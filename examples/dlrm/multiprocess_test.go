@@ -30,8 +30,8 @@ import (
 // this package, started and restarted by elastic.ProcessScaler: a coordinator, three parameter
 // servers and two workers) and kills a server, a worker and the coordinator with SIGKILL, one
 // at a time, each once training has made progress since the previous kill (a newer commit).
-// The scaler starts each again under its node id (the coordinator with -resume, to take the
-// running job over); the job must finish with every position trained exactly once, and no
+// The scaler starts each again under its node id with the same flags (the coordinator finds
+// its servers running the job and takes it over); the job must finish with every position trained exactly once, and no
 // process may fail but the three killed.
 func TestMultiProcessKills(t *testing.T) {
 	if testing.Short() {
@@ -113,10 +113,9 @@ func TestMultiProcessKills(t *testing.T) {
 			args := slices.Clone(common)
 			switch l.Role {
 			case elastic.RoleCoordinator:
+				// Restarted with the same flags: it finds the servers running the job and
+				// takes it over.
 				args = append(args, "-role", "coordinator", "-listen", coordAddr)
-				if l.Restart > 0 {
-					args = append(args, "-resume") // take the running job over
-				}
 			case elastic.RoleServer:
 				args = append(args, "-role", "ps", "-id", l.ID, "-listen", psAddr[l.ID])
 			case elastic.RoleWorker:

@@ -212,8 +212,9 @@ func containsNode(nodes []ps.Node, id string) bool {
 // workers' control calls on rc.Listen (with the cluster secret), checkpoints every
 // CheckpointEvery steps at a barrier and once at the end, and commits each checkpoint with the
 // dispatcher's snapshot and the exactly-once ledger. With Resume it first restores the newest
-// commit into every server (freshly started ones: a server holding trained rows refuses) and
-// restores the dispatcher and the ledger. The returned summary holds the data, progress,
+// commit into every server and restores the dispatcher and the ledger; a coordinator that finds
+// its servers running the job (its predecessor died) takes the job over from the newest commit
+// whether Resume is set or not. The returned summary holds the data, progress,
 // exactly-once and checkpoint figures (the evaluation belongs to the embedded mode).
 func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if err := rc.prepare(); err != nil {
@@ -232,10 +233,6 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	r.mcfg = m0.Config()
-	st, err := openStorage(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
 	servers := make([]elastic.ParameterServer, len(rc.PS))
 	for i, n := range rc.PS {
 		rs, err := elastic.NewRemoteServer(n, elastic.RemoteConfig{Secret: rc.Secret, Logger: rc.Logger})
@@ -244,6 +241,30 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		}
 		defer rs.Close()
 		servers[i] = rs
+	}
+	// A coordinator started while its servers train (the previous one died) takes the job over,
+	// -resume or not: it must not clear the checkpoints the job runs on.
+	for {
+		running, err := elastic.JobRunning(ctx, servers)
+		if err == nil {
+			if running && !cfg.Resume {
+				rc.Logger.Warn("the parameter servers are running the job: taking it over from its newest commit")
+				cfg.Resume = true
+			}
+			break
+		}
+		if !errors.Is(err, elastic.ErrUnavailable) {
+			return nil, err
+		}
+		select {
+		case <-time.After(retryEvery):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	st, err := openStorage(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
 	// The servers may still be starting: the owner table is installed once they answer.
 	var coord *elastic.Coordinator
