@@ -3,6 +3,7 @@ package elastic_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -136,4 +138,40 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 
 	noScaler := startFaultJob(t, 1, nil, t.TempDir())
 	assert.ErrorIs(t, noScaler.coord.SetParallelism(ctx, 2, 1), elastic.ErrNoScaler)
+}
+
+// JobRunning tells fresh servers from servers running a job, and cannot tell while a server it
+// needs does not answer.
+func TestJobRunning(t *testing.T) {
+	ctx := context.Background()
+	j := startFaultJob(t, 2, nil, t.TempDir())
+	servers := []elastic.ParameterServer{j.locals[0], j.locals[1]}
+	running, err := elastic.JobRunning(ctx, servers)
+	require.NoError(t, err)
+	assert.True(t, running, "the coordinator placed its slots on them")
+
+	fresh := startFaultJobServersOnly(t, 2)
+	running, err = elastic.JobRunning(ctx, fresh)
+	require.NoError(t, err)
+	assert.False(t, running)
+	require.NoError(t, fresh[1].(*elastic.LocalServer).Close())
+	_, err = elastic.JobRunning(ctx, fresh)
+	assert.ErrorIs(t, err, elastic.ErrClosed, "one server does not answer and the other holds nothing")
+	running, err = elastic.JobRunning(ctx, []elastic.ParameterServer{servers[0], fresh[1]})
+	require.NoError(t, err)
+	assert.True(t, running, "one answer of a running job is enough")
+}
+
+// startFaultJobServersOnly makes n fresh servers of the fault tests' model, with no coordinator.
+func startFaultJobServersOnly(t *testing.T, n int) []elastic.ParameterServer {
+	var out []elastic.ParameterServer
+	for i := range n {
+		srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(i), Secret: []byte("a secret of the fault tests....."), Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+		require.NoError(t, err)
+		t.Cleanup(func() { srv.Close() })
+		l, err := elastic.NewLocalServer(srv, fmt.Sprintf("fresh-%d:1", i), checkpoint.Config{})
+		require.NoError(t, err)
+		out = append(out, l)
+	}
+	return out
 }
