@@ -22,6 +22,8 @@ type options struct {
 	cfg     train.Config
 	plain   bool // log lines even on a terminal
 	verbose bool
+	gossip  string
+	seeds   string
 
 	// One role per process (empty: the embedded cluster).
 	role       string
@@ -96,6 +98,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "", "-role ps or coordinator: the address to serve on (data and control share it)")
 	fs.StringVar(&o.psList, "servers", "", "roles: every parameter server, ID=HOST:PORT,... (same list and order everywhere)")
 	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the coordinator's address")
+	fs.StringVar(&o.gossip, "gossip", "", "roles: gossip membership on this address (HOST:PORT), so the coordinator hears of failures at once (default: no gossip; health checks find them)")
+	fs.StringVar(&o.seeds, "seeds", "", "roles with -gossip: the -gossip addresses of the job's processes, HOST:PORT,... (the same list everywhere will do)")
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
@@ -181,6 +185,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		}
 		if o.role == "ps" && o.id == "" {
 			errs = append(errs, errors.New("-role ps needs -id"))
+		}
+		if o.seeds != "" && o.gossip == "" {
+			errs = append(errs, errors.New("-seeds needs -gossip"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("-role %q: want ps, worker or coordinator", o.role))

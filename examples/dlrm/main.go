@@ -108,7 +108,12 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if o.cfg.Logger == nil {
 		o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	rc := train.RoleConfig{Config: o.cfg, ID: o.id, Listen: o.listen, PS: nodes, Dispatcher: o.dispatcher, Workers: o.workers, Secret: secret}
+	rc := train.RoleConfig{Config: o.cfg, ID: o.id, Listen: o.listen, PS: nodes, Dispatcher: o.dispatcher, Workers: o.workers, Secret: secret, Gossip: o.gossip}
+	if o.seeds != "" {
+		if rc.Seeds, err = train.SplitList(o.seeds); err != nil {
+			return fmt.Errorf("-seeds: %w", err)
+		}
+	}
 	switch o.role {
 	case "ps":
 		fmt.Fprintf(stdout, "dlrm: parameter server %s on %s; Ctrl-C stops it\n", o.id, o.listen)

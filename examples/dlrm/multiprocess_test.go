@@ -68,7 +68,20 @@ func TestMultiProcessKills(t *testing.T) {
 		psList = append(psList, id+"="+psAddr[id])
 	}
 	coordAddr := freeAddr(t)
-	common := []string{"-plain", "-v", "-seed", "3", "-train-records", strconv.Itoa(records), "-epochs", strconv.Itoa(epochs),
+	// Every process gossips (the coordinator hears of failures from it too), seeded with all.
+	gossipAddr := map[string]string{elastic.CoordinatorID: freeAddr(t)}
+	for i := range servers {
+		gossipAddr[elastic.ServerID(i)] = freeAddr(t)
+	}
+	for i := range workers {
+		gossipAddr[elastic.WorkerID(i)] = freeAddr(t)
+	}
+	var seeds []string
+	for _, a := range gossipAddr {
+		seeds = append(seeds, a)
+	}
+	slices.Sort(seeds)
+	common := []string{"-seeds", strings.Join(seeds, ","), "-plain", "-v", "-seed", "3", "-train-records", strconv.Itoa(records), "-epochs", strconv.Itoa(epochs),
 		"-test-records", "1000", "-vocab-cap", "2000", "-dim", "8", "-bottom", "16", "-top", "16", "-batch", "128",
 		"-duration", "0", "-eval-every", "0", "-checkpoint-every", "40", "-checkpoint-dir", ckDir,
 		"-ps", strconv.Itoa(servers), "-workers", strconv.Itoa(workers),
@@ -110,7 +123,7 @@ func TestMultiProcessKills(t *testing.T) {
 		MaxRestarts: 1, // each process is killed once at most; any other failure fails the test
 		StopGrace:   10 * time.Second,
 		Args: func(l elastic.Launch) []string {
-			args := slices.Clone(common)
+			args := append(slices.Clone(common), "-gossip", gossipAddr[l.ID])
 			switch l.Role {
 			case elastic.RoleCoordinator:
 				// Restarted with the same flags: it finds the servers running the job and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,61 @@ type RoleConfig struct {
 	Workers int
 	// Secret is the cluster secret.
 	Secret []byte
+	// Gossip, if set, is the address (host:port) this process gossips membership on, and
+	// Seeds the gossip addresses of the job's other processes (any that answers will do): the
+	// coordinator then hears of a failed server or worker as soon as gossip notices it, which
+	// it confirms by a health call. Without Gossip, health checks, silence and lease expiry
+	// alone find failures.
+	Gossip string
+	Seeds  []string
 }
+
+// startGossip gossips as role id (incarnation inc, serving RPC at addr) when rc.Gossip is set,
+// and joins rc.Seeds (those other than its own address) in the background until one answers,
+// so that the job's processes may start in any order; onEvent, if set, receives the events. The
+// returned function leaves the gossip and stops it.
+func startGossip(ctx context.Context, rc RoleConfig, role elastic.Role, id string, inc uint64, addr string, onEvent func(elastic.MemberEvent)) (stop func(), err error) {
+	if rc.Gossip == "" {
+		return func() {}, nil
+	}
+	m, err := elastic.NewMembership(ctx, elastic.MembershipConfig{
+		Self:   elastic.Member{Role: role, ID: id, Incarnation: inc, Addr: addr},
+		Bind:   rc.Gossip,
+		Secret: rc.Secret, OnEvent: onEvent, Logger: rc.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip on %s: %w", rc.Gossip, err)
+	}
+	var seeds []string
+	for _, a := range rc.Seeds {
+		if a != rc.Gossip && a != m.LocalAddr() {
+			seeds = append(seeds, a)
+		}
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for len(seeds) > 0 {
+			if _, err := m.Join(jctx, seeds...); err == nil {
+				return
+			}
+			select {
+			case <-time.After(gossipRetry):
+			case <-jctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		m.Close()
+	}, nil
+}
+
+// gossipRetry is the wait between attempts to join the job's gossip.
+const gossipRetry = time.Second
 
 // ParseNodes reads "ID=HOST:PORT,..." (or "HOST:PORT,...", named ps-0, ps-1, ...).
 func ParseNodes(s string) ([]ps.Node, error) {
@@ -193,6 +248,11 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); srv.Serve(l) }()
+	stopGossip, err := startGossip(ctx, rc, elastic.RoleServer, rc.ID, ls.Incarnation(), l.Addr().String(), nil)
+	if err != nil {
+		return err
+	}
+	defer stopGossip()
 	rc.Logger.Info("parameter server up", "id", rc.ID, "addr", l.Addr().String())
 	<-ctx.Done()
 	return nil
@@ -323,6 +383,11 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); dsrv.Serve(l) }()
+	stopGossip, err := startGossip(ctx, rc, elastic.RoleCoordinator, "coordinator", rand.Uint64()|1, l.Addr().String(), coord.Observe)
+	if err != nil {
+		return nil, err
+	}
+	defer stopGossip()
 	r.emit(Event{Kind: EventStart, Message: fmt.Sprintf("coordinator: dispatcher and control on %s, %d servers; %s", l.Addr(), len(rc.PS), data.desc)})
 
 	r.start = time.Now()
@@ -450,6 +515,12 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	if err := sess.Join(ctx); err != nil {
 		return 0, err
 	}
+	// A worker serves nothing: its gossip address stands for its address.
+	stopGossip, err := startGossip(ctx, rc, elastic.RoleWorker, rc.ID, rand.Uint64()|1, rc.Gossip, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer stopGossip()
 	if err := initDense(ctx, cli, dense, m0.Params(), cfg.DenseOptimizer); err != nil {
 		return 0, err
 	}
