@@ -88,3 +88,46 @@ func (c *Coordinator) judgeLocked(e *serverEntry, h ServerHealth, err error, now
 		c.serverFailedLocked(id, fmt.Sprintf("no answer for %v: %v", now.Sub(e.lastOK).Round(time.Millisecond), err))
 	}
 }
+
+// Suspect reports that a worker could not reach the parameter server at server (its node id or
+// RPC address; reason says how), a failure signal like gossip's: the server is asked for its
+// health at once and failed if it does not answer as the incarnation admitted, rather than
+// after ServerTimeout. A server that answers is kept (the worker's link alone may be at fault).
+// Reports about one server within HealthEvery of the last probe are folded into it. Sessions
+// report on their own; unknown servers are ignored.
+func (c *Coordinator) Suspect(ctx context.Context, server, reason string) error {
+	c.mu.Lock()
+	var id string
+	for sid, e := range c.srvs {
+		if sid == server || e.ps.Node().Addr == server {
+			id = sid
+			break
+		}
+	}
+	e := c.srvs[id]
+	now := time.Now()
+	if e == nil || e.failed || now.Sub(e.probed) < c.cfg.HealthEvery {
+		c.mu.Unlock()
+		return nil
+	}
+	e.probed = now
+	c.mu.Unlock()
+	c.probeServer(id, "a worker cannot reach it ("+reason+")")
+	return nil
+}
+
+// suspecter is a Control that takes workers' reports of unreachable servers (Suspect).
+type suspecter interface {
+	Suspect(ctx context.Context, server, reason string) error
+}
+
+var (
+	_ suspecter = (*Coordinator)(nil)
+	_ suspecter = (*RemoteControl)(nil)
+	_ suspecter = jobControl{}
+)
+
+// Suspect implements suspecter for a LocalJob's workers.
+func (jc jobControl) Suspect(ctx context.Context, server, reason string) error {
+	return jc.j.call(ctx, func(c *Coordinator) error { return c.Suspect(ctx, server, reason) })
+}

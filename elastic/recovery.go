@@ -87,6 +87,7 @@ type serverEntry struct {
 	reason   string
 	failedAt time.Time
 	next     ParameterServer // a replacement handed to ReplaceServer
+	probed   time.Time       // the last probe a worker's report (Suspect) caused
 }
 
 // serverList returns the servers the owner table names.

@@ -35,6 +35,8 @@ const (
 	methodEnd   uint16 = 0x4513
 	methodLeave uint16 = 0x4514
 
+	methodSuspect uint16 = 0x4515
+
 	methodStatus         uint16 = 0x4521
 	methodSetParallelism uint16 = 0x4522
 )
@@ -297,6 +299,14 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 		methodLeave: handle(func(ctx context.Context, m workerMsg, _ *rpc.Buffer) error {
 			return c.Leave(ctx, m.worker, m.epoch)
 		}),
+		methodSuspect: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			server, reason := d.str(), d.str()
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(c.Suspect(ctx, server, reason))
+		},
 		methodStatus: func(_ context.Context, req []byte, resp *rpc.Buffer) error {
 			if len(req) != 0 {
 				return remoteErr(errMalformed)
@@ -574,4 +584,10 @@ func (c *RemoteControl) SetParallelism(ctx context.Context, workers, servers int
 		return fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers)
 	}
 	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
+}
+
+// Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not
+// get through is not worth waiting for).
+func (c *RemoteControl) Suspect(ctx context.Context, server, reason string) error {
+	return c.call(ctx, methodSuspect, enc(nil).str(server).str(reason), nil)
 }

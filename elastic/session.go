@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
@@ -245,6 +246,7 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 			}
 		}
 		s.log.Warn("batch failed; trying again", "tries", tries, "err", err)
+		s.suspect(ctx, err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -281,6 +283,30 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 	s.finish(lctx, fmt.Errorf("%w: %w", ErrBatchFailed, err))
 	return s.usable()
 }
+
+// suspect tells the coordinator of a server the batch could not reach, so that it looks at
+// once (Coordinator.Suspect).
+func (s *Session) suspect(ctx context.Context, err error) {
+	var se *ps.ServerError
+	r, ok := s.cfg.Control.(suspecter)
+	if !ok || !errors.As(err, &se) || !unreachable(se.Err) {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, suspectTimeout)
+	defer cancel()
+	if err := r.Suspect(sctx, se.Server, se.Err.Error()); err != nil {
+		s.log.Debug("reporting an unreachable server", "server", se.Server, "err", err)
+	}
+}
+
+// unreachable reports whether err says a server could not be reached at all (as opposed to an
+// answer, even a refusal).
+func unreachable(err error) bool {
+	return errors.Is(err, rpc.ErrUnavailable) || errors.Is(err, rpc.ErrConnClosed) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// suspectTimeout bounds a session's report of an unreachable server.
+const suspectTimeout = time.Second
 
 // maxRetryBackoff caps the wait between two tries of a batch; maxServerWait between two tries
 // of one that failed for want of a parameter server.

@@ -175,3 +175,31 @@ func startFaultJobServersOnly(t *testing.T, n int) []elastic.ParameterServer {
 	}
 	return out
 }
+
+// A worker that cannot reach a server tells the coordinator, which confirms with a health call
+// and recovers at once: here the server timeout is an hour, so the health checks alone would
+// not fail the server within the test; only the worker's report can have.
+func TestWorkersReportAnUnreachableServer(t *testing.T) {
+	j := startFaultJobWith(t, 3, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
+		c.Recovery = elastic.Partial
+		c.HealthEvery = 50 * time.Millisecond
+		c.ServerTimeout = time.Hour
+		c.ReplaceWait = 50 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := j.worker("w0")
+	for range 10 {
+		require.NoError(t, w.sess.Step(ctx, trainStep))
+	}
+	_, err := j.coord.Checkpoint(ctx)
+	require.NoError(t, err)
+	j.kill(2)
+	for j.coord.Stats().Recoveries == 0 {
+		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
+	}
+	rec := j.coord.Stats().LastRecovery
+	require.Contains(t, rec.Failed, "ps-2")
+	assert.Contains(t, rec.Failed["ps-2"], "a worker cannot reach it")
+	assert.Empty(t, rec.Replaced, "its slots went to the survivors")
+}
