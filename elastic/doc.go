@@ -58,7 +58,9 @@
 // Every server has an incarnation, new each time its process (or LocalServer) starts. The
 // coordinator asks each server for its health every HealthEvery; one that has not answered for
 // ServerTimeout, one that answers as another incarnation (it restarted), one that cannot be
-// fenced, and one reported by ServerFailed or replaced by ReplaceServer is failed. Once the
+// fenced, and one reported by ServerFailed or replaced by ReplaceServer is failed; so is one a
+// worker could not reach (a Session reports it: Suspect) or gossip declared failed (Observe)
+// that does not answer a health call made at once. Once the
 // coordinator has admitted an incarnation (ParameterServer.Admit), a restarted process refuses
 // every call meant for the old one (ErrReplaced), and it has no owner table, so it serves
 // nothing until it is restored. No barrier goes up while a server is failed, and a snapshot
