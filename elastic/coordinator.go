@@ -576,11 +576,16 @@ func (c *Coordinator) do(a action) {
 			return
 		}
 		c.mu.Unlock()
-		err := c.snapshot(ctx, a.step)
+		job, err := c.snapshot(ctx, a.step)
 		c.mu.Lock()
 		c.snapSeq++
 		c.snapRes = c.lastSnap
 		c.applyLocked(c.core.snapshotDone(c.clock.now(), a.gen, err))
+		if err == nil {
+			// Queued only once the core counts the snapshot as awaiting its commit: a commit
+			// done before would be ignored by the core, and the snapshot await it forever.
+			c.commits <- job // room checked in snapshot; only this goroutine sends
+		}
 		c.mu.Unlock()
 	case actRelease:
 		c.clock.resume()
@@ -625,8 +630,8 @@ func (c *Coordinator) fenceEach(ctx context.Context, servers []ParameterServer, 
 }
 
 // snapshot takes the checkpoint of step at a barrier: the job state, the dispatcher, every
-// server; the commit follows in the background.
-func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
+// server; it returns the job that commits it in the background.
+func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, error) {
 	c.mu.Lock()
 	var err error
 	if ids := c.failedLocked(); len(ids) > 0 {
@@ -686,11 +691,10 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) error {
 		c.stats.Failed++
 		c.stats.LastErr = err
 		c.log.Warn("snapshot failed", "step", step, "err", err)
-		return err
+		return commitJob{}, err
 	}
 	c.stats.Snapshots++
-	c.commits <- job // room checked above; only this goroutine sends
-	return nil
+	return job, nil
 }
 
 // commitLoop commits snapshots one at a time, in step order, once every server persisted.

@@ -380,11 +380,20 @@ func (c *core) commitDone(step uint64, err error) {
 
 // restore sets the core to a committed state: the commit of step committed, with steps counted
 // on from step (at least committed: a coordinator that takes over counts above the snapshots its
-// servers hold). The core runs as incarnation inc, later than any that came before, so every
-// earlier epoch is void; members join again.
+// servers hold; from one past step when that is above committed). The core runs as incarnation
+// inc, later than any that came before, so every earlier epoch is void; members join again.
 func (c *core) restore(step, committed, inc uint64) {
 	step = max(step, committed)
-	c.step, c.snapStep, c.tryStep, c.committed = step, step, step, committed
+	snap := step
+	if step > committed {
+		// The servers hold a snapshot of step that no commit covers (an earlier coordinator
+		// died before committing it): the next snapshot must be of a later step (a server's
+		// checkpointer refuses the same one), and a checkpoint asked for before any batch must
+		// take one, not wait for that snapshot's commit, which never comes.
+		step++
+		snap = committed
+	}
+	c.step, c.snapStep, c.tryStep, c.committed = step, snap, step, committed
 	c.incarnation = inc
 	c.lastEpoch = c.incarnation << 32
 	c.members = map[string]*member{}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -40,16 +41,22 @@ type LocalConfig struct {
 
 // LocalJob is a running local job. Close stops it.
 type LocalJob struct {
+	// Servers are the job's parameter servers, ps-i at index i. RestartServer replaces
+	// Servers[i]; read the slice while no server restarts.
 	Servers []*LocalServer
 
 	secret []byte
 	log    *slog.Logger
-	cfg    Config // the coordinator's, for a restart
+	server ps.ServerConfig   // every server's but ID, for a restart
+	ck     checkpoint.Config // every server's checkpointer's
+	listen string
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
+	cfg     Config // the coordinator's, for a restart; its Servers follow RestartServer
 	coord   *Coordinator
 	ready   chan struct{} // closed when a restarting coordinator has taken over; nil otherwise
+	down    map[int]bool  // servers killed and not restarted since
 	clients []*ps.Client
 	closed  bool
 }
@@ -76,39 +83,20 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	j := &LocalJob{secret: cfg.Secret, log: log}
-	ck := cfg.Checkpoint
-	ck.Job, ck.Storage = cfg.Job, cfg.Coordinator.Storage
-	if ck.Logger == nil {
-		ck.Logger = log
+	j := &LocalJob{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{},
+		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log}}
+	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
+	if j.ck.Logger == nil {
+		j.ck.Logger = log
 	}
 	var servers []ParameterServer
 	for i := range cfg.Servers {
-		srv, err := ps.NewServer(ps.ServerConfig{ID: fmt.Sprintf("ps-%d", i), Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log})
+		srv, l, ls, err := j.newServer(ServerID(i), cfg.Listen)
 		if err != nil {
 			j.Close()
 			return nil, err
 		}
-		l, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			srv.Close()
-			j.Close()
-			return nil, err
-		}
-		ls, err := NewLocalServer(srv, l.Addr().String(), ck)
-		if err != nil {
-			l.Close()
-			srv.Close()
-			j.Close()
-			return nil, err
-		}
-		j.wg.Add(1)
-		go func() {
-			defer j.wg.Done()
-			if err := srv.Serve(l); err != nil {
-				log.Error("parameter server stopped", "server", srv.ID(), "err", err)
-			}
-		}()
+		j.serve(srv, l)
 		j.Servers = append(j.Servers, ls)
 		servers = append(servers, ls)
 	}
@@ -123,6 +111,41 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	return j, nil
 }
 
+// newServer makes parameter server id, listening at addr, with its checkpointer; serve starts
+// it.
+func (j *LocalJob) newServer(id, addr string) (*ps.Server, net.Listener, *LocalServer, error) {
+	sc := j.server
+	sc.ID = id
+	srv, err := ps.NewServer(sc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		srv.Close()
+		return nil, nil, nil, err
+	}
+	ls, err := NewLocalServer(srv, l.Addr().String(), j.ck)
+	if err != nil {
+		l.Close()
+		srv.Close()
+		return nil, nil, nil, err
+	}
+	return srv, l, ls, nil
+}
+
+// serve serves srv on l until srv closes. After StartLocal, call it with j.mu held and the
+// job not closed, so that Close waits for it.
+func (j *LocalJob) serve(srv *ps.Server, l net.Listener) {
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		if err := srv.Serve(l); err != nil {
+			j.log.Error("parameter server stopped", "server", srv.ID(), "err", err)
+		}
+	}()
+}
+
 // Coordinator returns the job's coordinator (a new one after RestartCoordinator).
 func (j *LocalJob) Coordinator() *Coordinator {
 	j.mu.Lock()
@@ -135,18 +158,25 @@ func (j *LocalJob) Coordinator() *Coordinator {
 // takes the running job over from the newest commit (Coordinator.Resume), while the servers
 // serve and the workers train on. The workers' calls wait for the new coordinator; their
 // sessions join it again, and the batches trained since the commit are replayed, each landing
-// only on the servers that lack it. It returns the commit's step.
+// only on the servers that lack it. It returns the commit's step. It fails, and changes
+// nothing, while a server is down (KillServer without RestartServer).
 func (j *LocalJob) RestartCoordinator(ctx context.Context) (uint64, error) {
 	j.mu.Lock()
 	if j.closed || j.ready != nil {
 		j.mu.Unlock()
 		return 0, fmt.Errorf("%w: the job is closed or its coordinator is restarting", ErrClosed)
 	}
-	old, ready := j.coord, make(chan struct{})
+	if i, ok := j.downLocked(); ok {
+		// A coordinator starts only when every server answers: the new one would fail, and
+		// leave the job without any.
+		j.mu.Unlock()
+		return 0, fmt.Errorf("elastic: restart the coordinator: server %s is down (RestartServer it first)", ServerID(i))
+	}
+	old, ready, cfg := j.coord, make(chan struct{}), j.cfg
 	j.ready = ready
 	j.mu.Unlock()
 	old.Close()
-	c, err := NewCoordinator(ctx, j.cfg)
+	c, err := NewCoordinator(ctx, cfg)
 	var step uint64
 	if err == nil {
 		if step, _, err = c.Resume(ctx); err != nil {
@@ -164,6 +194,117 @@ func (j *LocalJob) RestartCoordinator(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("elastic: restart the coordinator: %w", err)
 	}
 	return step, nil
+}
+
+// KillServer crashes parameter server i (ps-i) as its process would die: it stops answering at
+// once (its listener and connections close, calls in flight fail), its checkpointer stops, and
+// nobody is told. Its shared-memory regions stay, as a crashed process's do. The coordinator
+// finds it failed once it has not answered for Config.ServerTimeout (or at once when
+// RestartServer hands it a new incarnation) and recovers by its Config.Recovery; without a
+// restart, the surviving servers take its slots after Config.ReplaceWait. It fails while the
+// server is down already or the coordinator is restarting.
+func (j *LocalJob) KillServer(i int) error {
+	j.mu.Lock()
+	if err := j.serverIndexLocked(i); err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	switch {
+	case j.closed || j.ready != nil:
+		j.mu.Unlock()
+		return fmt.Errorf("%w: the job is closed or its coordinator is restarting", ErrClosed)
+	case j.down[i]:
+		j.mu.Unlock()
+		return fmt.Errorf("elastic: kill server %s: it is down already", ServerID(i))
+	}
+	j.down[i] = true
+	s := j.Servers[i]
+	j.mu.Unlock()
+	err := errors.Join(s.Server().Close(), s.Close())
+	if err != nil {
+		return fmt.Errorf("elastic: kill server %s: %w", ServerID(i), err)
+	}
+	return nil
+}
+
+// RestartServer starts a new incarnation of parameter server i (ps-i), as its process would
+// restart: a new LocalServer with no rows and no owner table, at the same address when it is
+// free (else at another), with a checkpointer on the same shared-memory directory. A server
+// still up is killed first (KillServer, whose errors it returns). It replaces Servers[i], and
+// the coordinator takes it (Coordinator.ReplaceServer): it fails the old incarnation if it had
+// not yet, and restores the new one's slots by its Config.Recovery (a coordinator that gave
+// the slots to the survivors already refuses it, and it serves nothing). RestartServer returns
+// once the coordinator has it, not when it is restored: Config.OnRecovery reports that. It
+// waits while the coordinator restarts. Restart one server from one goroutine at a time.
+func (j *LocalJob) RestartServer(ctx context.Context, i int) error {
+	j.mu.Lock()
+	err := j.serverIndexLocked(i)
+	up := err == nil && !j.down[i]
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if up {
+		if err := j.KillServer(i); err != nil {
+			return err
+		}
+	}
+	j.mu.Lock()
+	old := j.Servers[i]
+	j.mu.Unlock()
+	id := old.Node().ID
+	srv, l, ls, err := j.newServer(id, old.Node().Addr)
+	if err != nil {
+		// The port was taken meanwhile: a restarted process may come up elsewhere.
+		srv, l, ls, err = j.newServer(id, j.listen)
+	}
+	if err != nil {
+		return fmt.Errorf("elastic: restart server %s: %w", id, err)
+	}
+	for {
+		// The coordinator that takes the new server must be the one whose Config names it:
+		// a coordinator restarting now may have read the old list.
+		c, err := j.current(ctx)
+		if err != nil {
+			ls.Close()
+			srv.Close()
+			l.Close()
+			return fmt.Errorf("elastic: restart server %s: %w", id, err)
+		}
+		j.mu.Lock()
+		if j.closed || j.ready != nil || j.coord != c {
+			j.mu.Unlock()
+			continue
+		}
+		j.Servers[i] = ls
+		j.cfg.Servers = slices.Clone(j.cfg.Servers)
+		j.cfg.Servers[i] = ls
+		delete(j.down, i)
+		j.serve(srv, l)
+		j.mu.Unlock()
+		if err := c.ReplaceServer(ls); err != nil {
+			return fmt.Errorf("elastic: restart server %s: %w", id, err)
+		}
+		return nil
+	}
+}
+
+// serverIndexLocked checks that i names a server of the job.
+func (j *LocalJob) serverIndexLocked(i int) error {
+	if i < 0 || i >= len(j.Servers) {
+		return fmt.Errorf("%w: no server %d (the job has %d)", ErrInvalidConfig, i, len(j.Servers))
+	}
+	return nil
+}
+
+// downLocked returns a server killed and not restarted, if any.
+func (j *LocalJob) downLocked() (int, bool) {
+	for i := range j.Servers {
+		if j.down[i] {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // Secret returns the cluster secret.
@@ -206,7 +347,7 @@ func (j *LocalJob) Close() error {
 		return nil
 	}
 	j.closed = true
-	clients, coord := j.clients, j.coord
+	clients, coord, servers := j.clients, j.coord, slices.Clone(j.Servers)
 	j.mu.Unlock()
 	var errs []error
 	if coord != nil {
@@ -215,7 +356,7 @@ func (j *LocalJob) Close() error {
 	for _, c := range clients {
 		errs = append(errs, c.Close())
 	}
-	for _, s := range j.Servers {
+	for _, s := range servers {
 		errs = append(errs, s.Server().Close(), s.Close())
 	}
 	j.wg.Wait()
