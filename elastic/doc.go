@@ -46,7 +46,9 @@
 // Each push also carries its batch's data position, which a server applies at most once per slot
 // (ps.At). So a batch a worker pushed halfway before it died or was cut off is replayed from the
 // last reported offset by another worker and lands exactly on the servers that lacked it, and a
-// Session may simply run a failed batch again.
+// Session may simply run a failed batch again. A position is a batch's exact record range, so
+// every worker of a job must read with the same shard.ReaderConfig.BatchSize: a batch replayed
+// with other boundaries is not recognised, and its updates land twice.
 //
 // The coordinator's ledger marks, in the same step as the dispatcher accepts a progress report,
 // the dataset positions it newly covers (Coordinator.Service is the dispatcher as workers must
@@ -82,9 +84,12 @@
 //     like the others, and the new table is published. The positions trained between the commit
 //     and the publication lost their updates on those slots: RecoveryEvent.Lost lists them
 //     (they count as trained). A batch whose push to the failed server was under way when it
-//     failed is not lost: its push lands after the recovery. The count is exact when workers
-//     report every batch as it ends (shard.ReaderConfig.ReportEvery 1); a batch pushed before
-//     the failure and reported only after the publication is missed.
+//     failed is not lost: its push lands after the recovery. The count errs on the safe side
+//     only when workers report every batch as it ends (shard.ReaderConfig.ReportEvery 1): a
+//     batch pushed before the failure and reported only after the publication is missed. It
+//     over-counts when the commit restored holds batches applied but not yet reported (taken
+//     after a coordinator takeover, or after a worker died halfway through a push, before the
+//     replays): those are listed lost although the commit holds their updates.
 //
 // Meanwhile a Session retries a batch whose function failed for want of a server until
 // ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker
