@@ -84,8 +84,8 @@
 //     like the others, and the new table is published. The positions trained between the commit
 //     and the publication lost their updates on those slots: RecoveryEvent.Lost lists them
 //     (they count as trained). A batch whose push to the failed server was under way when it
-//     failed is not lost: its push lands after the recovery. The count errs on the safe side
-//     only when workers report every batch as it ends (shard.ReaderConfig.ReportEvery 1): a
+//     failed is not lost: its push lands after the recovery. The count misses nothing when
+//     workers report every batch as it ends (shard.ReaderConfig.ReportEvery 1); otherwise a
 //     batch pushed before the failure and reported only after the publication is missed. It
 //     over-counts when the commit restored holds batches applied but not yet reported (taken
 //     after a coordinator takeover, or after a worker died halfway through a push, before the
