@@ -53,6 +53,7 @@ type Coordinator struct {
 	superseded error
 	leading    uint64 // the highest incarnation this coordinator has led its servers as
 	plan       Plan   // the last plan SetParallelism gave the scaler
+	batch      int    // the records per batch every worker reads (0: none joined yet)
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// positions it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later position in their applied sets.
@@ -124,6 +125,8 @@ type coordState struct {
 	Step        uint64 `json:"step"`
 	Incarnation uint64 `json:"incarnation"`
 	Table       []byte `json:"table"` // ps.AppendOwnerTable
+	// BatchSize is the job's batch size, which every worker must read with (0: unknown).
+	BatchSize int `json:"batch_size,omitempty"`
 }
 
 // NewCoordinator starts the coordinator of a job: it builds the dispatcher, places the slots on
@@ -245,10 +248,14 @@ func (c *Coordinator) applyLocked(acts []action) {
 	}
 }
 
-// Join registers worker (again) and returns its fence epoch; every push it makes carries it.
-func (c *Coordinator) Join(ctx context.Context, worker string) (uint64, error) {
-	if worker == "" {
-		return 0, fmt.Errorf("%w: empty worker name", ErrInvalidConfig)
+// Join registers worker (again), which reads batches of batchSize records, and returns its
+// fence epoch; every push it makes carries it. Every worker of a job must read with one batch
+// size, the first one that joined with a batchSize above 0 (a batch's position is its exact
+// record range: one replayed with other boundaries would land twice); another is refused with
+// ErrInvalidConfig. The batch size is kept in every commit.
+func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
+	if worker == "" || batchSize < 0 {
+		return 0, fmt.Errorf("%w: worker %q, batch size %d", ErrInvalidConfig, worker, batchSize)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -260,6 +267,12 @@ func (c *Coordinator) Join(ctx context.Context, worker string) (uint64, error) {
 	}
 	if c.superseded != nil {
 		return 0, c.superseded
+	}
+	if batchSize > 0 && c.batch > 0 && batchSize != c.batch {
+		return 0, fmt.Errorf("%w: worker %s reads batches of %d records, the job's are %d: every worker must use the same batch size", ErrInvalidConfig, worker, batchSize, c.batch)
+	}
+	if c.batch == 0 {
+		c.batch = batchSize
 	}
 	epoch, acts := c.core.join(c.clock.now(), worker)
 	c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
@@ -637,7 +650,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 	if ids := c.failedLocked(); len(ids) > 0 {
 		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
 	}
-	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation}
+	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation, BatchSize: c.batch}
 	servers, gen, forget := slices.Clone(c.servers), c.recGen, c.committedDone
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {

@@ -88,9 +88,9 @@ func TestGossipFailsASilentWorker(t *testing.T) {
 		WorkerSilence: -1, Now: clock, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { coord.Close() })
-	e1, err := coord.Join(ctx, "w1")
+	e1, err := coord.Join(ctx, "w1", 8)
 	require.NoError(t, err)
-	_, err = coord.Join(ctx, "w2")
+	_, err = coord.Join(ctx, "w2", 8)
 	require.NoError(t, err)
 
 	now.Add(2)

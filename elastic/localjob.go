@@ -417,8 +417,8 @@ var (
 	_ shard.ReportAcquirer = jobService{}
 )
 
-func (jc jobControl) Join(ctx context.Context, worker string) (epoch uint64, err error) {
-	err = jc.j.call(ctx, func(c *Coordinator) (err error) { epoch, err = c.Join(ctx, worker); return err })
+func (jc jobControl) Join(ctx context.Context, worker string, batchSize int) (epoch uint64, err error) {
+	err = jc.j.call(ctx, func(c *Coordinator) (err error) { epoch, err = c.Join(ctx, worker, batchSize); return err })
 	return epoch, err
 }
 

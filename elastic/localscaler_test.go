@@ -120,3 +120,32 @@ func TestPushingATableTwiceInOneBatchIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, elastic.ErrPushedTwice)
 	require.ErrorIs(t, err, elastic.ErrBatchFailed)
 }
+
+// Every worker of a job reads with one batch size, the first joiner's, kept in every commit: a
+// worker with another is refused, also by a coordinator resumed from a commit.
+func TestWorkersMustShareTheBatchSize(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemStorage()
+	job := localFaultJob(t, 2, store, nil)
+	step := func(s *elastic.Session) error { return s.Step(ctx, trainStep) }
+	a, err := job.NewSession("a", shard.ReaderConfig{Source: faultData, BatchSize: 32})
+	require.NoError(t, err)
+	defer a.Close()
+	require.NoError(t, step(a))
+	b, err := job.NewSession("b", shard.ReaderConfig{Source: faultData, BatchSize: 24})
+	require.NoError(t, err)
+	defer b.Close()
+	require.ErrorIs(t, step(b), elastic.ErrInvalidConfig)
+	_, err = job.Coordinator().Checkpoint(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	require.NoError(t, job.Close())
+
+	again := localFaultJob(t, 2, store, nil)
+	_, _, err = again.Coordinator().Resume(ctx)
+	require.NoError(t, err)
+	c, err := again.NewSession("c", shard.ReaderConfig{Source: faultData}) // the default, 512
+	require.NoError(t, err)
+	defer c.Close()
+	require.ErrorIs(t, step(c), elastic.ErrInvalidConfig, "the commit holds the job's batch size")
+}

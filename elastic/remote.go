@@ -274,7 +274,10 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 	}
 	return register(reg, map[uint16]rpc.Handler{
 		methodJoin: handle(func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error {
-			epoch, err := c.Join(ctx, m.worker)
+			if m.batch > maxBatch {
+				return fmt.Errorf("%w: batch size %d", ErrInvalidConfig, m.batch)
+			}
+			epoch, err := c.Join(ctx, m.worker, int(m.batch))
 			if err == nil {
 				resp.Write(enc(nil).u64(epoch))
 			}
@@ -330,6 +333,9 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 		},
 	})
 }
+
+// maxBatch bounds the batch size a remote Join may give.
+const maxBatch = 1 << 30
 
 // maxParallelism bounds the workers and servers a remote SetParallelism may ask for.
 const maxParallelism = 1 << 20
@@ -533,10 +539,13 @@ func NewRemoteControl(cfg RemoteConfig) (*RemoteControl, error) {
 func (c *RemoteControl) Close() error { return c.rpc.Close() }
 
 // Join implements Control.
-func (c *RemoteControl) Join(ctx context.Context, worker string) (uint64, error) {
+func (c *RemoteControl) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
+	if batchSize < 0 {
+		return 0, fmt.Errorf("%w: batch size %d", ErrInvalidConfig, batchSize)
+	}
 	var epoch uint64
 	err := c.retry(ctx, func() error {
-		return c.call(ctx, methodJoin, workerMsg{worker: worker}.append(nil), func(d *dec) { epoch = d.u64() })
+		return c.call(ctx, methodJoin, workerMsg{worker: worker, batch: uint64(batchSize)}.append(nil), func(d *dec) { epoch = d.u64() })
 	})
 	return epoch, err
 }

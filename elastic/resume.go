@@ -130,6 +130,12 @@ func (c *Coordinator) readCommit(ctx context.Context, step uint64) (*commitState
 	if cm.state.Job != c.cfg.Job {
 		return nil, fmt.Errorf("elastic: commit %d belongs to job %q, not %q", step, cm.state.Job, c.cfg.Job)
 	}
+	if cm.state.BatchSize > 0 {
+		// The positions the commit and the servers hold are of this batch size.
+		c.mu.Lock()
+		c.batch = cm.state.BatchSize
+		c.mu.Unlock()
+	}
 	if cm.done, err = c.commitProgress(ctx, step); err != nil {
 		return nil, err
 	}

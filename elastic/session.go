@@ -18,8 +18,9 @@ import (
 // Control is the coordinator as a worker sees it: *Coordinator in the same process, or a
 // client of a remote one. Every call may be repeated after an error.
 type Control interface {
-	// Join registers worker (again) and returns its fence epoch.
-	Join(ctx context.Context, worker string) (uint64, error)
+	// Join registers worker (again), which reads batches of batchSize records, and returns its
+	// fence epoch.
+	Join(ctx context.Context, worker string, batchSize int) (uint64, error)
 	// Begin returns when worker may apply a batch (at once unless a checkpoint barrier is up).
 	// ErrNotMember: join again; ErrStopped: training is over.
 	Begin(ctx context.Context, worker string, epoch uint64) error
@@ -381,7 +382,7 @@ func (s *Session) join(ctx context.Context, again bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	epoch, err := s.cfg.Control.Join(ctx, s.cfg.Worker)
+	epoch, err := s.cfg.Control.Join(ctx, s.cfg.Worker, s.reader.BatchSize())
 	if err != nil {
 		s.mu.Unlock()
 		return err

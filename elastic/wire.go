@@ -123,6 +123,7 @@ type workerMsg struct {
 	worker string
 	epoch  uint64
 	ok     bool
+	batch  uint64 // Join: the worker's batch size
 }
 
 func (m workerMsg) append(dst []byte) []byte {
@@ -130,12 +131,12 @@ func (m workerMsg) append(dst []byte) []byte {
 	if m.ok {
 		ok = 1
 	}
-	return enc(dst).str(m.worker).u64(m.epoch).u8(ok)
+	return enc(dst).str(m.worker).u64(m.epoch).u8(ok).u64(m.batch)
 }
 
 func decodeWorkerMsg(b []byte) (workerMsg, error) {
 	d := dec{b: b}
-	m := workerMsg{worker: d.str(), epoch: d.u64(), ok: d.u8() == 1}
+	m := workerMsg{worker: d.str(), epoch: d.u64(), ok: d.u8() == 1, batch: d.u64()}
 	return m, d.end()
 }
 

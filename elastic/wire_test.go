@@ -9,7 +9,7 @@ import (
 )
 
 func TestWireRoundTrips(t *testing.T) {
-	w := workerMsg{worker: "worker-7", epoch: 3<<32 | 9, ok: true}
+	w := workerMsg{worker: "worker-7", epoch: 3<<32 | 9, ok: true, batch: 512}
 	got, err := decodeWorkerMsg(w.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, w, got)
@@ -33,7 +33,7 @@ func TestWireRoundTrips(t *testing.T) {
 }
 
 func FuzzDecodeWorkerMsg(f *testing.F) {
-	f.Add(workerMsg{worker: "w", epoch: 1, ok: true}.append(nil))
+	f.Add(workerMsg{worker: "w", epoch: 1, ok: true, batch: 32}.append(nil))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeWorkerMsg(b)

@@ -228,6 +228,9 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 }
 
 // Stats returns the reader's counters.
+// BatchSize is the number of records per batch (ReaderConfig.BatchSize, defaulted).
+func (r *Reader) BatchSize() int { return r.cfg.BatchSize }
+
 func (r *Reader) Stats() ReaderStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
