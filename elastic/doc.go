@@ -47,8 +47,9 @@
 // (ps.At). So a batch a worker pushed halfway before it died or was cut off is replayed from the
 // last reported offset by another worker and lands exactly on the servers that lacked it, and a
 // Session may simply run a failed batch again. A position is a batch's exact record range, so
-// every worker of a job must read with the same shard.ReaderConfig.BatchSize: a batch replayed
-// with other boundaries is not recognised, and its updates land twice.
+// every worker of a job must read with the same shard.ReaderConfig.BatchSize (a batch replayed
+// with other boundaries would not be recognised and would land twice): the coordinator keeps
+// the first joiner's in its commits and refuses a worker with another.
 //
 // The coordinator's ledger marks, in the same step as the dispatcher accepts a progress report,
 // the dataset positions it newly covers (Coordinator.Service is the dispatcher as workers must
