@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/elasticps/elasticps/ps"
 )
 
 // Observe feeds the coordinator one membership event; give it to MembershipConfig.OnEvent of
@@ -115,6 +117,22 @@ func (c *Coordinator) Suspect(ctx context.Context, server, reason string) error 
 	c.probeServer(id, "a worker cannot reach it ("+reason+")")
 	return nil
 }
+
+// Unreachable implements ps.UnreachableReporter: a client (the coordinator as its Resolver)
+// could not reach server at all, which Suspect looks into.
+func (c *Coordinator) Unreachable(ctx context.Context, server string, err error) {
+	c.Suspect(ctx, server, err.Error())
+}
+
+// Unreachable implements ps.UnreachableReporter for a LocalJob's clients.
+func (jc jobControl) Unreachable(ctx context.Context, server string, err error) {
+	jc.Suspect(ctx, server, err.Error())
+}
+
+var (
+	_ ps.UnreachableReporter = (*Coordinator)(nil)
+	_ ps.UnreachableReporter = jobControl{}
+)
 
 // suspecter is a Control that takes workers' reports of unreachable servers (Suspect).
 type suspecter interface {

@@ -406,11 +406,25 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 			return nil
 		}
 		idx = again
+		if maxVer <= t.Version {
+			c.reportUnreachable(ctx, last)
+		}
 		if t, err = c.nextTable(ctx, t, maxVer, &backoff); err != nil {
 			return err
 		}
 		c.log.Debug("retrying", "version", t.Version, "ids", len(idx))
 	}
+}
+
+// reportUnreachable tells a resolver that wants to know (UnreachableReporter) of the server err
+// names, when err says it could not be reached.
+func (c *Client) reportUnreachable(ctx context.Context, err error) {
+	r, ok := c.resolver.(UnreachableReporter)
+	var se *ServerError
+	if !ok || !errors.As(err, &se) || !errors.Is(err, rpc.ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
+		return
+	}
+	r.Unreachable(ctx, se.Server, se.Err)
 }
 
 // nextTable returns the table to retry with after refusals. A server on a newer table than t

@@ -468,3 +468,41 @@ func TestReadOnlyPull(t *testing.T) {
 		assert.Equal(t, 0, tab.Len(), "and no row was made")
 	}
 }
+
+// reportingResolver is a resolver that records the servers its clients could not reach.
+type reportingResolver struct {
+	*ps.TableHolder
+	mu      sync.Mutex
+	servers []string
+}
+
+func (r *reportingResolver) Unreachable(_ context.Context, server string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.servers = append(r.servers, server)
+}
+
+// A client tells a resolver that wants to know (ps.UnreachableReporter) of a server it cannot
+// reach, before it waits for a newer table; a refusal by a live server is no such news.
+func TestClientReportsAnUnreachableServer(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	r := &reportingResolver{TableHolder: c.Holder}
+	cl := c.Client("w", ps.ClientConfig{Resolver: r, RetryBackoff: time.Millisecond, Retries: 3})
+	ctx := pstest.Context(t)
+	ids := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	require.NoError(t, cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), 1))
+	r.mu.Lock()
+	assert.Empty(t, r.servers)
+	r.mu.Unlock()
+
+	dead := c.Holder.Get().Nodes[1]
+	require.NoError(t, c.Servers[1].Close())
+	err := cl.Push(ctx, "emb", ids, make([]float32, len(ids)*dim), 2)
+	require.Error(t, err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.servers)
+	for _, s := range r.servers {
+		assert.Equal(t, dead.Addr, s)
+	}
+}

@@ -15,6 +15,14 @@ type Resolver interface {
 	OwnerTable(ctx context.Context, minVersion uint64) (*OwnerTable, error)
 }
 
+// UnreachableReporter is a Resolver that wants to hear of the servers a client could not reach
+// at all (before the client waits for a newer owner table): a coordinator can confirm the
+// failure and recover at once rather than after its own timeout. Unreachable must not block
+// for long; the client ignores what it does.
+type UnreachableReporter interface {
+	Unreachable(ctx context.Context, server string, err error)
+}
+
 // TableHolder is a Resolver holding a table set from outside (by a coordinator or a test).
 // The zero value holds nothing. Safe for concurrent use.
 type TableHolder struct {
