@@ -102,10 +102,11 @@ func NewLocalScaler(cfg LocalScalerConfig) (*LocalScaler, error) {
 
 // Scale implements Scaler: it starts workers worker-0 .. worker-(plan.Workers-1) that do not
 // run, and stops (a clean leave) those beyond. A worker that ended (its data done, or given up)
-// is not started again. plan.Servers must be the job's server count.
+// is not started again. plan.Servers must be the job's server count. The sizes are not
+// enforced: every worker is a goroutine of this process.
 func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
-	if plan.Workers < 0 {
-		return fmt.Errorf("%w: %d workers", ErrInvalidConfig, plan.Workers)
+	if err := plan.validate(); err != nil {
+		return err
 	}
 	if plan.Servers != len(s.cfg.Job.Servers) {
 		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, len(s.cfg.Job.Servers), errors.ErrUnsupported)

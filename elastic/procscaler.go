@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -52,6 +53,10 @@ type Launch struct {
 	// Restart is 0 at the first start of the node id and n at its n-th restart after an
 	// abnormal exit.
 	Restart int
+	// Size is the size the plan gives processes of its role when it was started. The scaler
+	// passes it to the Go runtime (GOMAXPROCS, the CPUs rounded up; GOMEMLIMIT, the memory);
+	// Args may also make flags of it.
+	Size Resources
 }
 
 // ProcessConfig configures a ProcessScaler. The zero value of every field but Binary and Args
@@ -181,6 +186,7 @@ type proc struct {
 	id    string
 	index int   // i of ServerID(i) or WorkerID(i); -1 for the coordinator
 	prev  *proc // the node id's earlier proc, maybe still stopping: this one starts after it
+	size  Resources
 
 	stop     chan struct{} // closed to stop the process
 	stopOnce sync.Once
@@ -215,24 +221,25 @@ func NewProcessScaler(cfg ProcessConfig) (*ProcessScaler, error) {
 // with status 0, or at its restart limit) is not started again while plan keeps it. The error
 // joins the failures to start; ErrClosed after Close.
 func (s *ProcessScaler) Scale(ctx context.Context, plan Plan) error {
-	if plan.Servers < 0 || plan.Workers < 0 {
-		return fmt.Errorf("%w: plan %v", ErrInvalidConfig, plan)
+	if err := plan.validate(); err != nil {
+		return err
 	}
 	type want struct {
 		role  Role
 		index int
+		size  Resources
 	}
 	wanted := map[string]want{}
 	var order []string
 	add := func(id string, w want) { wanted[id] = w; order = append(order, id) }
 	if s.cfg.Coordinator {
-		add(CoordinatorID, want{RoleCoordinator, -1})
+		add(CoordinatorID, want{RoleCoordinator, -1, Resources{}})
 	}
 	for i := range plan.Servers {
-		add(ServerID(i), want{RoleServer, i})
+		add(ServerID(i), want{RoleServer, i, plan.Server})
 	}
 	for i := range plan.Workers {
-		add(WorkerID(i), want{RoleWorker, i})
+		add(WorkerID(i), want{RoleWorker, i, plan.Worker})
 	}
 
 	s.mu.Lock()
@@ -253,7 +260,7 @@ func (s *ProcessScaler) Scale(ctx context.Context, plan Plan) error {
 			continue
 		}
 		w := wanted[id]
-		p := &proc{role: w.role, id: id, index: w.index, prev: s.last[id],
+		p := &proc{role: w.role, id: id, index: w.index, size: w.size, prev: s.last[id],
 			stop: make(chan struct{}), launched: make(chan struct{}), done: make(chan struct{})}
 		s.procs[id], s.last[id] = p, p
 		s.wg.Add(1)
@@ -403,7 +410,7 @@ func (s *ProcessScaler) run(p *proc) error {
 	}
 	log := s.log.With("role", p.role.String(), "id", p.id)
 	for restart := 0; ; restart++ {
-		l := Launch{Role: p.role, ID: p.id, Restart: restart}
+		l := Launch{Role: p.role, ID: p.id, Restart: restart, Size: p.size}
 		select {
 		case <-p.stop:
 			return ErrProcessStopped
@@ -411,8 +418,11 @@ func (s *ProcessScaler) run(p *proc) error {
 		}
 		cmd := exec.Command(s.cfg.Binary, s.cfg.Args(l)...)
 		cmd.Dir = s.cfg.Dir
-		if s.cfg.Env != nil {
-			cmd.Env = append(os.Environ(), s.cfg.Env(l)...)
+		if s.cfg.Env != nil || p.size != (Resources{}) {
+			cmd.Env = append(os.Environ(), sizeEnv(p.size)...)
+			if s.cfg.Env != nil {
+				cmd.Env = append(cmd.Env, s.cfg.Env(l)...)
+			}
 		}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		cmd.WaitDelay = s.cfg.StopGrace
@@ -501,4 +511,17 @@ func exitString(err error) string {
 		return "status 0"
 	}
 	return err.Error()
+}
+
+// sizeEnv is the Go runtime's environment for a process of size r: GOMAXPROCS (the CPUs,
+// rounded up) and GOMEMLIMIT (the memory), those that are set.
+func sizeEnv(r Resources) []string {
+	var env []string
+	if r.CPUs > 0 {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", int(math.Ceil(r.CPUs))))
+	}
+	if r.Memory > 0 {
+		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", r.Memory))
+	}
+	return env
 }

@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 //	serve         print "ready", run until SIGTERM, exit 0
 //	stubborn      print "ready", ignore SIGTERM, run until killed
 //	exit0         exit with status 0
+//	size          print its GOMAXPROCS and GOMEMLIMIT, exit 0
 //	exit1         exit with status 1
 //	crash         kill itself with SIGKILL
 //	fail-until:N  exit 1 at starts 0..N-1, then 0
@@ -58,6 +59,9 @@ func runChild(mode string) int {
 		fmt.Println("ready")
 		select {}
 	case mode == "exit0":
+		return 0
+	case mode == "size":
+		fmt.Printf("GOMAXPROCS=%s GOMEMLIMIT=%s\n", os.Getenv("GOMAXPROCS"), os.Getenv("GOMEMLIMIT"))
 		return 0
 	case mode == "exit1":
 		fmt.Fprintln(os.Stderr, "failing on purpose")
@@ -487,4 +491,35 @@ func TestProcessOutput(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, map[string]int{"worker-0": 1}, calls)
 	assert.Equal(t, "start 0\nstart 1\n", outs["worker-0"].String(), "both starts wrote to the one writer")
+}
+
+// A plan's process sizes reach the Go runtime of the processes started under it.
+func TestProcessScalerGivesThePlansSizes(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var lines []string
+	s, err := elastic.NewProcessScaler(elastic.ProcessConfig{
+		Binary: exe,
+		Args:   func(elastic.Launch) []string { return []string{"-test.run=^$"} },
+		Env:    func(elastic.Launch) []string { return []string{childMode + "=size", childGORACE()} },
+		Output: func(elastic.Role, string) (io.Writer, io.Writer) {
+			return &lineWriter{line: func(l string) {
+				mu.Lock()
+				defer mu.Unlock()
+				lines = append(lines, l)
+			}}, nil
+		},
+	})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.Scale(ctx, elastic.Plan{Workers: 1, Worker: elastic.Resources{CPUs: 1.5, Memory: 1 << 30}}))
+	require.NoError(t, s.Wait(ctx, elastic.WorkerID(0)))
+	require.NoError(t, s.Close()) // the output is flushed once the process is waited for
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"GOMAXPROCS=2 GOMEMLIMIT=1073741824"}, lines)
+	assert.ErrorIs(t, s.Scale(ctx, elastic.Plan{Workers: 1, Worker: elastic.Resources{Memory: -1}}), elastic.ErrInvalidConfig)
 }

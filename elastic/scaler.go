@@ -5,16 +5,51 @@ import (
 	"fmt"
 )
 
-// Plan is how many processes of each role a job runs.
+// Plan is how many processes of each role a job runs, and of what size.
 type Plan struct {
 	// Servers is the number of parameter servers.
-	Servers int
+	Servers int `json:"servers"`
 	// Workers is the number of workers.
-	Workers int
+	Workers int `json:"workers"`
+	// Server and Worker are the size of each server and worker process; zero fields: not
+	// set (the scaler's or the machine's default).
+	Server Resources `json:"server,omitzero"`
+	Worker Resources `json:"worker,omitzero"`
 }
 
-// String returns "2 servers, 4 workers".
-func (p Plan) String() string { return fmt.Sprintf("%d servers, %d workers", p.Servers, p.Workers) }
+// Resources is the size of a process.
+type Resources struct {
+	// CPUs is the number of cores it may use (a fraction rounds up where only whole cores
+	// can be given).
+	CPUs float64 `json:"cpus,omitempty"`
+	// Memory is the bytes of memory it may use.
+	Memory int64 `json:"memory,omitempty"`
+}
+
+// String returns "2 servers, 4 workers", with the sizes set: "2 servers (4 CPUs, 8.0 GiB), ...".
+func (p Plan) String() string {
+	return fmt.Sprintf("%d servers%s, %d workers%s", p.Servers, p.Server.suffix(), p.Workers, p.Worker.suffix())
+}
+
+func (r Resources) suffix() string {
+	switch {
+	case r == Resources{}:
+		return ""
+	case r.Memory == 0:
+		return fmt.Sprintf(" (%g CPUs)", r.CPUs)
+	case r.CPUs == 0:
+		return fmt.Sprintf(" (%.1f GiB)", float64(r.Memory)/(1<<30))
+	}
+	return fmt.Sprintf(" (%g CPUs, %.1f GiB)", r.CPUs, float64(r.Memory)/(1<<30))
+}
+
+// validate reports a plan with negative counts or sizes.
+func (p Plan) validate() error {
+	if p.Servers < 0 || p.Workers < 0 || p.Server.CPUs < 0 || p.Server.Memory < 0 || p.Worker.CPUs < 0 || p.Worker.Memory < 0 {
+		return fmt.Errorf("%w: plan %+v", ErrInvalidConfig, p)
+	}
+	return nil
+}
 
 // A Scaler turns a Plan into running processes, and keeps them running: one whose process
 // dies is started again (a new incarnation under the same node id), up to the scaler's restart
@@ -22,7 +57,8 @@ func (p Plan) String() string { return fmt.Sprintf("%d servers, %d workers", p.S
 // role flags); Kubernetes comes with its own package.
 //
 // Servers are named ps-0 .. ps-(Servers-1) and workers worker-0 .. worker-(Workers-1); a plan
-// with fewer of a role stops the highest-numbered ones.
+// with fewer of a role stops the highest-numbered ones. A plan's sizes apply to the processes
+// started from then on (and their restarts); a running process keeps its size.
 type Scaler interface {
 	// Scale starts or stops processes until plan's run. It returns once every process it
 	// started is launched (not necessarily serving or training yet); ctx bounds the wait.

@@ -223,26 +223,34 @@ func (st Status) WriteText(w io.Writer) error {
 // ErrNoScaler is returned by SetParallelism when the coordinator has no Config.Scaler.
 var ErrNoScaler = errors.New("elastic: the coordinator has no scaler")
 
-// SetParallelism asks for workers workers and servers parameter servers, the call a cluster
-// scheduler makes: the coordinator hands the plan to its Config.Scaler, whose new workers join
+// SetParallelism asks for workers workers and servers parameter servers, of the sizes of the
+// current plan (SetPlan), the call a cluster scheduler makes: the coordinator hands the plan to its Config.Scaler, whose new workers join
 // while the others train, and whose workers beyond the plan are stopped (their shards go back
 // to the dispatcher at their last reported offsets). servers must be the number of servers
 // the job has: changing it needs live repartition, which this version does not do
 // (errors.ErrUnsupported).
 func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) error {
+	c.mu.Lock()
+	plan := c.plan
+	c.mu.Unlock()
+	plan.Workers, plan.Servers = workers, servers
+	return c.SetPlan(ctx, plan)
+}
+
+// SetPlan hands plan, with its process sizes, to the scaler (see SetParallelism).
+func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
 	if c.cfg.Scaler == nil {
 		return ErrNoScaler
 	}
-	if workers < 0 {
-		return fmt.Errorf("%w: %d workers", ErrInvalidConfig, workers)
+	if err := plan.validate(); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	have := len(c.servers)
 	c.mu.Unlock()
-	if servers != have {
-		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", servers, have, errors.ErrUnsupported)
+	if plan.Servers != have {
+		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, have, errors.ErrUnsupported)
 	}
-	plan := Plan{Servers: servers, Workers: workers}
 	if err := c.cfg.Scaler.Scale(ctx, plan); err != nil {
 		return fmt.Errorf("elastic: scale to %s: %w", plan, err)
 	}

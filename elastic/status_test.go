@@ -96,6 +96,11 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	// The scheduler's call, from another process.
 	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
 	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 4}, scaler.Plan())
+	sized := elastic.Plan{Servers: 3, Workers: 4, Server: elastic.Resources{CPUs: 2, Memory: 8 << 30}, Worker: elastic.Resources{CPUs: 1}}
+	require.NoError(t, j.coord.SetPlan(ctx, sized))
+	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
+	assert.Equal(t, sized, scaler.Plan(), "SetParallelism keeps the sizes")
+	assert.Equal(t, "3 servers (2 CPUs, 8.0 GiB), 4 workers (1 CPUs)", sized.String())
 	assert.ErrorIs(t, ctl.SetParallelism(ctx, 4, 5), errors.ErrUnsupported, "changing the server count needs live repartition")
 	assert.ErrorIs(t, ctl.SetParallelism(ctx, -1, 3), elastic.ErrInvalidConfig)
 	scaler.mu.Lock()
@@ -106,7 +111,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	assert.Contains(t, err.Error(), "quota exceeded")
 	st, err = ctl.Status(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 4}, st.Plan, "a plan the scaler refused is not the plan")
+	assert.Equal(t, sized, st.Plan, "a plan the scaler refused is not the plan")
 
 	// A server dies; its slots go to the survivors (no replacement comes).
 	j.kill(2)
