@@ -196,6 +196,16 @@ func (j *faultJob) worker(name string) *faultWorker {
 	return &faultWorker{name: name, cli: cli, sess: sess}
 }
 
+// assertEveryEpochOnce checks that every position of every epoch was trained exactly once, and
+// that every epoch is complete.
+func assertEveryEpochOnce(t *testing.T, c *elastic.Coordinator) {
+	t.Helper()
+	for _, e := range c.ExactlyOnce() {
+		assert.True(t, e.OK(), "%s", e)
+		assert.True(t, e.Complete, "%s", e)
+	}
+}
+
 // trainStep pushes the batch's gradients.
 func trainStep(ctx context.Context, b *elastic.Batch) error {
 	g := make([]float32, faultDim*b.Len())
@@ -315,10 +325,7 @@ func TestWorkerFailuresKeepEveryBatchExactlyOnce(t *testing.T) {
 
 	_, err := j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
-	for _, e := range j.coord.ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, j.coord)
 	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
 	st := j.coord.Stats()
 	assert.GreaterOrEqual(t, st.Evicted, 2, "both faulty workers were failed")

@@ -109,9 +109,6 @@ func TestTakeoverAboveAnUncommittedSnapshot(t *testing.T) {
 	assert.Greater(t, again, snapped, "above the snapshot the servers hold")
 
 	require.NoError(t, (&faultWorker{name: "w0", sess: sess}).run(ctx, trainStep))
-	for _, e := range job.Coordinator().ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, job.Coordinator())
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 }

@@ -89,10 +89,7 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 
 	_, err = c.Checkpoint(ctx)
 	require.NoError(t, err)
-	for _, e := range c.ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 }
 

@@ -173,10 +173,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	t.Logf("%s: recovered from step %d in %v (waited %v for a replacement), lost %d of %d records",
 		tc.policy, ev.Step, ev.Duration.Round(time.Millisecond), ev.Replacement.Round(time.Millisecond), ev.LostRecords, ev.TrainedRecords)
 
-	for _, e := range j.coord.ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, j.coord)
 	want := faultExpected()
 	live := j.liveServers()
 	switch tc.policy {

@@ -126,10 +126,7 @@ func TestCoordinatorRestartTakesOverARunningJob(t *testing.T) {
 	c := job.Coordinator()
 	_, err = c.Checkpoint(ctx)
 	require.NoError(t, err)
-	for _, e := range c.ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 }
 
@@ -315,10 +312,7 @@ func TestCoordinatorProcessRestart(t *testing.T) {
 	}
 	_, err = c2.Checkpoint(ctx)
 	require.NoError(t, err)
-	for _, e := range c2.ExactlyOnce() {
-		assert.True(t, e.OK(), "%s", e)
-		assert.True(t, e.Complete, "%s", e)
-	}
+	assertEveryEpochOnce(t, c2)
 	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
 }
 
