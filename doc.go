@@ -4,10 +4,10 @@
 // and be resized while training runs.
 //
 // This package holds only documentation; the library is in its sub-packages. The coordinator
-// (package elastic) drives a job's barrier, checkpoints, commits, resume and fencing; gossip
-// membership, recovery from a server or coordinator failure, live repartition of slots while
-// training runs and automatic resource recommendation are not built yet: today the program
-// gives the servers' addresses.
+// (package elastic) drives a job's barrier, checkpoints, commits, resume and fencing, recovers
+// from the failure of a worker, a parameter server or itself, and runs the job's processes
+// through scalers, with gossip membership; live repartition of slots while training runs and
+// automatic resource recommendation are not built yet.
 //
 // # The flow of a training job
 //

@@ -53,6 +53,7 @@ type Coordinator struct {
 	superseded error
 	leading    uint64 // the highest incarnation this coordinator has led its servers as
 	plan       Plan   // the last plan SetParallelism gave the scaler
+	scaler     Scaler // Config.Scaler, or SetScaler's
 	batch      int    // the records per batch every worker reads (0: none joined yet)
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// positions it covers, and no others, so that a coordinator taking over from that commit
@@ -137,7 +138,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Coordinator{cfg: cfg, log: cfg.Logger, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, scaler: cfg.Scaler, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
 		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{})}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
@@ -208,8 +209,9 @@ func (c *Coordinator) install(ctx context.Context, servers []ParameterServer, t 
 	return nil
 }
 
-// Dispatcher returns the job's data-shard dispatcher, for its progress and figures. Workers
-// reach it through Service.
+// Dispatcher returns the job's data-shard dispatcher, for its progress and figures. Never give
+// it to workers (a ReaderConfig or a shardnet server): their reports would bypass the
+// exactly-once ledger. Workers reach it through Service.
 func (c *Coordinator) Dispatcher() *shard.Dispatcher { return c.disp }
 
 // Service returns the dispatcher as workers must reach it: in process (shard.ReaderConfig's

@@ -17,8 +17,8 @@ import (
 )
 
 // LocalConfig configures a job whose coordinator and parameter servers run in this process,
-// the servers serving on loopback TCP with the cluster secret. Workers may run here (NewSession)
-// or anywhere that can reach the servers.
+// the servers serving on loopback TCP with the cluster secret. Its workers run in this process
+// too (NewSession, LocalScaler): the coordinator is not served to other processes.
 type LocalConfig struct {
 	// Job names the job. Required.
 	Job string
@@ -468,4 +468,16 @@ func (jc jobService) Leave(ctx context.Context, worker string) error {
 func (jc jobControl) OwnerTable(ctx context.Context, minVersion uint64) (t *ps.OwnerTable, err error) {
 	err = jc.j.call(ctx, func(c *Coordinator) (err error) { t, err = c.OwnerTable(ctx, minVersion); return err })
 	return t, err
+}
+
+// SetScaler makes s the scaler of the job's coordinator, and of every coordinator
+// RestartCoordinator starts (Coordinator.SetScaler): say, a LocalScaler of this job's workers.
+func (j *LocalJob) SetScaler(s Scaler) {
+	j.mu.Lock()
+	j.cfg.Scaler = s
+	c := j.coord
+	j.mu.Unlock()
+	if c != nil {
+		c.SetScaler(s)
+	}
 }

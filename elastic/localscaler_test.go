@@ -20,10 +20,7 @@ import (
 // every row equal to the failure-free result.
 func TestLocalScalerFollowsThePlan(t *testing.T) {
 	store := checkpoint.NewMemStorage()
-	var scaler *elastic.LocalScaler
-	job := localFaultJob(t, 2, store, func(c *elastic.Config) {
-		c.Scaler = scalerRef{&scaler}
-	})
+	job := localFaultJob(t, 2, store, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var batches, crashes, failedTries atomic.Int64
@@ -53,8 +50,7 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 		}
 		return errors.New("worker crashed")
 	}
-	var err error
-	scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
 		Job:         job,
 		Reader:      func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
 		MaxRestarts: 2,
@@ -62,6 +58,7 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer scaler.Close()
+	job.SetScaler(scaler)
 	c := job.Coordinator()
 
 	require.NoError(t, c.SetParallelism(ctx, 1, 2))
@@ -92,13 +89,6 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 }
-
-// scalerRef lets the coordinator's Config name a scaler made after the job starts.
-type scalerRef struct{ s **elastic.LocalScaler }
-
-func (r scalerRef) Scale(ctx context.Context, p elastic.Plan) error { return (*r.s).Scale(ctx, p) }
-func (r scalerRef) Plan() elastic.Plan                              { return (*r.s).Plan() }
-func (r scalerRef) Close() error                                    { return (*r.s).Close() }
 
 // A step function that pushes a table twice for one batch is refused: the second push's rows on
 // the slots the first reached would be dropped as already applied.

@@ -275,8 +275,10 @@ func splitHostPort(a string) (string, int, error) {
 	return host, int(port), nil
 }
 
-// Membership is this process's membership of the job's gossip (see the top of membership.go).
-// It is safe for concurrent use.
+// Membership is this process's membership of the job's gossip: it gossips its Member as node
+// meta, and reports the others joining, leaving and failing (MemberEvent). A restarted process
+// is a new member (its node name holds the incarnation), never the old one come back. Events
+// are hints: the coordinator confirms them (Coordinator.Observe). It is safe for concurrent use.
 type Membership struct {
 	cfg    MembershipConfig
 	log    *slog.Logger

@@ -164,8 +164,12 @@ type ProcessStatus struct {
 	Err error
 }
 
-// ProcessScaler is a Scaler that runs a job's processes on this host with os/exec (see the
-// top of procscaler.go). It is safe for concurrent use; Close stops every process.
+// ProcessScaler is a Scaler that runs a job's processes on this host with os/exec: one process
+// per node id, with the arguments ProcessConfig.Args gives, started again under its node id
+// after an abnormal exit (a signal or a nonzero status) up to MaxRestarts; an exit with status 0
+// is final. Processes that Scale or Close stop get SIGTERM, then SIGKILL after StopGrace, and are
+// never restarted. A restarted process is a new incarnation of its node (Launch.Restart says
+// which start it is). It is safe for concurrent use; Close stops every process.
 type ProcessScaler struct {
 	cfg ProcessConfig
 	log *slog.Logger

@@ -144,8 +144,10 @@ func (c *Coordinator) failedLocked() []string {
 	return ids
 }
 
-// ServerFailed reports that parameter server id failed (an RPC error, a lost lease, a
-// membership event): it is recovered under Config.Recovery. Unknown ids are ignored.
+// ServerFailed reports that parameter server id failed, for a program that knows it for sure
+// (its process is gone): it is failed at once, without a health call, and recovered under
+// Config.Recovery. Hints go to Observe (gossip) and Suspect (a server not reached), which confirm
+// first. Unknown ids are ignored.
 func (c *Coordinator) ServerFailed(id, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

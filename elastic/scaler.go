@@ -53,8 +53,8 @@ func (p Plan) validate() error {
 
 // A Scaler turns a Plan into running processes, and keeps them running: one whose process
 // dies is started again (a new incarnation under the same node id), up to the scaler's restart
-// limit. Implementations: LocalJob's in-process workers, ProcessScaler (os/exec of a binary with
-// role flags); Kubernetes comes with its own package.
+// limit. Implementations: LocalScaler (a LocalJob's workers as goroutines), ProcessScaler (os/exec
+// of a binary with role flags); a Kubernetes scaler is planned.
 //
 // Servers are named ps-0 .. ps-(Servers-1) and workers worker-0 .. worker-(Workers-1); a plan
 // with fewer of a role stops the highest-numbered ones. A plan's sizes apply to the processes

@@ -38,8 +38,8 @@ type SessionConfig struct {
 	Worker string
 	// Control is the coordinator. Required.
 	Control Control
-	// Client reaches the parameter servers; the session sets its fence epoch. Required; the
-	// session does not close it.
+	// Client reaches the parameter servers; the session sets its fence epoch, so each session
+	// needs a client of its own. Required; the session does not close it.
 	Client *ps.Client
 	// Reader configures the worker's shard reader (Service, Source, BatchSize, ...); Worker is
 	// set by the session. Required: Service and Source.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -190,7 +192,12 @@ func (st Status) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "workers: %d fenced epochs, %d failed; servers: %d failures, %d recoveries\n", st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries)
 	if r := st.LastRecovery; r != nil {
-		fmt.Fprintf(&b, "last recovery: %s of %v from the commit of step %d in %v, owner table %d", r.Policy, r.Failed, r.Step, r.Duration.Round(time.Millisecond), r.TableVersion)
+		ids := slices.Sorted(maps.Keys(r.Failed))
+		failed := make([]string, len(ids))
+		for i, id := range ids {
+			failed[i] = fmt.Sprintf("%s (%s)", id, r.Failed[id])
+		}
+		fmt.Fprintf(&b, "last recovery: %s of %s from the commit of step %d in %v, owner table %d", r.Policy, strings.Join(failed, ", "), r.Step, r.Duration.Round(time.Millisecond), r.TableVersion)
 		if r.LostRecords > 0 {
 			fmt.Fprintf(&b, ", %d records' updates lost (%.3f%%)", r.LostRecords, 100*r.LostShare)
 		}
@@ -220,7 +227,15 @@ func (st Status) WriteText(w io.Writer) error {
 	return err
 }
 
-// ErrNoScaler is returned by SetParallelism when the coordinator has no Config.Scaler.
+// SetScaler makes s the coordinator's scaler (Config.Scaler), for a scaler made after the
+// coordinator, such as a LocalScaler of its LocalJob (LocalJob.SetScaler).
+func (c *Coordinator) SetScaler(s Scaler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scaler = s
+}
+
+// ErrNoScaler is returned by SetParallelism when the coordinator has no scaler.
 var ErrNoScaler = errors.New("elastic: the coordinator has no scaler")
 
 // SetParallelism asks for workers workers and servers parameter servers, of the sizes of the
@@ -239,19 +254,19 @@ func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) 
 
 // SetPlan hands plan, with its process sizes, to the scaler (see SetParallelism).
 func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
-	if c.cfg.Scaler == nil {
-		return ErrNoScaler
-	}
 	if err := plan.validate(); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	have := len(c.servers)
+	have, scaler := len(c.servers), c.scaler
 	c.mu.Unlock()
+	if scaler == nil {
+		return ErrNoScaler
+	}
 	if plan.Servers != have {
 		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, have, errors.ErrUnsupported)
 	}
-	if err := c.cfg.Scaler.Scale(ctx, plan); err != nil {
+	if err := scaler.Scale(ctx, plan); err != nil {
 		return fmt.Errorf("elastic: scale to %s: %w", plan, err)
 	}
 	c.mu.Lock()

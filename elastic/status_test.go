@@ -136,7 +136,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 
 	var text strings.Builder
 	require.NoError(t, st.WriteText(&text))
-	for _, want := range []string{"job faults: training", "ps-0", "ps-1", "w0", "last recovery: partial of map[ps-2:"} {
+	for _, want := range []string{"job faults: training", "ps-0", "ps-1", "w0", "last recovery: partial of ps-2 ("} {
 		assert.Contains(t, text.String(), want)
 	}
 	t.Log("\n" + text.String())
