@@ -77,6 +77,7 @@ type Coordinator struct {
 
 // CheckpointEvent reports one snapshot or commit.
 type CheckpointEvent struct {
+	// Step is the step of the snapshot (the batches applied and reported when it was taken).
 	Step uint64
 	// Commit is set for a commit (or its failure), clear for a snapshot.
 	Commit bool

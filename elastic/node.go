@@ -88,7 +88,9 @@ const (
 // batch position it covers can never be replayed from that barrier on, so the servers forget
 // having applied it (the applied sets stay small).
 type Progress struct {
-	Epoch   uint32
+	// Epoch is the current data epoch: every earlier one is done as a whole.
+	Epoch uint32
+	// Offsets are, per shard of the current epoch, the record offset up to which it is done.
 	Offsets map[ShardKey]int64
 }
 

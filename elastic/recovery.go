@@ -27,6 +27,7 @@ const (
 	Partial
 )
 
+// String returns "rollback" or "partial".
 func (p RecoveryPolicy) String() string {
 	switch p {
 	case Rollback:

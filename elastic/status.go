@@ -54,6 +54,7 @@ type Status struct {
 
 // ServerStatus is one parameter server of a Status.
 type ServerStatus struct {
+	// ID is the server's node id, Addr its RPC address, Incarnation its process's.
 	ID          string `json:"id"`
 	Addr        string `json:"addr"`
 	Incarnation uint64 `json:"incarnation"`
@@ -85,7 +86,8 @@ type DataStatus struct {
 
 // RecoveryStatus summarises a RecoveryEvent.
 type RecoveryStatus struct {
-	Policy       string            `json:"policy"`
+	Policy string `json:"policy"`
+	// Failed maps each failed server's id to why it was failed.
 	Failed       map[string]string `json:"failed"`
 	Replaced     []string          `json:"replaced,omitempty"`
 	Step         uint64            `json:"step"` // the commit restored
