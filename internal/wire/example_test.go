@@ -31,3 +31,33 @@ func Example() {
 	// error 1001 wrong owner [7]
 	// 60 8
 }
+
+func ExampleProtector() {
+	// Both ends of one direction hold a Protector made from the same key
+	// (package rpc derives one per connection and direction).
+	key := bytes.Repeat([]byte{0x42}, wire.KeySize)
+	send, _ := wire.NewProtector(key, false)
+	recv, _ := wire.NewProtector(key, false)
+
+	var stream []byte
+	stream = wire.AppendSealedFrame(stream, send, wire.Header{Kind: wire.KindRequest, Method: 2, ID: 1}, []byte("pull ids"))
+	stream = wire.AppendSealedFrame(stream, send, wire.Header{Kind: wire.KindRequest, Method: 2, ID: 2}, []byte("more ids"))
+	fmt.Println(len(stream), "bytes: two headers, two payloads, two tags")
+
+	// Frames read in order pass.
+	r := wire.NewReader(bytes.NewReader(stream), wire.ReaderOptions{Protector: recv})
+	f, err := r.ReadFrame()
+	fmt.Println(f.ID, string(f.Payload), err)
+
+	// The first frame again, where the second belongs, fails: its tag was
+	// made for counter 0.
+	again, _ := wire.NewProtector(key, false)
+	r = wire.NewReader(bytes.NewReader(append(append([]byte(nil), stream[:40]...), stream[:40]...)), wire.ReaderOptions{Protector: again})
+	_, _ = r.ReadFrame()
+	_, err = r.ReadFrame()
+	fmt.Println(err)
+	// Output:
+	// 80 bytes: two headers, two payloads, two tags
+	// 1 pull ids <nil>
+	// wire: frame failed authentication
+}
