@@ -19,7 +19,7 @@ import (
 const membershipWait = 20 * time.Second
 
 var (
-	testSecret  = []byte("the cluster secret of the tests")
+	testSecret  = []byte("the cluster secret of the tests.")
 	otherSecret = []byte("the cluster secret of another job")
 )
 

@@ -15,8 +15,10 @@
 // A Server hosts named embedding tables (each with its own dimension, optimizer, initialiser,
 // admission and eviction) and dense tensors, and serves Pull, Push, PullDense, PushDense,
 // InitDense and Stats over the internal RPC layer: length-prefixed frames over persistent,
-// multiplexed, mutually authenticated connections (the cluster secret never crosses the wire),
-// with float payloads as raw little-endian bytes. A server refuses any request that touches a
+// multiplexed, mutually authenticated connections (the cluster secret never crosses the wire;
+// every frame carries a tag under per-connection keys, so nothing on the path can inject, alter,
+// replay or reorder a request; ServerConfig.Protection adds encryption), with float payloads as
+// raw little-endian bytes. A server refuses any request that touches a
 // slot it does not own with a *WrongOwnerError carrying its owner-table version; requests hold the
 // ownership state for reading while they run, so a new table takes effect between requests and a
 // server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving

@@ -12,7 +12,7 @@ import (
 // Two servers on an in-memory network; a client pulls rows, pushes gradients and pulls again.
 func Example() {
 	ctx := context.Background()
-	secret := []byte("cluster secret")
+	secret := []byte("cluster secret: 32 random bytes!")
 	net := memnet.New(memnet.Config{})
 	spec := ps.TableSpec{Name: "user", Config: embedding.Config{
 		Dim: 2, Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 1},

@@ -11,7 +11,7 @@ import (
 // FuzzDecodeApplied: any input decodes or is refused with ErrCorruptApplied, never panics, and
 // what decodes re-encodes to an equal state.
 func FuzzDecodeApplied(f *testing.F) {
-	s, err := NewServer(ServerConfig{ID: "ps-0", Secret: []byte("secret"), Slots: 64, Tables: []TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4}}}})
+	s, err := NewServer(ServerConfig{ID: "ps-0", Secret: []byte("a secret of the fence fuzz test."), Slots: 64, Tables: []TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4}}}})
 	require.NoError(f, err)
 	a := s.appliedLocked("emb")
 	a.stripes[0].m[Position{Epoch: 1, Shard: 2, Start: 0, End: 64}] = []uint32{3, 9, 40}
@@ -24,7 +24,7 @@ func FuzzDecodeApplied(f *testing.F) {
 			require.True(t, errors.Is(err, ErrCorruptApplied), "%v", err)
 			return
 		}
-		s2, err := NewServer(ServerConfig{ID: "ps-0", Secret: []byte("secret"), Slots: 64})
+		s2, err := NewServer(ServerConfig{ID: "ps-0", Secret: []byte("a secret of the fence fuzz test."), Slots: 64})
 		require.NoError(t, err)
 		require.NoError(t, s2.LoadApplied([][]byte{b}, nil))
 		again, err := decodeApplied(s2.AppliedState(nil))

@@ -183,13 +183,46 @@ func TestServerKilledMidRequest(t *testing.T) {
 
 func TestWrongSecretRefused(t *testing.T) {
 	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
-	cl, err := ps.NewClient(ps.ClientConfig{Secret: []byte("not the secret"), Transport: c.Net.Host("intruder"), Resolver: c.Holder, Retries: 1})
+	cl, err := ps.NewClient(ps.ClientConfig{Secret: []byte("not the cluster secret (32 B.).."), Transport: c.Net.Host("intruder"), Resolver: c.Holder, Retries: 1})
 	require.NoError(t, err)
 	defer cl.Close()
 	err = cl.Pull(pstest.Context(t), "emb", []uint64{1}, make([]float32, dim))
 	require.ErrorIs(t, err, rpc.ErrAuth)
 	st := c.Servers[0].Stats(false)
 	assert.Zero(t, st.Pulls, "the server read no request")
+}
+
+func TestShortSecretRefused(t *testing.T) {
+	short := []byte("a secret under 32 bytes")
+	err := ps.ServerConfig{ID: "ps-0", Secret: short}.Validate()
+	require.ErrorIs(t, err, ps.ErrBadConfig)
+	assert.Contains(t, err.Error(), "Secret is 23 bytes; at least 32")
+	_, err = ps.NewServer(ps.ServerConfig{ID: "ps-0", Secret: short})
+	require.ErrorIs(t, err, ps.ErrBadConfig)
+	err = ps.ClientConfig{Secret: short, Servers: []string{"ps-0:1"}}.Validate()
+	require.ErrorIs(t, err, ps.ErrBadConfig)
+	assert.Contains(t, err.Error(), "Secret")
+	require.ErrorIs(t, ps.ClientConfig{Secret: pstest.Secret(), Servers: []string{"ps-0:1"}, Protection: 9}.Validate(), ps.ErrBadConfig)
+	require.NoError(t, ps.ClientConfig{Secret: pstest.Secret(), Servers: []string{"ps-0:1"}, Protection: ps.ProtectEncrypt}.Validate())
+}
+
+// Servers that ask for encryption get it from clients that do not; pulls
+// and pushes work the same.
+func TestEncryptedCluster(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}, Protection: ps.ProtectEncrypt})
+	ctx := pstest.Context(t)
+	cl := c.Client("worker-0", ps.ClientConfig{})
+	ids := []uint64{1, 2, 3, 1 << 40}
+	before := make([]float32, len(ids)*dim)
+	require.NoError(t, cl.Pull(ctx, "emb", ids, before))
+	grads := make([]float32, len(ids)*dim)
+	for i := range grads {
+		grads[i] = 1
+	}
+	require.NoError(t, cl.Push(ctx, "emb", ids, grads, 1))
+	after := make([]float32, len(ids)*dim)
+	require.NoError(t, cl.Pull(ctx, "emb", ids, after))
+	assert.NotEqual(t, before, after)
 }
 
 func TestConcurrentClients(t *testing.T) {

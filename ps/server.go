@@ -75,7 +75,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	r, err := rpc.NewServer(rpc.ServerConfig{
 		Secret: cfg.Secret, Logger: s.log, MaxConcurrent: cfg.MaxConcurrent, Compression: cfg.Compression,
-		MaxFrameSize: 256 << 20,
+		MaxFrameSize: 256 << 20, Protection: cfg.Protection,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)

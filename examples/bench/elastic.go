@@ -51,16 +51,17 @@ func runElastic(ctx context.Context, opt options, r *report) error {
 	p.dir, p.shm = dir, shmRoot
 	fmt.Printf("elastic: %d rows of dim %d on 3 servers, 2 workers, %d repeats\n", p.rows, elDim, p.repeats)
 
-	var join, step []float64
+	var join, step, others []float64
 	for i := range p.repeats {
-		j, s, err := p.join(ctx, i)
+		j, s, o, err := p.join(ctx, i)
 		if err != nil {
 			return fmt.Errorf("worker join: %w", err)
 		}
-		join, step = append(join, j), append(step, s)
+		join, step, others = append(join, j), append(step, s), append(others, o)
 	}
 	r.add("worker_join_to_first_step_ms", ckMedian(join), "ms from the scale-up to the new worker's first step; the others train on")
 	r.add("step_ms", ckMedian(step), "ms, the median step of a worker in steady state (for scale)")
+	r.add("others_steps_during_join_vs_before", ckMedian(others), "steps the two other workers ended while it joined over those in as long a time before (1: not paused)")
 
 	type outcome struct{ resumed, detect, recovery, lost, lostRecs, trained []float64 }
 	measure := func(name string, policy elastic.RecoveryPolicy, ev elEvent) (outcome, error) {
@@ -171,6 +172,7 @@ type elRig struct {
 	first   map[string]string // worker -> "" until its first step
 	stepped chan struct{}     // closed and replaced at every step
 	durs    []time.Duration   // step durations of worker-0
+	ends    []time.Time       // when the steps of worker-0 and worker-1 ended
 }
 
 // start starts a job named name on storage store (nil: a new one in the scratch directory),
@@ -293,6 +295,9 @@ func (g *elRig) worker(id string) (elastic.StepFunc, error) {
 		if id == elastic.WorkerID(0) {
 			g.durs = append(g.durs, end.Sub(start))
 		}
+		if id == elastic.WorkerID(0) || id == elastic.WorkerID(1) {
+			g.ends = append(g.ends, end)
+		}
 		close(g.stepped)
 		g.stepped = make(chan struct{})
 		return nil
@@ -359,32 +364,42 @@ func (g *elRig) close() {
 	g.job.Close()
 }
 
-// join measures a third worker's start on a running job, and the steady step time.
-func (p elParams) join(ctx context.Context, i int) (joinMs, stepMs float64, err error) {
+// join measures a third worker's start on a running job, the steady step time, and the steps
+// the two others ended while it joined over those they ended in as long a time just before.
+func (p elParams) join(ctx context.Context, i int) (joinMs, stepMs, others float64, err error) {
 	g, err := p.start(ctx, fmt.Sprintf("join-%d", i), nil, elastic.Rollback, time.Minute, false)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer g.close()
 	if err := g.warm(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	t0 := time.Now()
 	if err := g.scaler.Scale(ctx, elastic.Plan{Servers: 3, Workers: 3}); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	t1, err := g.waitStep(ctx, t0, elastic.WorkerID(2))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	g.mu.Lock()
 	durs := make([]float64, len(g.durs))
 	for k, d := range g.durs {
 		durs[k] = ckMillis(d)
 	}
+	var during, before float64
+	for _, e := range g.ends {
+		switch {
+		case !e.Before(t0) && !e.After(t1):
+			during++
+		case !e.Before(t0.Add(-t1.Sub(t0))) && e.Before(t0):
+			before++
+		}
+	}
 	g.mu.Unlock()
 	sort.Float64s(durs)
-	return ckMillis(t1.Sub(t0)), ckMedian(durs), nil
+	return ckMillis(t1.Sub(t0)), ckMedian(durs), during / max(before, 1), nil
 }
 
 // elOutcome is one server failure's figures.

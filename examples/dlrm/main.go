@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/examples/dlrm/train"
+	"github.com/elasticps/elasticps/ps"
 	"golang.org/x/term"
 )
 
@@ -98,8 +99,8 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	secret = bytes.TrimSpace(secret)
-	if len(secret) < 16 {
-		return fmt.Errorf("the secret in %s is %d bytes; use at least 16", o.secretFile, len(secret))
+	if len(secret) < ps.MinSecretSize {
+		return fmt.Errorf("the secret in %s is %d bytes; use at least %d random bytes (head -c 32 /dev/urandom | base64)", o.secretFile, len(secret), ps.MinSecretSize)
 	}
 	nodes, err := train.ParseNodes(o.psList)
 	if err != nil {

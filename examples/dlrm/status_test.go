@@ -22,7 +22,7 @@ import (
 // The status sub-command reads a running coordinator's status over its authenticated port.
 func TestStatusSubcommand(t *testing.T) {
 	ctx := context.Background()
-	secret := []byte("the secret of the status test")
+	secret := []byte("the secret of the status test...")
 	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "status", Servers: 2, Secret: secret,
 		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4, Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1}}}},
 		Coordinator: elastic.Config{Dispatcher: shard.Config{Dataset: shard.IndexedDataset(1000)}}})
@@ -45,7 +45,7 @@ func TestStatusSubcommand(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "secret"), filepath.Join(dir, "other")
 	require.NoError(t, os.WriteFile(good, append(secret, '\n'), 0o600))
-	require.NoError(t, os.WriteFile(bad, []byte("not the secret of this job"), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("not the secret of this job......"), 0o600))
 	addr := l.Addr().String()
 
 	var out, errs bytes.Buffer

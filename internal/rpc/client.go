@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ type Client struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 	peers  sync.Map // address -> *peer
+	stats  counters
 
 	mu    sync.Mutex
 	conns map[*clientConn]struct{} // live connections, for Close
@@ -61,7 +63,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		cfg:         newCommon(cfg.Secret, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
+		cfg:         newCommon(cfg.Secret, cfg.Protection, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
 		tr:          cfg.Transport,
 		perAddr:     cfg.ConnsPerAddr,
 		dialTimeout: cfg.DialTimeout,
@@ -118,6 +120,9 @@ func (c *Client) Call(ctx context.Context, addr string, method uint16, req []byt
 		}
 	}
 }
+
+// Stats returns the client's security counters.
+func (c *Client) Stats() Stats { return c.stats.load() }
 
 // Release hands a response returned by Call back to the client for reuse.
 // It is optional; afterwards the caller must not touch b.
@@ -243,6 +248,9 @@ func (c *Client) dial(addr string) (*clientConn, error) {
 	}
 	sess, err := clientHandshake(ctx, nc, &c.cfg)
 	if err != nil {
+		if errors.Is(err, ErrAuth) {
+			c.stats.authFailures.Add(1)
+		}
 		_ = nc.Close()
 		c.cfg.log.Warn("rpc: handshake failed", "addr", addr, "err", err)
 		return nil, fmt.Errorf("rpc: connect %s: %w", addr, err)

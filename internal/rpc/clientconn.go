@@ -37,10 +37,10 @@ func newClientConn(c *Client, addr string, nc net.Conn, sess session) *clientCon
 		addr:    addr,
 		nc:      nc,
 		sess:    sess,
-		rd:      wire.NewReader(nc, wire.ReaderOptions{Pool: &c.pool, MaxFrameSize: c.cfg.maxFrame, Decompress: sess.compress}),
+		rd:      wire.NewReader(nc, wire.ReaderOptions{Pool: &c.pool, MaxFrameSize: c.cfg.maxFrame, Decompress: sess.compress, Protector: sess.recv}),
 		pending: make(map[uint64]*call),
 	}
-	cc.w = newFrameWriter(nc, c.cfg.writeTimeout, cc.fail)
+	cc.w = newFrameWriter(nc, c.cfg.writeTimeout, sess.send, &c.pool, cc.fail)
 	return cc
 }
 
@@ -186,6 +186,9 @@ func (cc *clientConn) readLoop() {
 	}
 	switch {
 	case errors.Is(cause, ErrClosed):
+	case errors.Is(cause, wire.ErrIntegrity):
+		c.stats.forgedFrames.Add(1)
+		c.cfg.log.Warn("rpc: connection closed", "addr", cc.addr, "reason", cause.Error())
 	case errors.Is(cause, wire.ErrTruncated), errors.Is(cause, wire.ErrTooLarge), errors.Is(cause, wire.ErrMalformed):
 		c.cfg.log.Warn("rpc: connection closed", "addr", cc.addr, "reason", cause.Error())
 	default:

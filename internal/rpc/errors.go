@@ -3,6 +3,7 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 var (
@@ -32,6 +33,11 @@ var (
 	// MaxFrameSize or than the server's limit announced in the handshake; it
 	// is never sent.
 	ErrTooLarge = errors.New("rpc: payload too large")
+	// ErrInvalidConfig is returned (wrapped, with every problem) by
+	// ServerConfig.Validate, ClientConfig.Validate, NewServer and NewClient
+	// when a configuration is unusable, for example a Secret shorter than
+	// MinSecretSize.
+	ErrInvalidConfig = errors.New("rpc: invalid config")
 )
 
 // Error codes used by the rpc package itself. Applications use codes from
@@ -67,4 +73,26 @@ type RemoteError struct {
 // Error returns "rpc: remote error <code>: <message>".
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("rpc: remote error %d: %s", e.Code, e.Message)
+}
+
+// Stats are the security counters of a Server or a Client since it was
+// made.
+type Stats struct {
+	// AuthFailures counts handshakes that failed a proof of the cluster
+	// secret: on a server, clients whose proof was wrong; on a client,
+	// servers that refused its proof or whose own proof was wrong.
+	AuthFailures uint64
+	// ForgedFrames counts connections closed because a frame failed
+	// authentication (injected, altered, replayed, reordered or dropped
+	// by something between the two ends). Each is also logged.
+	ForgedFrames uint64
+}
+
+type counters struct {
+	authFailures atomic.Uint64
+	forgedFrames atomic.Uint64
+}
+
+func (c *counters) load() Stats {
+	return Stats{AuthFailures: c.authFailures.Load(), ForgedFrames: c.forgedFrames.Load()}
 }

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -13,17 +14,23 @@ import (
 	"github.com/elasticps/elasticps/internal/wire"
 )
 
-// Labels keep the two proofs distinct, so a proof seen in one role can never
-// be replayed in the other.
+// Labels keep the two proofs and the two direction keys distinct, so a
+// value made for one role or direction is useless in the other.
 const (
-	serverProofLabel = "elasticps rpc v1 server proof"
-	clientProofLabel = "elasticps rpc v1 client proof"
+	clientProofLabel = "elasticps rpc v2 client proof"
+	serverProofLabel = "elasticps rpc v2 server proof"
+	clientKeyLabel   = "elasticps rpc v2 client to server key"
+	serverKeyLabel   = "elasticps rpc v2 server to client key"
 )
 
 // session is what a handshake agreed on.
 type session struct {
-	compress bool // both hellos offered s2
-	peerMax  int  // the largest payload the peer accepts
+	compress   bool       // both hellos offered s2
+	peerMax    int        // the largest payload the peer accepts
+	protection Protection // what the frames carry
+	// send and recv protect the frames this side sends and receives; nil
+	// when protection is ProtectNone.
+	send, recv *wire.Protector
 }
 
 // prove returns HMAC-SHA256(secret, label || parts...).
@@ -36,6 +43,99 @@ func prove(secret []byte, label string, parts ...[]byte) [wire.MACSize]byte {
 	var out [wire.MACSize]byte
 	m.Sum(out[:0])
 	return out
+}
+
+// clientProof is the client's proof: it covers both hellos, so both
+// nonces.
+func clientProof(secret, clientHello, serverHello []byte) [wire.MACSize]byte {
+	return prove(secret, clientProofLabel, clientHello, serverHello)
+}
+
+// serverProof is the server's proof: it covers the whole exchange, the
+// client's hello (its fresh nonce) and proof included, so it is worthless
+// to anyone but the client that sent them.
+func serverProof(secret, clientHello, serverHello, clientProofMsg []byte) [wire.MACSize]byte {
+	return prove(secret, serverProofLabel, clientHello, serverHello, clientProofMsg)
+}
+
+// proofsEqual compares two proofs in full and in constant time.
+func proofsEqual(a, b [wire.MACSize]byte) bool { return hmac.Equal(a[:], b[:]) }
+
+// negotiate returns the protection of a connection from the two hellos'
+// flags: encrypted if either asks, unprotected only if both accept it,
+// integrity otherwise.
+func negotiate(client, server wire.HelloFlags) Protection {
+	switch {
+	case (client|server)&wire.HelloEncrypt != 0:
+		return ProtectEncrypt
+	case client&server&wire.HelloUnprotected != 0:
+		return ProtectNone
+	default:
+		return ProtectIntegrity
+	}
+}
+
+// helloFlags are the flags this side puts in its hello.
+func helloFlags(cfg *common) wire.HelloFlags {
+	var f wire.HelloFlags
+	if cfg.compression {
+		f |= wire.HelloCompress
+	}
+	switch cfg.protection {
+	case ProtectEncrypt:
+		f |= wire.HelloEncrypt
+	case ProtectNone:
+		f |= wire.HelloUnprotected
+	}
+	return f
+}
+
+// sessionKeys derives the two direction keys of a connection:
+// HKDF-SHA256 with the secret as input key material, the client's nonce
+// followed by the server's as salt, and a label naming the direction and
+// the protection as info.
+func sessionKeys(secret []byte, nc, ns [wire.NonceSize]byte, p Protection) (c2s, s2c []byte, err error) {
+	salt := make([]byte, 0, 2*wire.NonceSize)
+	salt = append(append(salt, nc[:]...), ns[:]...)
+	c2s, err = hkdf.Key(sha256.New, secret, salt, clientKeyLabel+" "+p.String(), wire.KeySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	s2c, err = hkdf.Key(sha256.New, secret, salt, serverKeyLabel+" "+p.String(), wire.KeySize)
+	return c2s, s2c, err
+}
+
+// newSession assembles the session both hellos describe. isClient says
+// which side builds it: the client sends with the client-to-server key.
+func newSession(cfg *common, ch, sh wire.Handshake, isClient bool) (session, error) {
+	peer := sh
+	if !isClient {
+		peer = ch
+	}
+	s := session{
+		compress:   cfg.compression && peer.Flags&wire.HelloCompress != 0,
+		peerMax:    peerLimit(peer.MaxFrame),
+		protection: negotiate(ch.Flags, sh.Flags),
+	}
+	if s.protection == ProtectNone {
+		return s, nil
+	}
+	c2s, s2c, err := sessionKeys(cfg.secret, ch.Nonce, sh.Nonce, s.protection)
+	if err != nil {
+		return session{}, err
+	}
+	sendKey, recvKey := s2c, c2s
+	if isClient {
+		sendKey, recvKey = c2s, s2c
+	}
+	encrypt := s.protection == ProtectEncrypt
+	if s.send, err = wire.NewProtector(sendKey, encrypt); err != nil {
+		return session{}, err
+	}
+	if s.recv, err = wire.NewProtector(recvKey, encrypt); err != nil {
+		return session{}, err
+	}
+	return s, nil
 }
 
 func peerLimit(announced uint32) int {
@@ -66,15 +166,17 @@ func (r *refusal) Error() string {
 
 func (r *refusal) Unwrap() error { return r.err }
 
-// serverHandshake authenticates a new connection. It reads only handshake
-// messages: no request is read before it returns successfully. Deadlines on
-// nc are cleared on success.
+// serverHandshake authenticates a new connection (see the package
+// documentation). It reads only handshake messages: no request is read
+// before it returns successfully, and nothing it sends before the client
+// has proved it knows the secret depends on the secret. Deadlines on nc are
+// cleared on success.
 //
 //  1. client -> ClientHello{version, flags, maxFrame, nonceC}
-//  2. server -> ServerHello{version, flags, maxFrame, nonceS,
-//     proofS = HMAC(secret, serverLabel || ClientHello || ServerHello minus proofS)}
-//  3. client -> ClientProof{proofC = HMAC(secret, clientLabel || ClientHello || ServerHello)}
-//  4. server -> Verdict{OK | AuthFailed | Version}
+//  2. server -> ServerHello{version, flags, maxFrame, nonceS}
+//  3. client -> ClientProof{HMAC(secret, clientLabel || ClientHello || ServerHello)}
+//  4. server -> ServerProof{HMAC(secret, serverLabel || ClientHello || ServerHello || ClientProof)}
+//     or Verdict{AuthFailed | Version}
 func serverHandshake(nc net.Conn, cfg *common, timeout time.Duration) (session, error) {
 	if err := nc.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return session{}, &refusal{"set deadline", err}
@@ -90,41 +192,37 @@ func serverHandshake(nc net.Conn, cfg *common, timeout time.Duration) (session, 
 		_, _ = writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictVersion})
 		return session{}, &refusal{fmt.Sprintf("unsupported protocol version %d", hello.Version), nil}
 	}
-	sh := wire.Handshake{Type: wire.MsgServerHello, Version: wire.Version, MaxFrame: uint32(cfg.maxFrame)}
-	if cfg.compression {
-		sh.Flags |= wire.HelloCompress
-	}
+	sh := wire.Handshake{Type: wire.MsgServerHello, Version: wire.Version, Flags: helloFlags(cfg), MaxFrame: uint32(cfg.maxFrame)}
 	if _, err := rand.Read(sh.Nonce[:]); err != nil {
 		return session{}, &refusal{"reading random nonce", err}
 	}
-	unsigned := wire.AppendHandshake(nil, sh)
-	sh.Proof = prove(cfg.secret, serverProofLabel, rawHello, unsigned[:len(unsigned)-wire.MACSize])
 	rawServer, err := writeMsg(nc, sh)
 	if err != nil {
 		return session{}, &refusal{"writing server hello", err}
 	}
-	proof, _, err := wire.ReadHandshake(nc)
+	proof, rawProof, err := wire.ReadHandshake(nc)
 	if err != nil {
 		return session{}, &refusal{"reading client proof", err}
 	}
 	if proof.Type != wire.MsgClientProof {
 		return session{}, &refusal{fmt.Sprintf("expected client proof, got message type %d", proof.Type), nil}
 	}
-	want := prove(cfg.secret, clientProofLabel, rawHello, rawServer)
-	if !hmac.Equal(want[:], proof.Proof[:]) {
+	if !proofsEqual(clientProof(cfg.secret, rawHello, rawServer), proof.Proof) {
 		_, _ = writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictAuthFailed})
 		return session{}, &refusal{"client proof does not match the cluster secret", ErrAuth}
 	}
-	if _, err := writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictOK}); err != nil {
-		return session{}, &refusal{"writing verdict", err}
+	sess, err := newSession(cfg, hello, sh, false)
+	if err != nil {
+		return session{}, &refusal{"deriving session keys", err}
+	}
+	accept := wire.Handshake{Type: wire.MsgServerProof, Proof: serverProof(cfg.secret, rawHello, rawServer, rawProof)}
+	if _, err := writeMsg(nc, accept); err != nil {
+		return session{}, &refusal{"writing server proof", err}
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return session{}, &refusal{"clear deadline", err}
 	}
-	return session{
-		compress: cfg.compression && hello.Flags&wire.HelloCompress != 0,
-		peerMax:  peerLimit(hello.MaxFrame),
-	}, nil
+	return sess, nil
 }
 
 // clientHandshake is the client side of serverHandshake. ctx bounds it.
@@ -153,10 +251,7 @@ func clientHandshake(ctx context.Context, nc net.Conn, cfg *common) (session, er
 }
 
 func clientExchange(nc net.Conn, cfg *common) (session, error) {
-	ch := wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version, MaxFrame: uint32(cfg.maxFrame)}
-	if cfg.compression {
-		ch.Flags |= wire.HelloCompress
-	}
+	ch := wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version, Flags: helloFlags(cfg), MaxFrame: uint32(cfg.maxFrame)}
 	if _, err := rand.Read(ch.Nonce[:]); err != nil {
 		return session{}, fmt.Errorf("%w: reading random nonce: %w", ErrUnavailable, err)
 	}
@@ -174,32 +269,25 @@ func clientExchange(nc net.Conn, cfg *common) (session, error) {
 	if sh.Version != wire.Version {
 		return session{}, fmt.Errorf("%w: server speaks protocol version %d", ErrHandshake, sh.Version)
 	}
-	want := prove(cfg.secret, serverProofLabel, rawHello, rawServer[:len(rawServer)-wire.MACSize])
-	proof := wire.Handshake{Type: wire.MsgClientProof, Proof: prove(cfg.secret, clientProofLabel, rawHello, rawServer)}
-	if !hmac.Equal(want[:], sh.Proof[:]) {
-		// Send our proof anyway, so that a server with a different secret
-		// logs why it refuses us. It covers our fresh nonce and the whole
-		// transcript, so it is worthless anywhere else.
-		_, _ = writeMsg(nc, proof)
-		return session{}, fmt.Errorf("%w: server proof does not match the cluster secret", ErrAuth)
-	}
-	if _, err := writeMsg(nc, proof); err != nil {
+	rawProof, err := writeMsg(nc, wire.Handshake{Type: wire.MsgClientProof, Proof: clientProof(cfg.secret, rawHello, rawServer)})
+	if err != nil {
 		return session{}, fmt.Errorf("%w: writing client proof: %w", ErrUnavailable, err)
 	}
-	v, _, err := readServerMsg(nc)
+	accept, _, err := readServerMsg(nc)
 	if err != nil {
 		return session{}, err
 	}
-	if v.Type != wire.MsgVerdict {
-		return session{}, fmt.Errorf("%w: expected verdict, got message type %d", ErrHandshake, v.Type)
+	if accept.Type != wire.MsgServerProof {
+		return session{}, fmt.Errorf("%w: expected server proof, got message type %d", ErrHandshake, accept.Type)
 	}
-	if v.Verdict != wire.VerdictOK {
-		return session{}, verdictError(v.Verdict)
+	if !proofsEqual(serverProof(cfg.secret, rawHello, rawServer, rawProof), accept.Proof) {
+		return session{}, fmt.Errorf("%w: server proof does not match the cluster secret", ErrAuth)
 	}
-	return session{
-		compress: cfg.compression && sh.Flags&wire.HelloCompress != 0,
-		peerMax:  peerLimit(sh.MaxFrame),
-	}, nil
+	sess, err := newSession(cfg, ch, sh, true)
+	if err != nil {
+		return session{}, fmt.Errorf("%w: deriving session keys: %w", ErrHandshake, err)
+	}
+	return sess, nil
 }
 
 // readServerMsg reads one handshake message from the server, turning a
@@ -212,7 +300,7 @@ func readServerMsg(nc net.Conn) (wire.Handshake, []byte, error) {
 		}
 		return m, nil, fmt.Errorf("%w: handshake: %w", ErrUnavailable, err)
 	}
-	if m.Type == wire.MsgVerdict && m.Verdict != wire.VerdictOK {
+	if m.Type == wire.MsgVerdict {
 		return m, nil, verdictError(m.Verdict)
 	}
 	return m, raw, nil

@@ -3,12 +3,14 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/transport"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
+	"github.com/elasticps/elasticps/internal/wire"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -62,6 +65,18 @@ func waitFor(t *testing.T, cond func() bool, msg string, args ...any) {
 		}
 		runtime.Gosched()
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// recv receives from ch, failing after 10 s.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting on a channel")
+		panic("unreachable")
 	}
 }
 
@@ -221,17 +236,37 @@ func (e *env) rawConn(t *testing.T) net.Conn {
 	return nc
 }
 
+// handConn is an authenticated connection on which a test writes frames by
+// hand, sealed with the session's keys.
+type handConn struct {
+	net.Conn
+	sess session
+}
+
+// sealed returns a frame protected as this connection's next frame.
+func (h *handConn) sealed(hd wire.Header, payload []byte) []byte {
+	if h.sess.send == nil {
+		return wire.AppendFrame(nil, hd, payload)
+	}
+	return wire.AppendSealedFrame(nil, h.sess.send, hd, payload)
+}
+
+// reader returns a frame reader checking the server's frames.
+func (h *handConn) reader() *wire.Reader {
+	return wire.NewReader(h.Conn, wire.ReaderOptions{Protector: h.sess.recv})
+}
+
 // authConn dials the env's server and completes the handshake, leaving a
 // connection on which the test writes frames by hand.
-func (e *env) authConn(t *testing.T) net.Conn {
+func (e *env) authConn(t *testing.T) *handConn {
 	t.Helper()
 	nc := e.rawConn(t)
-	cfg := newCommon(testSecret, nil, 0, false, 0, 0)
+	cfg := newCommon(testSecret, ProtectIntegrity, nil, 0, false, 0, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := clientHandshake(ctx, nc, &cfg)
+	sess, err := clientHandshake(ctx, nc, &cfg)
 	require.NoError(t, err)
-	return nc
+	return &handConn{Conn: nc, sess: sess}
 }
 
 // waitClosed reads from nc until the peer closes it, failing after 10 s.
@@ -239,5 +274,8 @@ func waitClosed(t *testing.T, nc net.Conn) {
 	t.Helper()
 	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
 	_, err := io.Copy(io.Discard, nc)
+	if errors.Is(err, syscall.ECONNRESET) {
+		return // TCP resets a connection closed with unread bytes
+	}
 	require.NoError(t, err, "the server should have closed the connection")
 }

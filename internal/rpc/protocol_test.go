@@ -34,21 +34,26 @@ func TestBadFramesCloseOnlyThatConnection(t *testing.T) {
 	garbage := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 8)
 	cases := []struct {
 		name   string
-		bytes  []byte
+		bytes  func(h *handConn) []byte
 		close  bool // close our end after writing
 		reason string
 	}{
-		{"garbage", garbage, false, "unknown kind"},
-		{"oversized", wire.AppendHeader(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1, Size: 1<<20 + 1}), false, "frame too large"},
-		{"truncated", wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, make([]byte, 100))[:60], true, "truncated frame"},
-		{"response from client", wire.AppendFrame(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, nil), false, "unexpected response frame"},
-		{"compression not negotiated", wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Flags: wire.FlagCompressed, Method: mEcho, ID: 1}, compressed), false, "without compression"},
-		{"bad flags", append(binary.LittleEndian.AppendUint32(nil, 0), 1, 0x80, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0), false, "unknown flags"},
+		{"garbage", raw(garbage), false, "unknown kind"},
+		{"oversized", raw(wire.AppendHeader(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1, Size: 1<<20 + 1})), false, "frame too large"},
+		{"truncated", func(h *handConn) []byte {
+			return h.sealed(wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, make([]byte, 100))[:60]
+		}, true, "truncated frame"},
+		{"response from client", func(h *handConn) []byte { return h.sealed(wire.Header{Kind: wire.KindResponse, ID: 1}, nil) }, false, "unexpected response frame"},
+		{"compression not negotiated", func(h *handConn) []byte {
+			return h.sealed(wire.Header{Kind: wire.KindRequest, Flags: wire.FlagCompressed, Method: mEcho, ID: 1}, compressed)
+		}, false, "without compression"},
+		{"bad flags", raw(append(binary.LittleEndian.AppendUint32(nil, 0), 1, 0x80, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0)), false, "unknown flags"},
+		{"forged tag", raw(append(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 1}, []byte("unsealed")), make([]byte, wire.TagSize)...)), false, "frame failed authentication"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := e.authConn(t)
-			_, err := nc.Write(tc.bytes)
+			_, err := nc.Write(tc.bytes(nc))
 			require.NoError(t, err)
 			if tc.close {
 				require.NoError(t, nc.Close())
@@ -68,14 +73,17 @@ func TestBadFramesCloseOnlyThatConnection(t *testing.T) {
 	assert.Equal(t, len(cases), e.handlerRuns(mEcho), "no bad frame reached a handler")
 }
 
+// raw is a test case's bytes that do not depend on the connection.
+func raw(b []byte) func(*handConn) []byte { return func(*handConn) []byte { return b } }
+
 // A well-formed request written by hand gets its answer: the frame layout
 // documented in package wire is what the server speaks.
 func TestHandWrittenRequest(t *testing.T) {
 	e := newEnv(t, ServerConfig{})
 	nc := e.authConn(t)
-	_, err := nc.Write(wire.AppendFrame(nil, wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 77}, []byte("by hand")))
+	_, err := nc.Write(nc.sealed(wire.Header{Kind: wire.KindRequest, Method: mEcho, ID: 77}, []byte("by hand")))
 	require.NoError(t, err)
-	f, err := wire.NewReader(nc, wire.ReaderOptions{}).ReadFrame()
+	f, err := nc.reader().ReadFrame()
 	require.NoError(t, err)
 	assert.Equal(t, wire.KindResponse, f.Kind)
 	assert.Equal(t, uint64(77), f.ID)
@@ -131,7 +139,7 @@ func FuzzClientInput(f *testing.F) {
 		l, err := n.Host("fake").Listen("fake:1")
 		require.NoError(t, err)
 		defer l.Close()
-		cfg := newCommon(testSecret, nil, 1<<16, false, 0, 0)
+		cfg := newCommon(testSecret, ProtectIntegrity, nil, 1<<16, false, 0, 0)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {

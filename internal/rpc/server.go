@@ -40,6 +40,7 @@ type Server struct {
 
 	ctx    context.Context // parent of handler contexts; cancelled by Close
 	cancel context.CancelFunc
+	stats  counters
 
 	mu        sync.Mutex
 	state     atomic.Int32  // stateRunning, stateShutdown or stateClosed; written under mu
@@ -62,7 +63,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:              newCommon(cfg.Secret, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
+		cfg:              newCommon(cfg.Secret, cfg.Protection, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
 		handshakeTimeout: cfg.HandshakeTimeout,
 		stopping:         make(chan struct{}),
 		drained:          make(chan struct{}),
@@ -105,6 +106,9 @@ func (s *Server) Register(method uint16, h Handler) error {
 	s.handlers.Store(&next)
 	return nil
 }
+
+// Stats returns the server's security counters.
+func (s *Server) Stats() Stats { return s.stats.load() }
 
 // Serve accepts connections on l and serves them until l fails or the server
 // shuts down; it closes l before returning. It returns ErrClosed after
@@ -264,6 +268,9 @@ func (sc *serverConn) serve() {
 	}()
 	sess, err := serverHandshake(sc.nc, &s.cfg, s.handshakeTimeout)
 	if err != nil {
+		if errors.Is(err, ErrAuth) {
+			s.stats.authFailures.Add(1)
+		}
 		select {
 		case <-s.stopping:
 			log.Debug("rpc: connection closed during handshake by shutdown", "err", err)
@@ -274,11 +281,11 @@ func (sc *serverConn) serve() {
 		return
 	}
 	sc.sess = sess
-	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, func(error) { _ = sc.nc.Close() })
+	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, sess.send, &s.pool, func(error) { _ = sc.nc.Close() })
 	defer sc.w.stop()
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	rd := wire.NewReader(sc.nc, wire.ReaderOptions{Pool: &s.pool, MaxFrameSize: s.cfg.maxFrame, Decompress: sess.compress})
+	rd := wire.NewReader(sc.nc, wire.ReaderOptions{Pool: &s.pool, MaxFrameSize: s.cfg.maxFrame, Decompress: sess.compress, Protector: sess.recv})
 	graceful, reason := sc.readLoop(ctx, rd)
 	if graceful {
 		// Tell the client which requests were read, let the handlers
@@ -322,6 +329,10 @@ func (sc *serverConn) readLoop(ctx context.Context, rd *wire.Reader) (graceful b
 			}
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return false, nil
+			}
+			if errors.Is(err, wire.ErrIntegrity) {
+				s.stats.forgedFrames.Add(1)
+				return false, err
 			}
 			if errors.Is(err, wire.ErrTruncated) || errors.Is(err, wire.ErrTooLarge) || errors.Is(err, wire.ErrMalformed) {
 				return false, err

@@ -27,18 +27,32 @@ type queuer interface {
 
 // batch is frames waiting to be written: headers and small payloads copied
 // into buf, large payloads referenced, large[i] going right after
-// buf[:cuts[i]].
+// buf[:cuts[i]]. On a protected connection each payload is followed in buf
+// by a TagSize placeholder, and frames records where each frame's parts
+// are, so that the flusher seals them in the order they go on the wire.
 type batch struct {
-	buf   []byte
-	cuts  []int
-	large [][]byte
-	vec   net.Buffers
-	wv    net.Buffers // consumed by WriteTo; a field so that it does not escape
+	buf    []byte
+	cuts   []int
+	large  [][]byte
+	frames []frameRef
+	sealed [][]byte // pool buffers holding ciphertexts of large payloads
+	vec    net.Buffers
+	wv     net.Buffers // consumed by WriteTo; a field so that it does not escape
 }
+
+// frameRef locates a queued frame in a batch.
+type frameRef struct {
+	hdr   int // offset of the header in buf
+	small int // offset of the payload in buf, or -1 if it is large[li]
+	li    int
+	tag   int // offset of the tag placeholder in buf
+}
+
+var noTag [wire.TagSize]byte
 
 func (b *batch) empty() bool { return len(b.buf) == 0 }
 
-func (b *batch) reset() {
+func (b *batch) reset(pool *wire.Pool) {
 	if cap(b.buf) > maxKeptBatch {
 		b.buf = nil
 	}
@@ -46,8 +60,38 @@ func (b *batch) reset() {
 	b.cuts = b.cuts[:0]
 	clear(b.large)
 	b.large = b.large[:0]
+	b.frames = b.frames[:0]
+	for _, s := range b.sealed {
+		pool.Put(s)
+	}
+	clear(b.sealed)
+	b.sealed = b.sealed[:0]
 	clear(b.vec[:cap(b.vec)])
 	b.vec = b.vec[:0]
+}
+
+// seal protects every frame of the batch, in order, with p: tags go into
+// their placeholders, small payloads are encrypted in place, large ones
+// into buffers from pool that replace them in the batch.
+func (b *batch) seal(p *wire.Protector, pool *wire.Pool) {
+	for _, f := range b.frames {
+		hdr := b.buf[f.hdr : f.hdr+wire.HeaderSize]
+		switch {
+		case f.small >= 0 && p.Encrypts():
+			p.Seal(b.buf[f.small:f.small], hdr, b.buf[f.small:f.tag])
+		case f.small >= 0:
+			p.Seal(b.buf[f.tag:f.tag], hdr, b.buf[f.small:f.tag])
+		case p.Encrypts():
+			n := len(b.large[f.li])
+			ct := pool.Get(n + wire.TagSize)
+			out := p.Seal(ct[:0], hdr, b.large[f.li])
+			copy(b.buf[f.tag:], out[n:])
+			b.large[f.li] = out[:n]
+			b.sealed = append(b.sealed, ct)
+		default:
+			p.Seal(b.buf[f.tag:f.tag], hdr, b.large[f.li])
+		}
+	}
 }
 
 // frameWriter puts whole frames on a connection. Senders append their frame
@@ -57,6 +101,11 @@ func (b *batch) reset() {
 // to become the flusher itself, so that its payload is written before send
 // returns and never copied.
 //
+// On a protected connection the flusher seals each batch, frame by frame
+// in wire order, just before writing it: the sending direction's frame
+// counter advances in exactly the order frames go out, and the cost of a
+// large frame's tag falls on its own sender, which flushes it.
+//
 // A write that is still in progress after between timeout and twice that
 // (checked by a timer, so that writes need no clock reads) fails the
 // connection; so does any write error. Either is reported once through
@@ -65,6 +114,8 @@ type frameWriter struct {
 	nc      net.Conn
 	onFail  func(error)
 	timeout time.Duration
+	prot    *wire.Protector // owned by the flusher; nil when unprotected
+	pool    *wire.Pool      // ciphertext buffers of large payloads
 
 	mu       sync.Mutex
 	flushing bool
@@ -88,8 +139,10 @@ type frameWriter struct {
 	stopped  bool
 }
 
-func newFrameWriter(nc net.Conn, timeout time.Duration, onFail func(error)) *frameWriter {
-	w := &frameWriter{nc: nc, onFail: onFail, timeout: timeout, nextID: 1}
+// newFrameWriter returns a writer of frames on nc, sealed with prot unless
+// it is nil (pool supplies ciphertext buffers then).
+func newFrameWriter(nc net.Conn, timeout time.Duration, prot *wire.Protector, pool *wire.Pool, onFail func(error)) *frameWriter {
+	w := &frameWriter{nc: nc, onFail: onFail, timeout: timeout, prot: prot, pool: pool, nextID: 1}
 	if timeout > 0 {
 		w.timer = time.AfterFunc(timeout, w.watch)
 	}
@@ -178,12 +231,21 @@ func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q
 		h.ID = w.nextID
 		w.nextID++
 	}
-	w.cur.buf = wire.AppendHeader(w.cur.buf, h)
+	b := &w.cur
+	ref := frameRef{hdr: len(b.buf), small: -1}
+	b.buf = wire.AppendHeader(b.buf, h)
 	if small {
-		w.cur.buf = append(w.cur.buf, payload...)
+		ref.small = len(b.buf)
+		b.buf = append(b.buf, payload...)
 	} else {
-		w.cur.cuts = append(w.cur.cuts, len(w.cur.buf))
-		w.cur.large = append(w.cur.large, payload)
+		ref.li = len(b.large)
+		b.cuts = append(b.cuts, len(b.buf))
+		b.large = append(b.large, payload)
+	}
+	if w.prot != nil {
+		ref.tag = len(b.buf)
+		b.buf = append(b.buf, noTag[:]...)
+		b.frames = append(b.frames, ref)
 	}
 	if w.flushing {
 		w.mu.Unlock()
@@ -239,7 +301,7 @@ func (w *frameWriter) flush(ctx context.Context) error {
 			if round == 0 && w.err != nil {
 				first = w.err
 			}
-			w.cur.reset()
+			w.cur.reset(w.pool)
 			w.flushing = false
 			if w.idle != nil {
 				close(w.idle)
@@ -251,7 +313,7 @@ func (w *frameWriter) flush(ctx context.Context) error {
 		w.cur, w.out = w.out, w.cur
 		w.mu.Unlock()
 		err := w.writeOut()
-		w.out.reset()
+		w.out.reset(w.pool)
 		if err != nil {
 			if round == 0 {
 				first = err
@@ -264,8 +326,12 @@ func (w *frameWriter) flush(ctx context.Context) error {
 	}
 }
 
-// writeOut writes w.out in one vectored write.
+// writeOut seals w.out if the connection is protected and writes it in one
+// vectored write.
 func (w *frameWriter) writeOut() error {
+	if w.prot != nil {
+		w.out.seal(w.prot, w.pool)
+	}
 	w.imu.Lock()
 	if w.dirtyDL {
 		w.dirtyDL = false

@@ -43,47 +43,75 @@ func payloadFor(id uint64) []byte {
 	return p
 }
 
+// writerProtectors returns the sending and receiving Protectors of one
+// direction for protection p (nil, nil for ProtectNone).
+func writerProtectors(t *testing.T, p Protection) (send, recv *wire.Protector) {
+	t.Helper()
+	if p == ProtectNone {
+		return nil, nil
+	}
+	key := bytes.Repeat([]byte{7}, wire.KeySize)
+	send, err := wire.NewProtector(key, p == ProtectEncrypt)
+	require.NoError(t, err)
+	recv, err = wire.NewProtector(key, p == ProtectEncrypt)
+	require.NoError(t, err)
+	return send, recv
+}
+
 func TestFrameWriterConcurrentSenders(t *testing.T) {
-	a, b := memPair(t, 64<<10)
-	failed := make(chan error, 1)
-	w := newFrameWriter(a, time.Minute, func(err error) { failed <- err })
-	defer w.stop()
-	const senders, each = 8, 40
-	got := make(chan wire.Frame, senders*each)
-	go func() {
-		rd := wire.NewReader(b, wire.ReaderOptions{})
-		for range senders * each {
-			f, err := rd.ReadFrame()
-			if err != nil {
-				return
-			}
-			got <- f
-		}
-	}()
-	var wg sync.WaitGroup
-	for s := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				id := uint64(s*each + i + 1)
-				p := payloadFor(id)
-				if !assert.NoError(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: id}, p, nil)) {
-					return
+	for _, prot := range []Protection{ProtectNone, ProtectIntegrity, ProtectEncrypt} {
+		t.Run(prot.String(), func(t *testing.T) {
+			a, b := memPair(t, 64<<10)
+			send, recv := writerProtectors(t, prot)
+			failed := make(chan error, 1)
+			var pool wire.Pool
+			w := newFrameWriter(a, time.Minute, send, &pool, func(err error) { failed <- err })
+			defer w.stop()
+			const senders, each = 8, 40
+			got := make(chan wire.Frame, senders*each)
+			readErr := make(chan error, 1)
+			go func() {
+				rd := wire.NewReader(b, wire.ReaderOptions{Protector: recv})
+				for range senders * each {
+					f, err := rd.ReadFrame()
+					if err != nil {
+						readErr <- err
+						return
+					}
+					got <- f
 				}
-				clear(p) // the writer must be done with it
+			}()
+			var wg sync.WaitGroup
+			for s := range senders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range each {
+						id := uint64(s*each + i + 1)
+						p := payloadFor(id)
+						if !assert.NoError(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: id}, p, nil)) {
+							return
+						}
+						clear(p) // the writer must be done with it
+					}
+				}()
 			}
-		}()
+			wg.Wait()
+			seen := map[uint64]bool{}
+			for range senders * each {
+				var f wire.Frame
+				select {
+				case f = <-got:
+				case err := <-readErr:
+					t.Fatalf("reading: %v", err)
+				}
+				require.False(t, seen[f.ID], "frame %d twice", f.ID)
+				seen[f.ID] = true
+				require.True(t, bytes.Equal(payloadFor(f.ID), f.Payload), "frame %d corrupted", f.ID)
+			}
+			assert.Empty(t, failed)
+		})
 	}
-	wg.Wait()
-	seen := map[uint64]bool{}
-	for range senders * each {
-		f := <-got
-		require.False(t, seen[f.ID], "frame %d twice", f.ID)
-		seen[f.ID] = true
-		require.True(t, bytes.Equal(payloadFor(f.ID), f.Payload), "frame %d corrupted", f.ID)
-	}
-	assert.Empty(t, failed)
 }
 
 type idRecorder struct {
@@ -100,7 +128,7 @@ func (r idRecorder) queued(id uint64) error {
 
 func TestFrameWriterIDsLeaveInOrder(t *testing.T) {
 	a, b := memPair(t, 1<<20)
-	w := newFrameWriter(a, 0, func(error) {})
+	w := newFrameWriter(a, 0, nil, nil, func(error) {})
 	defer w.stop()
 	var mu sync.Mutex
 	var queued []uint64
@@ -146,7 +174,7 @@ func (refuse) queued(uint64) error { return errDraining }
 
 func TestFrameWriterQueuerRefuses(t *testing.T) {
 	a, _ := memPair(t, 1<<20)
-	w := newFrameWriter(a, 0, func(error) {})
+	w := newFrameWriter(a, 0, nil, nil, func(error) {})
 	defer w.stop()
 	assert.ErrorIs(t, w.send(nil, wire.Header{Kind: wire.KindRequest}, []byte("x"), refuse{}), errDraining)
 	assert.True(t, w.cur.empty())
@@ -155,7 +183,7 @@ func TestFrameWriterQueuerRefuses(t *testing.T) {
 func TestFrameWriterWatchdog(t *testing.T) {
 	a, _ := memPair(t, 1024) // nobody reads: writes block once 1 KiB is buffered
 	failed := make(chan error, 1)
-	w := newFrameWriter(a, 20*time.Millisecond, func(err error) {
+	w := newFrameWriter(a, 20*time.Millisecond, nil, nil, func(err error) {
 		failed <- err
 		_ = a.Close()
 	})
@@ -170,7 +198,7 @@ func TestFrameWriterWatchdog(t *testing.T) {
 func TestFrameWriterContextInterrupts(t *testing.T) {
 	a, _ := memPair(t, 1024)
 	failed := make(chan error, 1)
-	w := newFrameWriter(a, 0, func(err error) { failed <- err; _ = a.Close() })
+	w := newFrameWriter(a, 0, nil, nil, func(err error) { failed <- err; _ = a.Close() })
 	defer w.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -181,7 +209,7 @@ func TestFrameWriterContextInterrupts(t *testing.T) {
 	// A large frame waiting for its turn behind a stuck flush gives up on
 	// its own context without breaking anything further.
 	a2, _ := memPair(t, 1024)
-	w2 := newFrameWriter(a2, 0, func(error) { _ = a2.Close() })
+	w2 := newFrameWriter(a2, 0, nil, nil, func(error) { _ = a2.Close() })
 	defer w2.stop()
 	stuck := make(chan error, 1)
 	go func() { stuck <- w2.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil) }()

@@ -47,7 +47,8 @@
 //
 // # Protected frames
 //
-// On a protected connection each frame's payload is followed by a TagSize
+// On a protected connection (every connection, unless both ends asked for
+// none; see package rpc) each frame's payload is followed by a TagSize
 // (16-byte) tag, and on an encrypted connection the payload is AES-GCM
 // ciphertext of the same length:
 //
@@ -56,8 +57,8 @@
 //	16          Size payload  as sent (plaintext), or its ciphertext when encrypting
 //	16+Size     16   tag
 //
-// Each direction of a connection has its own AES-256 key (fresh for every
-// connection) and its own frame counter c, starting at 0 and advanced by
+// Each direction of a connection has its own AES-256 key (derived by the
+// handshake) and its own frame counter c, starting at 0 and advanced by
 // every frame; it is never sent. The 12-byte nonce of frame c is 4 zero
 // bytes followed by c as a big-endian uint64. With K the direction key and
 // N the nonce, AES-256-GCM sealing gives
@@ -82,19 +83,23 @@
 //
 // Each handshake message starts with the 4-byte Magic "ePSw" and a 1-byte
 // type, followed by a fixed-size body (HandshakeSize gives the totals: 45,
-// 77, 37 and 9 bytes):
+// 45, 37, 9 and 37 bytes):
 //
 //	ClientHello (1)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32)
-//	ServerHello (2)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32) proof(32)
+//	ServerHello (2)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32)
 //	ClientProof (3)  proof(32)
-//	Verdict     (4)  verdict(1) reserved(3)=0      verdict: 0 ok, 1 auth failed, 2 bad version
+//	Verdict     (4)  verdict(1) reserved(3)=0      verdict: 1 auth failed, 2 bad version
+//	ServerProof (5)  proof(32)
 //
-// flags bit 0 (HelloCompress) offers s2 compression; it is used on a
-// connection only if both hellos set it. maxFrame is the largest payload the
-// sender accepts, so a peer can refuse an oversized call locally instead of
-// having the connection closed. The exchange, its proofs and the rules that
-// use them are described in package rpc; this package only encodes and
-// decodes the messages.
+// Hello flags: bit 0 (HelloCompress) offers s2 compression, used on a
+// connection only if both hellos set it; bit 1 (HelloEncrypt) asks for
+// encrypted frames, used if either hello sets it; bit 2 (HelloUnprotected)
+// accepts frames without tags, used only if both hellos set it and neither
+// asks for encryption (a hello with both bits is malformed). maxFrame is the
+// largest payload the sender accepts, so a peer can refuse an oversized call
+// locally instead of having the connection closed. The exchange, its proofs,
+// the key derivation and the rules that use them are described in package
+// rpc; this package only encodes and decodes the messages.
 //
 // # Ownership and concurrency
 //

@@ -11,8 +11,9 @@ import (
 const (
 	// Magic opens every handshake message.
 	Magic = "ePSw"
-	// Version is the protocol version this package speaks.
-	Version = 1
+	// Version is the protocol version this package speaks. Version 2: the
+	// client proves first, frames are protected with session keys.
+	Version = 2
 	// NonceSize is the size of a handshake nonce in bytes.
 	NonceSize = 32
 	// MACSize is the size of an HMAC-SHA256 proof in bytes.
@@ -28,32 +29,42 @@ type MsgType uint8
 // Handshake message types, in the order they are exchanged.
 const (
 	MsgClientHello MsgType = 1 // client -> server: version, flags, limit, nonce
-	MsgServerHello MsgType = 2 // server -> client: version, flags, limit, nonce, server proof
+	MsgServerHello MsgType = 2 // server -> client: version, flags, limit, nonce
 	MsgClientProof MsgType = 3 // client -> server: client proof
-	MsgVerdict     MsgType = 4 // server -> client: accepted or why not
+	MsgVerdict     MsgType = 4 // server -> client: why the client is refused
+	MsgServerProof MsgType = 5 // server -> client: accepted, and the server's proof
 )
 
 // HelloFlags are the capability bits of a hello message.
 type HelloFlags uint8
 
-// HelloCompress offers (client) or accepts (server) s2 compression.
-const HelloCompress HelloFlags = 1 << 0
+// Hello flags.
+const (
+	// HelloCompress offers (client) or accepts (server) s2 compression.
+	HelloCompress HelloFlags = 1 << 0
+	// HelloEncrypt asks for encrypted frames; either side's asking is enough.
+	HelloEncrypt HelloFlags = 1 << 1
+	// HelloUnprotected accepts frames without tags; only if both sides set
+	// it are frames unprotected. For measuring the cost of protection.
+	HelloUnprotected HelloFlags = 1 << 2
+)
 
-const knownHelloFlags = HelloCompress
+const knownHelloFlags = HelloCompress | HelloEncrypt | HelloUnprotected
 
-// Verdict is the server's answer to the client's proof.
+// Verdict is why the server refuses a client. A client the server accepts
+// gets a MsgServerProof instead.
 type Verdict uint8
 
 // Verdicts.
 const (
-	VerdictOK         Verdict = 0 // authenticated; frames follow
 	VerdictAuthFailed Verdict = 1 // the client's proof is wrong
 	VerdictVersion    Verdict = 2 // the server does not speak the client's version
 )
 
 const (
-	helloBodySize   = 1 + 1 + 2 + 4 + NonceSize // version, flags, reserved, max frame, nonce
-	verdictBodySize = 4                         // verdict, reserved
+	helloBodySize    = 1 + 1 + 2 + 4 + NonceSize // version, flags, reserved, max frame, nonce
+	verdictBodySize  = 4                         // verdict, reserved
+	maxHandshakeSize = HandshakePrefixSize + helloBodySize
 )
 
 // Handshake is any handshake message; which fields are meaningful depends on
@@ -66,7 +77,7 @@ type Handshake struct {
 	Flags    HelloFlags
 	MaxFrame uint32
 	Nonce    [NonceSize]byte
-	// Proof is carried by MsgServerHello and MsgClientProof.
+	// Proof is carried by MsgClientProof and MsgServerProof.
 	Proof [MACSize]byte
 	// Verdict is carried by MsgVerdict.
 	Verdict Verdict
@@ -79,8 +90,8 @@ func HandshakeSize(t MsgType) int {
 	case MsgClientHello:
 		return HandshakePrefixSize + helloBodySize
 	case MsgServerHello:
-		return HandshakePrefixSize + helloBodySize + MACSize
-	case MsgClientProof:
+		return HandshakePrefixSize + helloBodySize
+	case MsgClientProof, MsgServerProof:
 		return HandshakePrefixSize + MACSize
 	case MsgVerdict:
 		return HandshakePrefixSize + verdictBodySize
@@ -102,10 +113,7 @@ func AppendHandshake(dst []byte, m Handshake) []byte {
 		dst = append(dst, m.Version, byte(m.Flags), 0, 0)
 		dst = binary.LittleEndian.AppendUint32(dst, m.MaxFrame)
 		dst = append(dst, m.Nonce[:]...)
-		if m.Type == MsgServerHello {
-			dst = append(dst, m.Proof[:]...)
-		}
-	case MsgClientProof:
+	case MsgClientProof, MsgServerProof:
 		dst = append(dst, m.Proof[:]...)
 	case MsgVerdict:
 		dst = append(dst, byte(m.Verdict), 0, 0, 0)
@@ -140,19 +148,19 @@ func DecodeHandshake(src []byte) (Handshake, []byte, error) {
 		if m.Flags&^knownHelloFlags != 0 {
 			return Handshake{}, src, fmt.Errorf("%w: unknown hello flags %#x", ErrMalformed, body[1])
 		}
+		if m.Flags&HelloEncrypt != 0 && m.Flags&HelloUnprotected != 0 {
+			return Handshake{}, src, fmt.Errorf("%w: hello asks for encryption and no protection at once", ErrMalformed)
+		}
 		if body[2] != 0 || body[3] != 0 {
 			return Handshake{}, src, fmt.Errorf("%w: reserved hello bytes are not zero", ErrMalformed)
 		}
 		m.MaxFrame = binary.LittleEndian.Uint32(body[4:8])
 		copy(m.Nonce[:], body[8:8+NonceSize])
-		if m.Type == MsgServerHello {
-			copy(m.Proof[:], body[8+NonceSize:])
-		}
-	case MsgClientProof:
+	case MsgClientProof, MsgServerProof:
 		copy(m.Proof[:], body)
 	case MsgVerdict:
 		m.Verdict = Verdict(body[0])
-		if m.Verdict > VerdictVersion {
+		if m.Verdict < VerdictAuthFailed || m.Verdict > VerdictVersion {
 			return Handshake{}, src, fmt.Errorf("%w: unknown verdict %d", ErrMalformed, body[0])
 		}
 		if body[1] != 0 || body[2] != 0 || body[3] != 0 {
@@ -167,7 +175,7 @@ func DecodeHandshake(src []byte) (Handshake, []byte, error) {
 // the authentication transcript). A short read yields ErrTruncated wrapping
 // the I/O error; a clean end of input before any byte yields io.EOF.
 func ReadHandshake(r io.Reader) (Handshake, []byte, error) {
-	buf := make([]byte, HandshakePrefixSize, HandshakeSize(MsgServerHello))
+	buf := make([]byte, HandshakePrefixSize, maxHandshakeSize)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		if err == io.ErrUnexpectedEOF {
 			return Handshake{}, nil, fmt.Errorf("%w: %w", ErrTruncated, err)

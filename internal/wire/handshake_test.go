@@ -16,11 +16,12 @@ func sampleHandshakes() []Handshake {
 		proof[i] = byte(255 - i)
 	}
 	return []Handshake{
-		{Type: MsgClientHello, Version: Version, Flags: HelloCompress, MaxFrame: 1 << 20, Nonce: nonce},
-		{Type: MsgServerHello, Version: Version, MaxFrame: 64 << 20, Nonce: nonce, Proof: proof},
+		{Type: MsgClientHello, Version: Version, Flags: HelloCompress | HelloEncrypt, MaxFrame: 1 << 20, Nonce: nonce},
+		{Type: MsgServerHello, Version: Version, Flags: HelloUnprotected, MaxFrame: 64 << 20, Nonce: nonce},
 		{Type: MsgClientProof, Proof: proof},
 		{Type: MsgVerdict, Verdict: VerdictAuthFailed},
-		{Type: MsgVerdict, Verdict: VerdictOK},
+		{Type: MsgVerdict, Verdict: VerdictVersion},
+		{Type: MsgServerProof, Proof: proof},
 	}
 }
 
@@ -48,9 +49,10 @@ func TestHandshakeRoundTrip(t *testing.T) {
 
 func TestHandshakeSizes(t *testing.T) {
 	assert.Equal(t, 45, HandshakeSize(MsgClientHello))
-	assert.Equal(t, 77, HandshakeSize(MsgServerHello))
+	assert.Equal(t, 45, HandshakeSize(MsgServerHello))
 	assert.Equal(t, 37, HandshakeSize(MsgClientProof))
 	assert.Equal(t, 9, HandshakeSize(MsgVerdict))
+	assert.Equal(t, 37, HandshakeSize(MsgServerProof))
 	assert.Zero(t, HandshakeSize(0))
 	assert.Empty(t, AppendHandshake(nil, Handshake{Type: 9}))
 }
@@ -70,11 +72,13 @@ func TestHandshakeRejects(t *testing.T) {
 		{"bad magic", mut(0, 'x'), ErrMalformed},
 		{"unknown type", mut(4, 9), ErrMalformed},
 		{"unknown flags", mut(6, 0x80), ErrMalformed},
+		{"encrypt and unprotected", mut(6, byte(HelloEncrypt|HelloUnprotected)), ErrMalformed},
 		{"reserved", mut(7, 1), ErrMalformed},
 		{"short", hello[:44], ErrTruncated},
 		{"prefix only", hello[:3], ErrTruncated},
 		{"bad verdict", append([]byte(Magic), 4, 3, 0, 0, 0), ErrMalformed},
-		{"verdict reserved", append([]byte(Magic), 4, 0, 0, 1, 0), ErrMalformed},
+		{"verdict zero", append([]byte(Magic), 4, 0, 0, 0, 0), ErrMalformed},
+		{"verdict reserved", append([]byte(Magic), 4, 1, 0, 1, 0), ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 // Secret returns the cluster secret of test clusters.
-func Secret() []byte { return []byte("pstest cluster secret") }
+func Secret() []byte { return []byte("the pstest cluster secret, 32 B.") }
 
 // Cluster is n servers on one in-memory network.
 type Cluster struct {
@@ -32,6 +32,7 @@ type Options struct {
 	Slots       int            // default 64: small tables keep tests fast
 	Tables      []ps.TableSpec // hosted by every server
 	SyncWorkers int
+	Protection  ps.Protection // of the servers' frames; default ps.ProtectIntegrity
 }
 
 // New starts n servers "ps-0".."ps-(n-1)" (hosts of the same names), publishes an owner table of
@@ -45,7 +46,7 @@ func New(t testing.TB, n int, o Options) *Cluster {
 	var nodes []ps.Node
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("ps-%d", i)
-		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers, Protection: o.Protection})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -146,7 +146,7 @@ func TestWrongSecretRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		intruder, err := shardnet.NewClient(shardnet.ClientConfig{Addr: "coord:1", Secret: []byte("guessed"), Transport: nw.Host("intruder")})
+		intruder, err := shardnet.NewClient(shardnet.ClientConfig{Addr: "coord:1", Secret: []byte("a guessed secret of 32 bytes...."), Transport: nw.Host("intruder")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestWrongSecretRefused(t *testing.T) {
 		// A server that does not know the secret cannot fool a client either.
 		impostor := serve(t, nw, "impostor", "impostor:1", d)
 		defer impostor.stop()
-		fooled, err := shardnet.NewClient(shardnet.ClientConfig{Addr: "impostor:1", Secret: []byte("the real one"), Transport: nw.Host("w")})
+		fooled, err := shardnet.NewClient(shardnet.ClientConfig{Addr: "impostor:1", Secret: []byte("the real one? no: 32 other bytes"), Transport: nw.Host("w")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,6 +443,15 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := shardnet.NewClient(shardnet.ClientConfig{Addr: "x"}); !errors.Is(err, shardnet.ErrInvalidConfig) {
 		t.Fatalf("NewClient: %v", err)
+	}
+	short := []byte("a secret under 32 bytes")
+	for _, err := range []error{
+		(shardnet.ClientConfig{Addr: "x:1", Secret: short}).Validate(),
+		(shardnet.ServerConfig{Service: failing{io.EOF}, Secret: short}).Validate(),
+	} {
+		if !errors.Is(err, shardnet.ErrInvalidConfig) || !strings.Contains(err.Error(), "Secret is 23 bytes; at least 32") {
+			t.Fatalf("a short secret: %v", err)
+		}
 	}
 	if err := (shardnet.ClientConfig{Addr: "x:1", Secret: secret}).Validate(); err != nil {
 		t.Fatal(err)

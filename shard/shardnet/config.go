@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/elasticps/elasticps/shard"
 )
 
@@ -40,7 +41,8 @@ type ServerConfig struct {
 	// wrapper that counts or checks calls). Required. Its methods are called concurrently.
 	Service shard.Service
 	// Secret is the cluster secret every client must prove it knows (and the server proves it
-	// knows to them). Required. It never crosses the wire.
+	// knows to them). Required: at least 32 random bytes. It never crosses the wire; every frame
+	// is authenticated with keys derived from it.
 	Secret []byte
 	// MaxConcurrent bounds calls served at once across all connections. Default 64. A dispatcher
 	// call is a short critical section, so a few dozen keep two cores busy; beyond the bound,
@@ -74,8 +76,8 @@ func (c ServerConfig) Validate() error {
 	if c.Service == nil {
 		errs = append(errs, errors.New("Service is required"))
 	}
-	if len(c.Secret) == 0 {
-		errs = append(errs, errors.New("Secret is required"))
+	if err := rpc.ValidateSecret(c.Secret); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxConcurrent < 0 || c.MaxConcurrent > 1<<16 {
 		errs = append(errs, fmt.Errorf("MaxConcurrent %d out of range [1, %d]", c.MaxConcurrent, 1<<16))
@@ -92,8 +94,8 @@ type ClientConfig struct {
 	// Addr is the dispatcher's address ("host:port" for TCP). Required. SetAddr changes it when
 	// the coordinator moves.
 	Addr string
-	// Secret is the cluster secret. Required. The client proves it knows it and requires the
-	// server to prove the same.
+	// Secret is the cluster secret. Required: at least 32 random bytes. The client proves it
+	// knows it and requires the server to prove the same.
 	Secret []byte
 	// Transport dials the dispatcher. Nil means TCP.
 	Transport Transport
@@ -135,8 +137,8 @@ func (c ClientConfig) Validate() error {
 	if c.Addr == "" {
 		errs = append(errs, errors.New("Addr is required"))
 	}
-	if len(c.Secret) == 0 {
-		errs = append(errs, errors.New("Secret is required"))
+	if err := rpc.ValidateSecret(c.Secret); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CallTimeout < 0 {
 		errs = append(errs, fmt.Errorf("CallTimeout %v is negative", c.CallTimeout))

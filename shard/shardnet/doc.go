@@ -23,8 +23,8 @@
 //
 // Calls travel over the project's RPC layer: a few persistent connections per client, each
 // authenticated both ways by the cluster secret before any request is read (the secret never
-// crosses the wire; the handshake authenticates, it does not encrypt), with many calls
-// multiplexed on a connection. The four methods carry the encodings of package shardwire
+// crosses the wire; every frame is then authenticated with per-connection keys, in clear), with
+// many calls multiplexed on a connection. The four methods carry the encodings of package shardwire
 // (AcquireRequest -> AcquireResponse, ReportRequest -> Status, LeaveRequest -> Status, and the
 // combined call ReportAcquireRequest -> AcquireResponse), so the dispatcher's errors arrive as
 // the same sentinels: errors.Is(err, shard.ErrStaleLease) holds on either side of the wire.

@@ -15,7 +15,7 @@ import (
 // A coordinator serves its dispatcher; two workers on other hosts read the dataset through
 // network clients. (The in-memory network stands in for TCP: leave Transport nil in real use.)
 func Example() {
-	secret := []byte("cluster secret")
+	secret := []byte("cluster secret: 32 random bytes!")
 	network := memnet.New(memnet.Config{})
 
 	d, err := shard.New(shard.Config{Dataset: shard.IndexedDataset(1000), ShardSize: 100, RetryAfter: time.Millisecond})
