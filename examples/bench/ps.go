@@ -22,6 +22,9 @@ import (
 
 // runPS measures pulls and pushes through the TCP client against two in-process servers, the same
 // lookups straight on an embedding.Table, and Redis serving the same rows with pipelined MGET.
+// Pulls run with each frame protection: integrity (the default), encryption, and none, which the
+// servers here accept for this measurement only (a connection is unprotected only if both ends
+// ask), so the cost of protection is a ratio measured in the same run.
 func runPS(ctx context.Context, opt options, r *report) error {
 	const dim, batch, servers, goroutines = 64, 4096, 2, 2
 	perServer := 4 << 20
@@ -38,7 +41,8 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i := 0; i < servers; i++ {
-		srv, err := ps.NewServer(ps.ServerConfig{ID: fmt.Sprintf("ps-%d", i), Secret: secret, Tables: []ps.TableSpec{{Name: "emb", Config: tcfg}}})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: fmt.Sprintf("ps-%d", i), Secret: secret, Tables: []ps.TableSpec{{Name: "emb", Config: tcfg}},
+			Protection: ps.ProtectNone}) // each client chooses: the protection it asks for is used
 		if err != nil {
 			return err
 		}
@@ -97,15 +101,37 @@ func runPS(ctx context.Context, opt options, r *report) error {
 		ids[i] = rankID(rank)
 	}
 
-	clients := make([]*ps.Client, goroutines)
-	for g := range clients {
-		c, err := ps.NewClient(ps.ClientConfig{Secret: secret, Resolver: holder})
-		if err != nil {
-			return err
+	// One client per goroutine and protection.
+	newClients := func(p ps.Protection) ([]*ps.Client, error) {
+		cs := make([]*ps.Client, goroutines)
+		for g := range cs {
+			c, err := ps.NewClient(ps.ClientConfig{Secret: secret, Resolver: holder, Protection: p})
+			if err != nil {
+				return nil, err
+			}
+			cs[g] = c
 		}
-		defer c.Close()
-		clients[g] = c
+		return cs, nil
 	}
+	clients, err := newClients(ps.ProtectIntegrity)
+	if err != nil {
+		return err
+	}
+	encClients, err := newClients(ps.ProtectEncrypt)
+	if err != nil {
+		return err
+	}
+	plainClients, err := newClients(ps.ProtectNone)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, cs := range [][]*ps.Client{clients, encClients, plainClients} {
+			for _, c := range cs {
+				c.Close()
+			}
+		}
+	}()
 	grads := make([]float32, batch*dim)
 	for i := range grads {
 		grads[i] = 1e-4
@@ -136,17 +162,31 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	if red != nil {
 		defer red.stop()
 	}
-	var pullT, localT, redisT, pushT []float64
+	var pullT, encT, plainT, localT, redisT, pushT []float64
+	pulls := []struct {
+		clients []*ps.Client
+		rates   *[]float64
+	}{{plainClients, &plainT}, {clients, &pullT}, {encClients, &encT}}
+	// Connect every client (handshakes, first buffers) before measuring.
+	for _, p := range pulls {
+		if _, err := parallel(func(g int, b []uint64, out []float32) error { return p.clients[g].Pull(ctx, "emb", b, out) }); err != nil {
+			return err
+		}
+	}
 	for round := 0; round < rounds; round++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		v, err := parallel(func(g int, b []uint64, out []float32) error { return clients[g].Pull(ctx, "emb", b, out) })
-		if err != nil {
-			return err
+		// The three protections in a rotating order, so none always runs first.
+		for i := range pulls {
+			p := pulls[(round+i)%len(pulls)]
+			v, err := parallel(func(g int, b []uint64, out []float32) error { return p.clients[g].Pull(ctx, "emb", b, out) })
+			if err != nil {
+				return err
+			}
+			*p.rates = append(*p.rates, v)
 		}
-		pullT = append(pullT, v)
-		v, err = parallel(func(g int, b []uint64, out []float32) error { return local.Lookup(b, out) })
+		v, err := parallel(func(g int, b []uint64, out []float32) error { return local.Lookup(b, out) })
 		if err != nil {
 			return err
 		}
@@ -166,10 +206,14 @@ func runPS(ctx context.Context, opt options, r *report) error {
 		}
 		pushT = append(pushT, v)
 	}
-	pull, loc, push := median(pullT), median(localT), median(pushT)
-	r.add("pull_rows_per_s", pull, fmt.Sprintf("rows/s through the TCP client, %d goroutines, %d servers, batches of %d", goroutines, servers, batch))
+	pull, enc, plain, loc, push := median(pullT), median(encT), median(plainT), median(localT), median(pushT)
+	r.add("pull_rows_per_s", pull, fmt.Sprintf("rows/s through the TCP client with frame integrity (the default), %d goroutines, %d servers, batches of %d", goroutines, servers, batch))
+	r.add("pull_encrypted_rows_per_s", enc, "rows/s of the same pulls with frames encrypted")
+	r.add("pull_unprotected_rows_per_s", plain, "rows/s of the same pulls with frames unprotected (measurement only)")
+	r.add("pull_integrity_vs_unprotected", pull/plain, "cost of frame integrity; target >= 0.9")
+	r.add("pull_encrypted_vs_unprotected", enc/plain, "cost of frame encryption")
 	r.add("local_rows_per_s", loc, "rows/s of the same lookups straight on an embedding.Table")
-	r.add("pull_vs_local", pull/loc, "cost of the network path")
+	r.add("pull_vs_local", pull/loc, "cost of the network path (with integrity)")
 	if red != nil {
 		rd := median(redisT)
 		r.add("redis_rows_per_s", rd, "rows/s from Redis, pipelined MGET of 4096 256-byte values, same goroutines")
