@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -146,7 +147,7 @@ type MembershipConfig struct {
 	// Seeds are gossip addresses (host:port) of members to join at start. None: this process
 	// starts a cluster that others join.
 	Seeds []string
-	// Secret is the cluster secret, at least 16 bytes. Required. The gossip key is derived from
+	// Secret is the cluster secret, at least 32 bytes (rpc's minimum). Required. The gossip key is derived from
 	// it; every member of a job must have the same.
 	Secret []byte
 
@@ -222,8 +223,8 @@ func (c MembershipConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("Seeds[%d] is empty", i))
 		}
 	}
-	if len(c.Secret) < 16 {
-		errs = append(errs, fmt.Errorf("Secret is %d bytes; at least 16 are required", len(c.Secret)))
+	if err := rpc.ValidateSecret(c.Secret); err != nil {
+		errs = append(errs, fmt.Errorf("Secret: %w", err))
 	}
 	for name, d := range map[string]time.Duration{"ProbeInterval": c.ProbeInterval, "ProbeTimeout": c.ProbeTimeout,
 		"GossipInterval": c.GossipInterval, "PushPullInterval": c.PushPullInterval, "TCPTimeout": c.TCPTimeout, "LeaveTimeout": c.LeaveTimeout} {

@@ -358,8 +358,11 @@ type remote struct {
 }
 
 func newRemote(cfg RemoteConfig) (remote, error) {
-	if cfg.Addr == "" || len(cfg.Secret) == 0 {
-		return remote{}, fmt.Errorf("%w: a remote needs Addr and Secret", ErrInvalidConfig)
+	if err := rpc.ValidateSecret(cfg.Secret); err != nil {
+		return remote{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Addr == "" {
+		return remote{}, fmt.Errorf("%w: a remote needs Addr", ErrInvalidConfig)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -208,3 +208,12 @@ func TestWorkersReportAnUnreachableServer(t *testing.T) {
 	assert.Contains(t, rec.Failed["ps-2"], "a worker cannot reach it")
 	assert.Empty(t, rec.Replaced, "its slots went to the survivors")
 }
+
+// A remote needs a cluster secret of at least 32 bytes, as the wire does.
+func TestRemotesRefuseAShortSecret(t *testing.T) {
+	_, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: "127.0.0.1:1", Secret: []byte("thirty-one bytes of a secret...")})
+	assert.ErrorIs(t, err, elastic.ErrInvalidConfig)
+	c, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: "127.0.0.1:1", Secret: []byte("thirty-two bytes of a secret....")})
+	require.NoError(t, err)
+	c.Close()
+}
