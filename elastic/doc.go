@@ -126,7 +126,8 @@
 // reported offsets); changing the number of servers needs live repartition, not built yet.
 // Coordinator.Status tells the phase, the plan, the owner table version, every server and
 // worker with its incarnation or epoch and last contact, the data progress, the commits and
-// the last recovery; RemoteControl.Status and SetParallelism reach them from another process.
+// the last recovery; RemoteControl.Status, SetParallelism and SetPlan reach them from another
+// process.
 //
 // # Concurrency and ownership
 //

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ const (
 
 	methodStatus         uint16 = 0x4521
 	methodSetParallelism uint16 = 0x4522
+	methodSetPlan        uint16 = 0x4523
 )
 
 // Error codes of the control protocol.
@@ -331,6 +333,16 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			}
 			return remoteErr(c.SetParallelism(ctx, int(workers), int(servers)))
 		},
+		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
+			var p Plan
+			if err := json.Unmarshal(req, &p); err != nil {
+				return remoteErr(fmt.Errorf("%w: plan: %v", errMalformed, err))
+			}
+			if p.Workers > maxParallelism || p.Servers > maxParallelism {
+				return remoteErr(fmt.Errorf("%w: plan %v", ErrInvalidConfig, p))
+			}
+			return remoteErr(c.SetPlan(ctx, p))
+		},
 	})
 }
 
@@ -596,6 +608,18 @@ func (c *RemoteControl) SetParallelism(ctx context.Context, workers, servers int
 		return fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers)
 	}
 	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
+}
+
+// SetPlan calls Coordinator.SetPlan in the coordinator's process.
+func (c *RemoteControl) SetPlan(ctx context.Context, plan Plan) error {
+	if err := plan.validate(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(plan)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, methodSetPlan, b, nil)
 }
 
 // Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not

@@ -97,7 +97,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
 	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 4}, scaler.Plan())
 	sized := elastic.Plan{Servers: 3, Workers: 4, Server: elastic.Resources{CPUs: 2, Memory: 8 << 30}, Worker: elastic.Resources{CPUs: 1}}
-	require.NoError(t, j.coord.SetPlan(ctx, sized))
+	require.NoError(t, ctl.SetPlan(ctx, sized))
 	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
 	assert.Equal(t, sized, scaler.Plan(), "SetParallelism keeps the sizes")
 	assert.Equal(t, "3 servers (2 CPUs, 8.0 GiB), 4 workers (1 CPUs)", sized.String())
