@@ -50,6 +50,7 @@ type LocalScaler struct {
 // localWorker is one worker goroutine of a LocalScaler.
 type localWorker struct {
 	id       string
+	index    int // i of WorkerID(i)
 	cancel   context.CancelFunc
 	stopped  bool // Scale or Close stopped it
 	done     bool
@@ -119,11 +120,11 @@ func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
 	for i := range plan.Workers {
 		id := WorkerID(i)
 		if _, ok := s.workers[id]; !ok {
-			s.startLocked(id)
+			s.startLocked(id, i)
 		}
 	}
-	for id, w := range s.workers {
-		if workerIndex(id) >= plan.Workers && !w.done {
+	for _, w := range s.workers {
+		if w.index >= plan.Workers && !w.done {
 			w.stopped = true
 			w.cancel()
 		}
@@ -132,19 +133,10 @@ func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
 	return nil
 }
 
-// workerIndex is i of "worker-i" (-1 if id is not so named).
-func workerIndex(id string) int {
-	var i int
-	if _, err := fmt.Sscanf(id, "worker-%d", &i); err != nil || WorkerID(i) != id {
-		return -1
-	}
-	return i
-}
-
-// startLocked starts worker id's goroutine. s.mu is held.
-func (s *LocalScaler) startLocked(id string) {
+// startLocked starts the goroutine of worker id, WorkerID(index). s.mu is held.
+func (s *LocalScaler) startLocked(id string, index int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &localWorker{id: id, cancel: cancel}
+	w := &localWorker{id: id, index: index, cancel: cancel}
 	s.workers[id] = w
 	s.wg.Add(1)
 	go func() {

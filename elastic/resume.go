@@ -76,10 +76,7 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 		return 0, nil, err
 	}
 	// Lead and fence first, so nothing of an earlier coordinator lands while the servers load.
-	if err := c.lead(ctx, servers, inc); err != nil {
-		return 0, nil, err
-	}
-	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+	if err := c.leadAndFence(ctx, servers, inc); err != nil {
 		return 0, nil, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -245,10 +242,7 @@ func (c *Coordinator) takeOver(ctx context.Context) (uint64, []byte, error) {
 	}
 	// From here on the earlier coordinator can neither drive the servers (they follow inc) nor
 	// land a worker's push (every epoch below inc<<32 is fenced).
-	if err := c.lead(ctx, servers, inc); err != nil {
-		return 0, nil, err
-	}
-	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+	if err := c.leadAndFence(ctx, servers, inc); err != nil {
 		return 0, nil, err
 	}
 	// A commit record above step was written by the earlier coordinator after we chose the
@@ -367,4 +361,13 @@ func JobRunning(ctx context.Context, servers []ParameterServer) (bool, error) {
 		}
 	}
 	return false, errors.Join(errs...)
+}
+
+// leadAndFence makes incarnation inc the coordinator servers obey and fences every epoch an
+// earlier incarnation issued (those below inc<<32).
+func (c *Coordinator) leadAndFence(ctx context.Context, servers []ParameterServer, inc uint64) error {
+	if err := c.lead(ctx, servers, inc); err != nil {
+		return err
+	}
+	return c.fence(ctx, servers, inc<<32, nil)
 }

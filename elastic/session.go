@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
@@ -286,11 +285,13 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 }
 
 // suspect tells the coordinator of a server the batch could not reach, so that it looks at
-// once (Coordinator.Suspect).
+// once (Coordinator.Suspect). A client whose resolver is the coordinator has told it already
+// (ps.UnreachableReporter), and the coordinator folds the two reports into one probe; this one
+// is for clients that resolve servers on their own (a static server list).
 func (s *Session) suspect(ctx context.Context, err error) {
-	var se *ps.ServerError
 	r, ok := s.cfg.Control.(suspecter)
-	if !ok || !errors.As(err, &se) || !unreachable(se.Err) {
+	se, down := ps.Unreachable(err)
+	if !ok || !down {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, suspectTimeout)
@@ -298,12 +299,6 @@ func (s *Session) suspect(ctx context.Context, err error) {
 	if err := r.Suspect(sctx, se.Server, se.Err.Error()); err != nil {
 		s.log.Debug("reporting an unreachable server", "server", se.Server, "err", err)
 	}
-}
-
-// unreachable reports whether err says a server could not be reached at all (as opposed to an
-// answer, even a refusal).
-func unreachable(err error) bool {
-	return errors.Is(err, rpc.ErrUnavailable) || errors.Is(err, rpc.ErrConnClosed) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // suspectTimeout bounds a session's report of an unreachable server.

@@ -416,15 +416,24 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 	}
 }
 
+// Unreachable reports whether err says a server could not be reached at all (as opposed to an
+// answer, even a refusal), and which: its *ServerError.
+func Unreachable(err error) (*ServerError, bool) {
+	var se *ServerError
+	if !errors.As(err, &se) || !errors.Is(se.Err, rpc.ErrUnavailable) && !errors.Is(se.Err, rpc.ErrConnClosed) {
+		return nil, false
+	}
+	return se, true
+}
+
 // reportUnreachable tells a resolver that wants to know (UnreachableReporter) of the server err
 // names, when err says it could not be reached.
 func (c *Client) reportUnreachable(ctx context.Context, err error) {
 	r, ok := c.resolver.(UnreachableReporter)
-	var se *ServerError
-	if !ok || !errors.As(err, &se) || !errors.Is(err, rpc.ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
-		return
+	se, down := Unreachable(err)
+	if ok && down {
+		r.Unreachable(ctx, se.Server, se.Err)
 	}
-	r.Unreachable(ctx, se.Server, se.Err)
 }
 
 // nextTable returns the table to retry with after refusals. A server on a newer table than t

@@ -168,11 +168,11 @@ type elRig struct {
 
 	mu      sync.Mutex
 	steps   int64
-	last    time.Time         // when the latest step ended
-	first   map[string]string // worker -> "" until its first step
-	stepped chan struct{}     // closed and replaced at every step
-	durs    []time.Duration   // step durations of worker-0
-	ends    []time.Time       // when the steps of worker-0 and worker-1 ended
+	last    time.Time       // when the latest step ended
+	began   map[string]bool // the workers that ended a step
+	stepped chan struct{}   // closed and replaced at every step
+	durs    []time.Duration // step durations of worker-0
+	ends    []time.Time     // when the steps of worker-0 and worker-1 ended
 }
 
 // start starts a job named name on storage store (nil: a new one in the scratch directory),
@@ -186,7 +186,7 @@ func (p elParams) start(ctx context.Context, name string, store checkpoint.Stora
 		}
 		store = s
 	}
-	g := &elRig{p: p, name: name, store: store, recover: make(chan elastic.RecoveryEvent, 16), first: map[string]string{}, stepped: make(chan struct{})}
+	g := &elRig{p: p, name: name, store: store, recover: make(chan elastic.RecoveryEvent, 16), began: map[string]bool{}, stepped: make(chan struct{})}
 	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{
 		Job: name, Servers: 3,
 		Tables: []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: elDim, Seed: 1,
@@ -289,9 +289,7 @@ func (g *elRig) worker(id string) (elastic.StepFunc, error) {
 		defer g.mu.Unlock()
 		g.steps++
 		g.last = end
-		if _, ok := g.first[id]; !ok {
-			g.first[id] = ""
-		}
+		g.began[id] = true
 		if id == elastic.WorkerID(0) {
 			g.durs = append(g.durs, end.Sub(start))
 		}
@@ -310,7 +308,7 @@ func (g *elRig) waitStep(ctx context.Context, t time.Time, worker string) (time.
 	defer cancel()
 	for {
 		g.mu.Lock()
-		_, began := g.first[worker]
+		began := g.began[worker]
 		ok := g.last.After(t) && (worker == "" || began)
 		last, ch := g.last, g.stepped
 		g.mu.Unlock()

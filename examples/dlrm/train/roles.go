@@ -96,6 +96,22 @@ func startGossip(ctx context.Context, rc RoleConfig, role elastic.Role, id strin
 // gossipRetry is the wait between attempts to join the job's gossip.
 const gossipRetry = time.Second
 
+// untilUp runs f until it does not fail for want of a process that is not up yet
+// (elastic.ErrUnavailable), waiting retryEvery between tries, and returns its error, or ctx's.
+func untilUp(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, elastic.ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-time.After(retryEvery):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // ParseNodes reads "ID=HOST:PORT,..." (or "HOST:PORT,...", named ps-0, ps-1, ...).
 func ParseNodes(s string) ([]ps.Node, error) {
 	parts, err := SplitList(s)
@@ -182,7 +198,7 @@ const (
 	// workerSilence is how long the coordinator waits to hear from a worker (every batch it
 	// begins and ends is a sign of life) before it fences it and hands its shards to others.
 	workerSilence = 30 * time.Second
-	// retryEvery is the wait between attempts to reach a process that is not up yet.
+	// retryEvery is the wait between attempts to reach a process that is not up yet (untilUp).
 	retryEvery = 200 * time.Millisecond
 	// dispatcherRetries bounds a worker's consecutive failed calls to the dispatcher (with
 	// backoff, about a minute): a worker whose coordinator is gone for good gives up.
@@ -304,23 +320,13 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	// A coordinator started while its servers train (the previous one died) takes the job over,
 	// -resume or not: it must not clear the checkpoints the job runs on.
-	for {
-		running, err := elastic.JobRunning(ctx, servers)
-		if err == nil {
-			if running && !cfg.Resume {
-				rc.Logger.Warn("the parameter servers are running the job: taking it over from its newest commit")
-				cfg.Resume = true
-			}
-			break
-		}
-		if !errors.Is(err, elastic.ErrUnavailable) {
-			return nil, err
-		}
-		select {
-		case <-time.After(retryEvery):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	var running bool
+	if err := untilUp(ctx, func() (err error) { running, err = elastic.JobRunning(ctx, servers); return err }); err != nil {
+		return nil, err
+	}
+	if running && !cfg.Resume {
+		rc.Logger.Warn("the parameter servers are running the job: taking it over from its newest commit")
+		cfg.Resume = true
 	}
 	st, err := openStorage(ctx, cfg)
 	if err != nil {
@@ -328,22 +334,15 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	// The servers may still be starting: the owner table is installed once they answer.
 	var coord *elastic.Coordinator
-	for {
+	err = untilUp(ctx, func() (err error) {
 		coord, err = elastic.NewCoordinator(ctx, elastic.Config{
 			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
 			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
 			JobState: r.jobState, CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 		})
-		if err == nil || !errors.Is(err, elastic.ErrUnavailable) {
-			break
-		}
-		select {
-		case <-time.After(retryEvery):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
