@@ -1,0 +1,81 @@
+package embedding
+
+// Shards returns the table's shard count: the cursor range of AppendRawShards.
+func (t *Table) Shards() int { return len(t.shards) }
+
+// AppendRawShards appends to dst the raw records (see RawRowSize) of the rows opt selects, one
+// whole shard at a time from shard from on, and stops after the shard that takes the appended
+// bytes to budget or beyond (at least one shard is always copied). It returns the extended dst
+// and the shard to go on from; next == Shards() means the last shard was copied. With
+// opt.Changed, a shard's deletion records come before its rows, and opt.Reset clears the
+// tracker's record of each shard copied, in the same critical section as the copy.
+//
+// Each shard is one consistent cut taken under that shard's read lock only, so writers of other
+// shards never wait and a shard's writers wait for one shard's copy. A sequence of calls over
+// every shard is therefore not one cut of the table: create a Tracker before the first call and
+// copy its changes afterwards (they are whole rows, so copying a row twice is harmless) to end
+// with an exact copy. This is how a slot migrates while it is being written.
+func (t *Table) AppendRawShards(dst []byte, from, budget int, opt ExportOptions) ([]byte, int, error) {
+	if from < 0 || from >= len(t.shards) {
+		return dst, len(t.shards), nil
+	}
+	var keep func(uint64) bool
+	if opt.Slots != nil {
+		keep = opt.Slots.Contains
+	}
+	tr := opt.Changed
+	if tr != nil {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if tr.isClosed() {
+			return dst, from, ErrClosed
+		}
+	}
+	start := len(dst)
+	i := from
+	for ; i < len(t.shards) && (i == from || len(dst)-start < budget); i++ {
+		s := &t.shards[i]
+		s.mu.RLock()
+		need := t.boundLocked(s, tr)
+		if cap(dst)-len(dst) < need {
+			grown := make([]byte, len(dst), max(2*cap(dst), len(dst)+need))
+			copy(grown, dst)
+			dst = grown
+		}
+		n := t.copyShardSelectedLocked(s, dst[len(dst):len(dst)+need], tr, keep)
+		if opt.Reset && tr != nil {
+			s.bitsLocked(tr).reset()
+		}
+		s.mu.RUnlock()
+		dst = dst[:len(dst)+n]
+	}
+	return dst, i, nil
+}
+
+// DeleteSlots removes every row whose slot is in set, one shard at a time under its write lock,
+// and returns the rows removed. Trackers record the removals as deletions. A server whose slot
+// moved away calls it, so that a slot that later comes back never revives rows its other owner
+// deleted meanwhile.
+func (t *Table) DeleteSlots(set *SlotSet) int {
+	total := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n := 0
+		for r := uint32(0); r < s.hi; r++ {
+			w := s.rowWords(r, t.stride)
+			if w[wordStep] == freeMark {
+				continue
+			}
+			id := uint64(w[0]) | uint64(w[1])<<32
+			if set.Contains(id) {
+				s.removeLocked(id, t.hash(id), r, t)
+				n++
+			}
+		}
+		s.mu.Unlock()
+		total += n
+	}
+	t.rows.Add(-int64(total))
+	return total
+}

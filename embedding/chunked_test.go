@@ -1,0 +1,179 @@
+package embedding
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestChunkedCopyWithTrackerUnderConcurrentWriters rebuilds the rows of some slots from a base
+// copied shard by shard plus tracker deltas, while writers apply, assign, delete and load rows
+// the whole time, and compares the rebuilt rows with the live table once the writers stop. A
+// tracker made after the base copy started, a reset that loses a write racing with it, or loaded
+// rows not recorded as changes each leave a difference. Run it with -race.
+func TestChunkedCopyWithTrackerUnderConcurrentWriters(t *testing.T) {
+	const slots, ids, dim = 64, 4000, 4
+	cfg := Config{Dim: dim, Seed: 3, Shards: 16, Optimizer: Optimizer{Kind: Adagrad}}
+	live := newTestTable(t, cfg)
+	donor := newTestTable(t, cfg) // rows LoadRaw brings in
+	grads := func(rng *rand.Rand, n int) []float32 {
+		g := make([]float32, n*dim)
+		for i := range g {
+			g[i] = float32(rng.NormFloat64())
+		}
+		return g
+	}
+	seed := rand.New(rand.NewPCG(1, 2))
+	all := make([]uint64, ids)
+	for i := range all {
+		all[i] = uint64(i) * 104729
+	}
+	require.NoError(t, live.Apply(all, grads(seed, ids), 1))
+	require.NoError(t, donor.Apply(all[:500], grads(seed, 500), 1))
+	donorRaw := make([]byte, donor.RawSize(false))
+	n, err := donor.CopyRaw(donorRaw, false, false)
+	require.NoError(t, err)
+	donorRaw = donorRaw[:n]
+
+	moving := NewSlotSet(slots)
+	for s := 0; s < slots; s += 3 {
+		moving.Add(s)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for step := uint32(2); !stop.Load(); step++ {
+				batch := make([]uint64, 32)
+				for i := range batch {
+					batch[i] = all[rng.IntN(ids)] + uint64(rng.IntN(2)) // some ids are new
+				}
+				switch rng.IntN(10) {
+				case 0:
+					live.Delete(batch[0])
+				case 1:
+					assert.NoError(t, live.Assign(batch[:4], grads(rng, 4)))
+				case 2:
+					k := rng.IntN(len(donorRaw) / live.RawRowSize())
+					rec := live.RawRowSize()
+					_, err := live.LoadRaw(donorRaw[k*rec:(k+1)*rec], nil)
+					assert.NoError(t, err)
+				default:
+					assert.NoError(t, live.Apply(batch, grads(rng, len(batch)), step))
+				}
+				writes.Add(1)
+			}
+		}()
+	}
+	// Wait until writes run, then copy: tracker first, base shard by shard, deltas in rounds.
+	for writes.Load() < 50 {
+		runtime.Gosched()
+	}
+	tr := live.NewTracker()
+	defer tr.Close()
+	copyAll := func(opt ExportOptions) []byte {
+		var out []byte
+		for from := 0; from < live.Shards(); {
+			out, from, err = live.AppendRawShards(out, from, 3*live.RawRowSize(), opt)
+			require.NoError(t, err)
+		}
+		return out
+	}
+	rebuilt := newTestTable(t, cfg)
+	base := copyAll(ExportOptions{Slots: moving})
+	_, err = rebuilt.LoadRaw(base, nil)
+	require.NoError(t, err)
+	for round := 0; round < 3; round++ {
+		delta := copyAll(ExportOptions{Slots: moving, Changed: tr, Reset: true})
+		_, err = rebuilt.LoadRaw(delta, nil)
+		require.NoError(t, err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	final := copyAll(ExportOptions{Slots: moving, Changed: tr, Reset: true})
+	_, err = rebuilt.LoadRaw(final, nil)
+	require.NoError(t, err)
+	require.Greater(t, writes.Load(), int64(100))
+
+	want := map[uint64]RowData{}
+	for id, r := range dump(live) {
+		if moving.Contains(id) {
+			want[id] = r
+		}
+	}
+	got := dump(rebuilt)
+	require.NotEmpty(t, want)
+	assert.Equal(t, len(want), len(got), "rows")
+	for id, r := range want {
+		g, ok := got[id]
+		if !assert.True(t, ok, "row %d missing", id) {
+			continue
+		}
+		assert.Equal(t, r, g, "row %d", id)
+	}
+	for id := range got {
+		assert.Contains(t, want, id, "row %d should be gone", id)
+	}
+}
+
+func TestAppendRawShardsBudgetAndCursor(t *testing.T) {
+	tab := trained(t, 400, 1)
+	rec := tab.RawRowSize()
+	var out []byte
+	calls := 0
+	for from := 0; from < tab.Shards(); calls++ {
+		before := len(out)
+		var err error
+		out, from, err = tab.AppendRawShards(out, from, 1, ExportOptions{})
+		require.NoError(t, err)
+		assert.Positive(t, len(out)-before, "each call copies a whole, non-empty shard")
+	}
+	assert.Equal(t, tab.Shards(), calls, "budget 1: one shard per call")
+	assert.Equal(t, 400*rec, len(out))
+	whole, next, err := tab.AppendRawShards(nil, 0, 1<<40, ExportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, tab.Shards(), next)
+	assert.Equal(t, len(out), len(whole))
+	_, next, err = tab.AppendRawShards(nil, tab.Shards(), 1, ExportOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, tab.Shards(), next, "past the end: nothing to copy")
+
+	tr := tab.NewTracker()
+	require.NoError(t, tr.Close())
+	_, _, err = tab.AppendRawShards(nil, 0, 1, ExportOptions{Changed: tr})
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestDeleteSlots(t *testing.T) {
+	tab := trained(t, 1000, 2)
+	const slots = 32
+	set := NewSlotSet(slots, 1, 5, 30)
+	tr := tab.NewTracker()
+	defer tr.Close()
+	want := 0
+	for id := range dump(tab) {
+		if set.Contains(id) {
+			want++
+		}
+	}
+	require.Positive(t, want)
+	assert.Equal(t, want, tab.DeleteSlots(set))
+	assert.Equal(t, 1000-want, tab.Len())
+	for id := range dump(tab) {
+		assert.False(t, set.Contains(id), "row %d of a deleted slot survived", id)
+	}
+	// The removals are recorded, so a copy of the changes carries them as deletion records.
+	delta, _, err := tab.AppendRawShards(nil, 0, 1<<40, ExportOptions{Changed: tr})
+	require.NoError(t, err)
+	assert.Equal(t, want*tab.RawRowSize(), len(delta))
+	assert.Equal(t, 0, tab.DeleteSlots(set), "nothing left to delete")
+}
