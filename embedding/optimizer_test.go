@@ -215,3 +215,29 @@ func TestDifferentialAgainstReference(t *testing.T) {
 		})
 	}
 }
+
+// A zero gradient on a fresh row leaves the accumulators at 0 (the default InitialAccumulator),
+// so only Eps keeps Adagrad's and row-wise Adagrad's step from being 0/0: the row must come out
+// unchanged and finite, and stay finite through the next real gradient.
+func TestAdagradZeroGradientOnFreshRow(t *testing.T) {
+	for _, kind := range []OptimizerKind{Adagrad, RowWiseAdagrad} {
+		t.Run(kind.String(), func(t *testing.T) {
+			tab := newTestTable(t, Config{Dim: 4, Seed: 7, Optimizer: Optimizer{Kind: kind, LearningRate: 0.1},
+				Init: Init{Kind: InitUniform, Scale: 0.5}})
+			require.NoError(t, tab.Apply([]uint64{9}, []float32{0, 0, 0, 0}, 1))
+			r, ok := tab.Row(9)
+			require.True(t, ok)
+			init := make([]float32, 4)
+			require.NoError(t, tab.InitialWeights(9, init))
+			for j, w := range r.Weights {
+				require.False(t, math.IsNaN(float64(w)) || math.IsInf(float64(w), 0), "weight %d is %v", j, w)
+				assert.Equal(t, init[j], w, "weight %d moved on a zero gradient", j)
+			}
+			require.NoError(t, tab.Apply([]uint64{9}, []float32{1, 0, -1, 0}, 2))
+			r, _ = tab.Row(9)
+			for j, w := range r.Weights {
+				require.False(t, math.IsNaN(float64(w)) || math.IsInf(float64(w), 0), "weight %d is %v after a real step", j, w)
+			}
+		})
+	}
+}
