@@ -159,7 +159,9 @@ type CommitterConfig struct {
 	// Storage holds the job's checkpoints. Required.
 	Storage Storage
 	// KeepLast is how many of the newest commits retention keeps. Default 3; negative disables
-	// automatic retention after Commit (Prune still uses the default).
+	// automatic retention after Commit (Prune still uses the default). Retention also keeps one
+	// commit that shares no object with the newest (see Prune), so a corrupt base of the newest
+	// chain leaves a commit to restore whatever KeepLast is.
 	KeepLast int
 	// KeepEvery, when positive, also keeps every commit whose sequence number is a multiple of it
 	// (every Mth commit), for long-range rollback. Default 0: none.

@@ -94,9 +94,14 @@
 // onto a durable predecessor is written as a full checkpoint.
 //
 // Retention (Committer.Prune, run after each Commit): keep the newest KeepLast commits and every
-// commit whose sequence number is a multiple of KeepEvery; commit records go first, then every
-// object older than the newest commit that no kept commit's chain needs. The newest commit, the
-// bases and deltas a kept delta needs, and persists newer than the newest commit are never deleted.
+// commit whose sequence number is a multiple of KeepEvery, and, once there is one, a fallback: a
+// commit whose chains share no object with the newest commit's (the newest such, unless a kept
+// commit already is one), so one corrupt byte in the newest chain — in its base, which every
+// later delta needs — never leaves nothing to restore. In effect the previous full checkpoint and
+// the deltas on it stay until a newer full one is committed and another commit on it. Commit
+// records go first, then every object older than the newest commit that no kept commit's chain
+// needs. The newest commit, the bases and deltas a kept delta needs, and persists
+// newer than the newest commit are never deleted.
 //
 // # Restore
 //

@@ -1,9 +1,11 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -14,8 +16,9 @@ type PruneResult struct {
 	DeletedObjects int
 }
 
-// Prune applies retention: it keeps the newest KeepLast commits and every commit whose sequence number
-// is a multiple of KeepEvery, deletes the other commit records (records first, so a crash midway never
+// Prune applies retention: it keeps the newest KeepLast commits, every commit whose sequence number
+// is a multiple of KeepEvery and a fallback whose chains share no object with the newest commit's
+// (see the package doc), deletes the other commit records (records first, so a crash midway never
 // leaves a commit whose data is gone), then deletes every object older than the newest commit that no
 // kept commit needs. The newest commit, every manifest a kept delta chains back to (its base and the
 // deltas between), and everything newer than the newest commit (persists in progress) are never
@@ -65,6 +68,20 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 			drop = append(drop, s)
 		}
 	}
+	// Keep a fallback: a commit whose chains share no object with the newest commit's, so one
+	// corrupt byte in the newest chain (its base, most likely, which every later delta needs)
+	// always leaves a commit to restore. The newest such commit is kept until a kept one is.
+	if fb, err := m.fallback(ctx, valid, kept); err != nil {
+		return res, err
+	} else if fb != nil && !slices.Contains(kept, fb) {
+		kept = append(kept, fb)
+		slices.SortFunc(kept, func(a, b *commitRecord) int { return cmp.Compare(b.Step, a.Step) })
+		res.Kept = res.Kept[:0]
+		for _, rec := range kept {
+			res.Kept = append(res.Kept, rec.Step)
+		}
+		drop = slices.DeleteFunc(drop, func(s uint64) bool { return s == fb.Step })
+	}
 
 	// Directories still needed: those of kept commits' manifest chains and blobs, and of the chains of
 	// manifests newer than the newest commit. Resolve them all before deleting anything.
@@ -112,6 +129,73 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 		res.DeletedObjects++
 	}
 	return res, errors.Join(errs...)
+}
+
+// fallback returns the commit retention keeps so that the newest commit (valid[0]) is not the
+// only one restorable: the first kept commit whose manifest chains share no directory with the
+// newest's, else the newest such commit of valid, else nil (there is none yet: every commit
+// depends on the newest's base). A commit whose chain cannot be read is not a fallback.
+func (m *Committer) fallback(ctx context.Context, valid, kept []*commitRecord) (*commitRecord, error) {
+	if len(valid) < 2 {
+		return nil, nil
+	}
+	newest, ok, err := m.commitDirs(ctx, valid[0])
+	if err != nil || !ok {
+		return nil, err
+	}
+	independent := func(rec *commitRecord) (bool, error) {
+		dirs, ok, err := m.commitDirs(ctx, rec)
+		if err != nil || !ok {
+			return false, err
+		}
+		for d := range dirs {
+			if newest[d] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	for _, rec := range kept[1:] {
+		if ok, err := independent(rec); err != nil || ok {
+			return rec, err
+		}
+	}
+	for _, rec := range valid[1:] {
+		if slices.Contains(kept, rec) {
+			continue
+		}
+		if ok, err := independent(rec); err != nil || ok {
+			return rec, err
+		}
+	}
+	return nil, nil
+}
+
+// commitDirs returns the persist directories of every node's manifest chain of rec; ok is false
+// when a manifest of a chain is missing or corrupt (rec cannot be restored anyway).
+func (m *Committer) commitDirs(ctx context.Context, rec *commitRecord) (map[string]bool, bool, error) {
+	dirs := map[string]bool{}
+	for _, n := range rec.Nodes {
+		for name := n.Manifest; name != ""; {
+			dirs[strings.TrimSuffix(name, "/manifest")] = true
+			if len(dirs) > maxChain*len(rec.Nodes) {
+				return nil, false, nil
+			}
+			b, err := getObject(ctx, m.cfg.Storage, name, nil, -1, maxManifest)
+			var man *manifest
+			if err == nil {
+				man, err = decodeManifest(b)
+			}
+			if err != nil {
+				if skippable(err) {
+					return nil, false, nil
+				}
+				return nil, false, err
+			}
+			name = man.Parent
+		}
+	}
+	return dirs, true, nil
 }
 
 // markChain marks the directory of the manifest root and of every parent back to its base. A missing
