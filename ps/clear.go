@@ -23,20 +23,16 @@ func (s *Server) ClearSlots(drop func(slot int) bool) int {
 		sets = append(sets, a)
 	}
 	s.own.RUnlock()
-	S := s.cfg.Slots
+	set := embedding.NewSlotSet(s.cfg.Slots)
+	for sl := 0; sl < s.cfg.Slots; sl++ {
+		if drop(sl) {
+			set.Add(sl)
+		}
+	}
 	n := 0
-	for _, t := range tables {
-		var ids []uint64
-		t.Range(func(v embedding.RowView) bool {
-			if drop(embedding.Slot(v.ID, S)) {
-				ids = append(ids, v.ID)
-			}
-			return true
-		})
-		for _, id := range ids {
-			if t.Delete(id) {
-				n++
-			}
+	if set.Len() > 0 {
+		for _, t := range tables {
+			n += t.DeleteSlots(set)
 		}
 	}
 	for _, a := range sets {

@@ -346,7 +346,8 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 	}
 	applied := 0
 	backoff := c.cfg.RetryBackoff
-	for attempt := 0; ; attempt++ {
+	fence := fenceWait{budget: c.cfg.FenceWait}
+	for attempt := 0; ; {
 		parts := split(t, uniq, idx, all && attempt == 0)
 		errs := make([]error, len(parts))
 		var g *errgroup.Group
@@ -381,15 +382,14 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 			case retryable(err, resend):
 				again = append(again, parts[i].idx...)
 				last = err
-				var we *WrongOwnerError
-				if errors.As(err, &we) {
-					maxVer = max(maxVer, we.Version)
-				}
+				maxVer = max(maxVer, announcedVersion(err))
 			case fatal == nil || errors.Is(fatal, context.Canceled):
 				fatal = err
 			}
 		}
-		if fatal == nil && len(again) > 0 && (all || attempt+1 >= c.cfg.Retries || ctx.Err() != nil) {
+		behind := serverBehind(errs, t.Version)
+		waiting := (maxVer > t.Version || behind) && fence.spent < fence.budget
+		if fatal == nil && len(again) > 0 && (all || (attempt+1 >= c.cfg.Retries && !waiting) || ctx.Err() != nil) {
 			// A synchronous step is not resent in part: its barrier counts one push per worker.
 			fatal = last
 			if ctx.Err() != nil {
@@ -409,11 +409,50 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 		if maxVer <= t.Version {
 			c.reportUnreachable(ctx, last)
 		}
-		if t, err = c.nextTable(ctx, t, maxVer, &backoff); err != nil {
+		prev := t.Version
+		if t, err = c.nextTable(ctx, t, maxVer, behind, &backoff, &fence); err != nil {
 			return err
+		}
+		if t.Version <= prev && !((maxVer > prev || behind) && fence.spent < fence.budget) {
+			attempt++ // neither a newer table nor a fence to wait out: a retry spent
 		}
 		c.log.Debug("retrying", "version", t.Version, "ids", len(idx))
 	}
+}
+
+// announcedVersion is the owner-table version a refusal says exists: the refusing server's
+// for a wrong owner, the one above it for a moved slot (the move is published above it); 0 for
+// other errors.
+func announcedVersion(err error) uint64 {
+	var we *WrongOwnerError
+	var me *MovedError
+	switch {
+	case errors.As(err, &we):
+		return we.Version
+	case errors.As(err, &me):
+		return me.Version + 1
+	}
+	return 0
+}
+
+// fenceWait paces the waits for a newer owner table that a server announced (a slot moved, or
+// a server ahead of the resolver): short pauses, doubling from 250µs to 8ms, within a budget
+// for the whole call.
+type fenceWait struct {
+	budget, spent, pause time.Duration
+}
+
+// wait pauses once and reports false, without pausing, when the budget is spent.
+func (f *fenceWait) wait(ctx context.Context) (bool, error) {
+	if f.spent >= f.budget {
+		return false, nil
+	}
+	f.pause = min(max(2*f.pause, 250*time.Microsecond), 8*time.Millisecond, f.budget-f.spent)
+	if err := sleep(ctx, f.pause); err != nil {
+		return false, err
+	}
+	f.spent += f.pause
+	return true, nil
 }
 
 // Unreachable reports whether err says a server could not be reached at all (as opposed to an
@@ -436,12 +475,46 @@ func (c *Client) reportUnreachable(ctx context.Context, err error) {
 	}
 }
 
+// serverBehind reports whether the refusals in errs are all answers (no server unreachable) and
+// one came from a server on an older table than version: it is about to install a newer one.
+func serverBehind(errs []error, version uint64) bool {
+	behind := false
+	for _, err := range errs {
+		if _, down := Unreachable(err); down {
+			return false
+		}
+		var we *WrongOwnerError
+		if errors.As(err, &we) && we.Version < version {
+			behind = true
+		}
+	}
+	return behind
+}
+
 // nextTable returns the table to retry with after refusals. A server on a newer table than t
-// (maxVer > t.Version) means t is stale: fetch a newer one at once. Otherwise the server was
-// unreachable, or is behind this client: wait (doubling *backoff), then take the newest table
-// the resolver has.
-func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, backoff *time.Duration) (*OwnerTable, error) {
-	if maxVer <= t.Version {
+// (maxVer > t.Version) means t is stale: fetch a newer one at once. A server behind this client
+// (behind) is installing t: wait briefly (within the fence budget) and resend. Otherwise a
+// server was unreachable: wait (doubling *backoff), then take the newest table the resolver has.
+func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, behind bool, backoff *time.Duration, fence *fenceWait) (*OwnerTable, error) {
+	if behind && maxVer <= t.Version {
+		if ok, err := fence.wait(ctx); err != nil || ok {
+			return t, err
+		}
+	}
+	if maxVer > t.Version {
+		// A server knows of a newer table than t, or is handing a slot over: take the newer
+		// table, or wait briefly (within the fence budget) and take what the resolver has then.
+		// The caller resends either way: a move may also be called off without a new table.
+		nt, err := c.refreshTable(ctx, maxVer)
+		if err != nil || nt.Version >= maxVer {
+			return nt, err
+		}
+		if _, err := fence.wait(ctx); err != nil {
+			return nil, err
+		}
+		return c.refreshTable(ctx, maxVer)
+	}
+	{
 		select {
 		case <-time.After(*backoff):
 		case <-ctx.Done():
@@ -451,13 +524,12 @@ func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, ba
 		// Anything newer than t: the unreachable server may have been replaced in a new table.
 		return c.refreshTable(ctx, t.Version+1)
 	}
-	return c.refreshTable(ctx, maxVer)
 }
 
 // retryable says whether a failed part may be sent again: always after a wrong-owner refusal
 // or a call the server never processed; for idempotent calls also after a lost connection.
 func retryable(err error, idempotent bool) bool {
-	if errors.Is(err, ErrWrongOwner) || errors.Is(err, rpc.ErrUnavailable) {
+	if errors.Is(err, ErrWrongOwner) || errors.Is(err, ErrMoved) || errors.Is(err, rpc.ErrUnavailable) {
 		return true
 	}
 	return idempotent && errors.Is(err, rpc.ErrConnClosed)
@@ -480,6 +552,16 @@ func mapErr(addr string, err error) error {
 			we.Slot = int(binary.LittleEndian.Uint32(re.Data[8:]))
 		}
 		return we
+	case codeMoved:
+		me := &MovedError{Server: addr}
+		if len(re.Data) >= 12 {
+			me.Version = binary.LittleEndian.Uint64(re.Data)
+			me.Slot = int(binary.LittleEndian.Uint32(re.Data[8:]))
+			me.To = string(re.Data[12:])
+		}
+		return me
+	case codeMigration:
+		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrMigration, re.Message)}
 	case codeUnknownTable:
 		return &ServerError{Server: addr, Err: fmt.Errorf("%w: %s", ErrUnknownTable, re.Message)}
 	case codeFenced:

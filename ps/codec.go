@@ -16,6 +16,7 @@ const (
 	methodInitDense
 	methodStats
 	methodTable
+	methodMigrate // slot migration between servers: see migrate.go
 )
 
 // Application error codes carried in rpc.RemoteError.Code.
@@ -26,6 +27,8 @@ const (
 	codeNonFinite
 	codeClosed
 	codeFenced
+	codeMoved     // the slot is fenced for a move to another server
+	codeMigration // a migration request that cannot be carried out
 )
 
 var errShort = errors.New("short")

@@ -84,6 +84,9 @@ type ServerConfig struct {
 	MaxConcurrent int
 	// Compression offers s2 compression of large responses (used when the client offers it too).
 	Compression bool
+	// Transport dials the other servers when slots migrate to this one (ReceiveSlots). Nil
+	// means TCP.
+	Transport Transport
 	// Logger receives refused requests and connection problems. Nil discards.
 	Logger *slog.Logger
 }
@@ -183,6 +186,10 @@ type ClientConfig struct {
 	// RetryBackoff is the first pause before retrying after a server was unreachable (doubling
 	// each time). Default 20 ms.
 	RetryBackoff time.Duration
+	// FenceWait bounds how long one call waits, in all, for slots fenced by a migration
+	// (ErrMoved) and for the owner table that gives them to their new owner. Such waits do not
+	// count as retries. Default 10 s.
+	FenceWait time.Duration
 	// Worker is this client's worker index in synchronous mode (0..SyncWorkers-1).
 	Worker int
 	// Sync must be set when the servers run synchronously (ServerConfig.SyncWorkers > 0): every
@@ -214,6 +221,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = 20 * time.Millisecond
+	}
+	if c.FenceWait == 0 {
+		c.FenceWait = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -248,6 +258,9 @@ func (c ClientConfig) Validate() error {
 	}
 	if c.RetryBackoff < 0 {
 		errs = append(errs, fmt.Errorf("RetryBackoff %v is negative", c.RetryBackoff))
+	}
+	if c.FenceWait < 0 {
+		errs = append(errs, fmt.Errorf("FenceWait %v is negative", c.FenceWait))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -66,13 +66,10 @@ func decodeOptimizer(b []byte) embedding.Optimizer {
 	}
 }
 
-// checkDenseLocked verifies that this server owns the tensor's slot.
-func (s *Server) checkDenseLocked(name string) error {
-	slot := s.denseSlot(name)
-	if !s.own.slots.Has(slot) {
-		return s.wrongOwnerLocked(slot)
-	}
-	return nil
+// checkDenseLocked verifies that this server serves the tensor's slot to a request routed by
+// table version.
+func (s *Server) checkDenseLocked(name string, version uint64) error {
+	return s.servesLocked(s.denseSlot(name), version)
 }
 
 func (s *Server) denseSlot(name string) int { return nameSlot(name, s.cfg.Slots) }
@@ -92,7 +89,7 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 	}
 	s.own.Lock()
 	defer s.own.Unlock()
-	if err := s.checkDenseLocked(r.table); err != nil {
+	if err := s.checkDenseLocked(r.table, r.version); err != nil {
 		return err
 	}
 	h, ok := s.own.tables[r.table]
@@ -124,7 +121,7 @@ func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buff
 	}
 	s.own.RLock()
 	defer s.own.RUnlock()
-	if err := s.checkDenseLocked(r.table); err != nil {
+	if err := s.checkDenseLocked(r.table, r.version); err != nil {
 		return err
 	}
 	h, err := s.lookupTableLocked(r.table, true)
@@ -151,7 +148,7 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 		return remote(codeBadRequest, "malformed dense push")
 	}
 	s.own.RLock()
-	if err := s.checkDenseLocked(r.table); err != nil {
+	if err := s.checkDenseLocked(r.table, r.version); err != nil {
 		s.own.RUnlock()
 		return err
 	}

@@ -2,7 +2,6 @@ package ps
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/elasticps/elasticps/embedding"
@@ -84,23 +83,28 @@ func (c *Client) dense(ctx context.Context, name string, call func(ctx context.C
 		return err
 	}
 	backoff := c.cfg.RetryBackoff
-	for attempt := 0; ; attempt++ {
+	fence := fenceWait{budget: c.cfg.FenceWait}
+	for attempt := 0; ; {
 		addr := t.Owner(t.NameSlot(name)).Addr
 		err := call(ctx, t, addr)
 		if err == nil {
 			return nil
 		}
-		err = mapErr(addr, err)
-		if !retryable(err, idempotent) || attempt+1 >= c.cfg.Retries || ctx.Err() != nil {
-			return fmt.Errorf("dense %q: %w", name, err)
+		refused := mapErr(addr, err)
+		maxVer := announcedVersion(refused)
+		behind := serverBehind([]error{refused}, t.Version)
+		waiting := (maxVer > t.Version || behind) && fence.spent < fence.budget
+		if !retryable(refused, idempotent) || (!waiting && attempt+1 >= c.cfg.Retries) || ctx.Err() != nil {
+			return fmt.Errorf("dense %q: %w", name, refused)
 		}
-		var maxVer uint64
-		var we *WrongOwnerError
-		if errors.As(err, &we) {
-			maxVer = we.Version
-		}
-		if t, err = c.nextTable(ctx, t, maxVer, &backoff); err != nil {
+		prev := t.Version
+		if t, err = c.nextTable(ctx, t, maxVer, behind, &backoff, &fence); err != nil {
 			return err
+		}
+		if t.Version <= prev && !waiting {
+			if attempt++; attempt >= c.cfg.Retries {
+				return fmt.Errorf("dense %q: %w", name, refused)
+			}
 		}
 	}
 }

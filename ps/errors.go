@@ -33,7 +33,31 @@ var (
 	// ErrPartialPush is returned when a push reached some servers but failed at another: the
 	// parts named in the error were not confirmed. It is never reported as success.
 	ErrPartialPush = errors.New("ps: push partly applied")
+	// ErrMoved is matched by a *MovedError: a slot is being handed to another server and its
+	// old owner holds it fenced until the next owner table is out. The client waits for that
+	// table (ClientConfig.FenceWait) and goes to the new owner; callers see it only when the
+	// wait runs out.
+	ErrMoved = errors.New("ps: slot moved")
+	// ErrMigration is returned when a slot migration cannot start or fails: a slot not owned by
+	// the source or already owned by the destination, tables that differ between the two, an
+	// unknown migration, or a transfer that broke off. The slots then stay with their source.
+	ErrMigration = errors.New("ps: migration failed")
 )
+
+// MovedError is a server's refusal of a slot it is handing over. It matches ErrMoved.
+type MovedError struct {
+	Server  string // the refusing server's address
+	Slot    int    // the first fenced slot of the request
+	To      string // the ID of the server the slot goes to
+	Version uint64 // the refusing server's owner-table version; the move is published above it
+}
+
+func (e *MovedError) Error() string {
+	return fmt.Sprintf("ps: server %s is handing slot %d to %s (its owner table is version %d)", e.Server, e.Slot, e.To, e.Version)
+}
+
+// Is reports whether target is ErrMoved.
+func (e *MovedError) Is(target error) bool { return target == ErrMoved }
 
 // WrongOwnerError is a server's refusal of a slot it does not own. It matches ErrWrongOwner.
 type WrongOwnerError struct {

@@ -1,5 +1,7 @@
 package ps
 
+import "context"
+
 // SetBeforeApplyHook makes every asynchronous push run f just before it is applied (nil
 // removes it).
 func SetBeforeApplyHook(s *Server, f func()) {
@@ -8,4 +10,14 @@ func SetBeforeApplyHook(s *Server, f func()) {
 		return
 	}
 	s.beforeApply.Store(&f)
+}
+
+// SetAfterFenceHook makes every migration s receives run f just after it fenced the source
+// (nil removes it).
+func SetAfterFenceHook(s *Server, f func(ctx context.Context)) {
+	if f == nil {
+		s.mig.afterFence.Store(nil)
+		return
+	}
+	s.mig.afterFence.Store(&f)
 }

@@ -55,24 +55,12 @@ func NewOwnerTable(version uint64, slots int, nodes []Node, prev *OwnerTable) (*
 	if slots < 1 || slots > 1<<20 {
 		errs = append(errs, fmt.Errorf("slot count %d not in 1..2^20", slots))
 	}
-	if len(nodes) == 0 || len(nodes) > math.MaxUint16 {
-		errs = append(errs, fmt.Errorf("%d nodes, need 1..65535", len(nodes)))
-	}
 	if prev != nil && prev.Slots != slots {
 		errs = append(errs, fmt.Errorf("slot count %d differs from the previous table's %d", slots, prev.Slots))
 	}
-	ns := append([]Node(nil), nodes...)
-	sort.Slice(ns, func(i, j int) bool { return ns[i].ID < ns[j].ID })
-	for i, n := range ns {
-		if n.ID == "" {
-			errs = append(errs, errors.New("a node has no ID"))
-		}
-		if i > 0 && ns[i-1].ID == n.ID {
-			errs = append(errs, fmt.Errorf("node %q listed twice", n.ID))
-		}
-		if math.IsNaN(n.Weight) || math.IsInf(n.Weight, 0) || n.Weight < 0 {
-			errs = append(errs, fmt.Errorf("node %q has weight %v", n.ID, n.Weight))
-		}
+	ns, err := sortedNodes(nodes)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
@@ -296,6 +284,89 @@ func (t *OwnerTable) Moves(next *OwnerTable) []Move {
 		}
 	}
 	return m
+}
+
+// WithMoves returns a table of the given version that places every slot as t does except the
+// moved ones, which go to their Move.To, over nodes (every node that owns a slot must be among
+// them; nodes may own none). A migration publishes such tables, one per group of slots moved,
+// on its way from one placement to the next. Each move's From must be the slot's owner in t.
+func (t *OwnerTable) WithMoves(version uint64, nodes []Node, moves []Move) (*OwnerTable, error) {
+	var errs []error
+	if version <= t.Version {
+		errs = append(errs, fmt.Errorf("version %d is not above %d", version, t.Version))
+	}
+	ns, err := sortedNodes(nodes)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	owners := make([]string, t.Slots)
+	for s := range owners {
+		owners[s] = t.Owner(s).ID
+	}
+	for _, m := range moves {
+		if m.Slot < 0 || m.Slot >= t.Slots {
+			errs = append(errs, fmt.Errorf("move of slot %d of %d", m.Slot, t.Slots))
+			continue
+		}
+		if owners[m.Slot] != m.From {
+			errs = append(errs, fmt.Errorf("slot %d is owned by %q, not %q", m.Slot, owners[m.Slot], m.From))
+			continue
+		}
+		owners[m.Slot] = m.To
+	}
+	out := &OwnerTable{Version: version, Slots: t.Slots, Nodes: ns, owner: make([]uint16, t.Slots)}
+	if err == nil {
+		for s, id := range owners {
+			i := out.IndexOf(id)
+			if i < 0 {
+				errs = append(errs, fmt.Errorf("slot %d's owner %q is not among the nodes", s, id))
+				break
+			}
+			out.owner[s] = uint16(i)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// SamePlacement reports whether t and u give every slot to the same node ID.
+func (t *OwnerTable) SamePlacement(u *OwnerTable) bool {
+	if t.Slots != u.Slots {
+		return false
+	}
+	for s := 0; s < t.Slots; s++ {
+		if t.Owner(s).ID != u.Owner(s).ID {
+			return false
+		}
+	}
+	return true
+}
+
+// sortedNodes validates nodes and returns them sorted by ID.
+func sortedNodes(nodes []Node) ([]Node, error) {
+	var errs []error
+	if len(nodes) == 0 || len(nodes) > math.MaxUint16 {
+		errs = append(errs, fmt.Errorf("%d nodes, need 1..65535", len(nodes)))
+	}
+	ns := append([]Node(nil), nodes...)
+	sort.Slice(ns, func(i, j int) bool { return ns[i].ID < ns[j].ID })
+	for i, n := range ns {
+		if n.ID == "" {
+			errs = append(errs, errors.New("a node has no ID"))
+		}
+		if i > 0 && ns[i-1].ID == n.ID {
+			errs = append(errs, fmt.Errorf("node %q listed twice", n.ID))
+		}
+		if math.IsNaN(n.Weight) || math.IsInf(n.Weight, 0) || n.Weight < 0 {
+			errs = append(errs, fmt.Errorf("node %q has weight %v", n.ID, n.Weight))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ns, nil
 }
 
 // Table encoding, little-endian: "EPSO" | version u64 | slots u32 | node count u16 |

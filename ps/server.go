@@ -35,7 +35,14 @@ type Server struct {
 		slots   *embedding.SlotSet
 		tables  map[string]*hosted
 		applied map[string]*appliedSet // by table name: the positions applied per slot
+		// since holds, per owned slot, the version of the first table that gave it to this
+		// server: a request routed by an older table is refused so its client refreshes.
+		since []uint64
+		// fenced holds the owned slots being handed to another server (fenced by a migration):
+		// every request touching them is refused with ErrMoved until the next table is out.
+		fenced *embedding.SlotSet
 	}
+	mig   migrations
 	fence fences // guarded by own
 	// beforeApply, if set (tests), runs in every asynchronous push just before it is applied,
 	// with the ownership lock held for reading.
@@ -67,6 +74,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.own.tables = map[string]*hosted{}
 	s.own.applied = map[string]*appliedSet{}
 	s.own.slots = embedding.NewSlotSet(cfg.Slots)
+	s.own.since = make([]uint64, cfg.Slots)
+	s.own.fenced = embedding.NewSlotSet(cfg.Slots)
+	s.mig.out = map[uint64]*outMigration{}
 	s.stats.init(cfg.Slots)
 	for _, spec := range cfg.Tables {
 		if err := s.CreateTable(spec); err != nil {
@@ -84,7 +94,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	for m, h := range map[uint16]rpc.Handler{
 		methodPull: s.handlePull, methodPush: s.handlePush, methodPullDense: s.handlePullDense,
 		methodPushDense: s.handlePushDense, methodInitDense: s.handleInitDense,
-		methodStats: s.handleStats, methodTable: s.handleTable,
+		methodStats: s.handleStats, methodTable: s.handleTable, methodMigrate: s.handleMigrate,
 	} {
 		if err := r.Register(m, h); err != nil {
 			return nil, err
@@ -114,6 +124,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	err := s.rpc.Close()
+	s.closeMigrations()
 	// Collect the barriers first: a completing step holds its barrier while it takes own.
 	var bars []*barrier
 	s.own.RLock()
@@ -180,7 +191,8 @@ func (s *Server) newBarrier() *barrier {
 }
 
 // SetOwnerTable makes t the server's owner table. Requests in flight finish under the old table
-// first. It reports false, changing nothing, for a table older than the current one. A different
+// first. A slot t gives the server that the previous table did not is served only to requests
+// routed by t or a newer table. It reports false, changing nothing, for a table older than the current one. A different
 // table with the current version is an error, and so is any change of table on a synchronous
 // server once it has one: a synchronous step must run under one table on every server.
 func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
@@ -203,6 +215,11 @@ func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 			return false, fmt.Errorf("%w: a different owner table with the current version %d", ErrBadConfig, t.Version)
 		case s.cfg.SyncWorkers > 0:
 			return false, fmt.Errorf("%w: a synchronous server keeps its owner table (version %d)", ErrBadConfig, cur.Version)
+		}
+	}
+	for _, sl := range set.Members() {
+		if !s.own.slots.Has(sl) {
+			s.own.since[sl] = t.Version
 		}
 	}
 	s.own.table, s.own.slots = t, set
@@ -291,13 +308,26 @@ func (sc *reqScratch) floatsN(n int) []float32 {
 	return sc.floats[:n]
 }
 
-// checkIDsLocked verifies that this server owns every id's slot and counts ids per slot.
-func (s *Server) checkIDsLocked(ids []uint64, sc *reqScratch) error {
+// servesLocked returns nil when a request routed by an owner table of version may touch slot:
+// the server owns it, is not handing it over, and owned it already at that version.
+func (s *Server) servesLocked(slot int, version uint64) error {
+	switch {
+	case !s.own.slots.Has(slot) || s.own.since[slot] > version:
+		return s.wrongOwnerLocked(slot)
+	case s.own.fenced.Has(slot):
+		return s.movedLocked(slot)
+	}
+	return nil
+}
+
+// checkIDsLocked verifies that this server serves every id's slot to a request routed by table
+// version (servesLocked) and counts ids per slot.
+func (s *Server) checkIDsLocked(ids []uint64, version uint64, sc *reqScratch) error {
 	S := s.cfg.Slots
 	for _, id := range ids {
 		slot := embedding.Slot(id, S)
-		if !s.own.slots.Has(slot) {
-			return s.wrongOwnerLocked(slot)
+		if err := s.servesLocked(slot, version); err != nil {
+			return err
 		}
 		if sc.count[slot] == 0 {
 			sc.slots = append(sc.slots, int32(slot))
@@ -338,7 +368,7 @@ func (s *Server) handlePull(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	}
 	sc := s.scratch()
 	defer s.putScratch(sc)
-	if err := s.checkIDsLocked(r.ids, sc); err != nil {
+	if err := s.checkIDsLocked(r.ids, r.version, sc); err != nil {
 		return err
 	}
 	if len(r.floats) != 0 {
@@ -394,7 +424,7 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	}
 	sc := s.scratch()
 	defer s.putScratch(sc)
-	if err := s.checkIDsLocked(r.ids, sc); err != nil {
+	if err := s.checkIDsLocked(r.ids, r.version, sc); err != nil {
 		s.own.RUnlock()
 		return err
 	}

@@ -23,8 +23,81 @@ type Cluster struct {
 	Holder  *ps.TableHolder
 	Slots   int
 
-	wg sync.WaitGroup
-	ls []net.Listener
+	wg   sync.WaitGroup
+	ls   []net.Listener
+	opts Options
+}
+
+// AddServer starts one more server, id on host id, with no owner table yet, and returns it
+// with its node for owner tables.
+func (c *Cluster) AddServer(id string) (*ps.Server, ps.Node) {
+	c.T.Helper()
+	o := c.opts
+	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers, Protection: o.Protection, Transport: c.Net.Host(id)})
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	l, err := c.Net.Host(id).Listen(id + ":1")
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.Servers = append(c.Servers, srv)
+	c.Addrs = append(c.Addrs, l.Addr().String())
+	c.ls = append(c.ls, l)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		srv.Serve(l)
+	}()
+	return srv, ps.Node{ID: id, Addr: l.Addr().String()}
+}
+
+// Node returns the owner-table node of the server called id (started by New or AddServer).
+func (c *Cluster) Node(id string) ps.Node {
+	for i, s := range c.Servers {
+		if s.ID() == id {
+			return ps.Node{ID: id, Addr: c.Addrs[i]}
+		}
+	}
+	c.T.Fatalf("no server %q", id)
+	return ps.Node{}
+}
+
+// Server returns the server called id, or nil.
+func (c *Cluster) Server(id string) *ps.Server {
+	for _, s := range c.Servers {
+		if s.ID() == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// Migrator returns a migrator on host "coordinator", closed at the end of the test.
+func (c *Cluster) Migrator(cfg ps.MigratorConfig) *ps.Migrator {
+	c.T.Helper()
+	cfg.Secret = Secret()
+	cfg.Transport = c.Net.Host("coordinator")
+	m, err := ps.NewMigrator(cfg)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.T.Cleanup(func() { m.Close() })
+	return m
+}
+
+// PublishTo is a ps.Publish for a Migrator: it records t in Holder, then installs it on every
+// server t names (the servers of t's nodes that are running).
+func (c *Cluster) PublishTo(ctx context.Context, t *ps.OwnerTable) error {
+	c.Holder.Set(t)
+	for _, n := range t.Nodes {
+		if s := c.Server(n.ID); s != nil {
+			if _, err := s.SetOwnerTable(t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Options adjust a cluster.
@@ -43,26 +116,11 @@ func New(t testing.TB, n int, o Options) *Cluster {
 		o.Slots = 64
 	}
 	c := &Cluster{T: t, Net: memnet.New(memnet.Config{}), Holder: &ps.TableHolder{}, Slots: o.Slots}
+	c.opts = o
 	var nodes []ps.Node
 	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("ps-%d", i)
-		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers, Protection: o.Protection})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := c.Net.Host(id).Listen(id + ":1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Servers = append(c.Servers, srv)
-		c.Addrs = append(c.Addrs, l.Addr().String())
-		c.ls = append(c.ls, l)
-		nodes = append(nodes, ps.Node{ID: id, Addr: l.Addr().String()})
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			srv.Serve(l)
-		}()
+		_, node := c.AddServer(fmt.Sprintf("ps-%d", i))
+		nodes = append(nodes, node)
 	}
 	table, err := ps.NewOwnerTable(1, o.Slots, nodes, nil)
 	if err != nil {

@@ -1,0 +1,716 @@
+package ps
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/rpc"
+)
+
+// A slot migration moves the rows (weights and optimizer state), dense tensors and applied
+// positions of a set of slots from their owner A to a server B while both keep serving:
+//
+//  1. open: A starts tracking changes of the slots' rows (a Tracker per table);
+//  2. base: B copies the slots' rows from A shard by shard, in chunks;
+//  3. catch-up: B copies the rows changed meanwhile, in rounds, until a round is small;
+//  4. fence: A refuses every request touching the slots (ErrMoved) once those in flight are
+//     done, and hands B the positions applied to them;
+//  5. final: B copies the last changes; B now holds exactly what A holds for the slots;
+//  6. the coordinator publishes an owner table giving the slots to B (B serves them from then);
+//  7. release: A deletes its rows of the slots, which it no longer owns.
+//
+// Steps 1–5 are one call to B (Server.ReceiveSlots, or the migrate RPC), which pulls from A
+// over the servers' own RPC port. Until step 6 nothing has changed for clients except the
+// fence, so a failure before it aborts the migration: A lifts the fence and B forgets what it
+// received, and the slots stay with A.
+//
+// The migrate RPC's request is: op u8 | migration id u64 | op's fields; see the op constants.
+const (
+	// opOpen: to (str) | slots u32 + u32 each. Answers the tables: count u32 | per table:
+	// name (str), dense u8, schema (u32 length, bytes).
+	opOpen byte = iota + 1
+	// opCopy: table (str) | from shard u32 | changed u8 | budget u32. Answers next shard u32 |
+	// raw records.
+	opCopy
+	// opFence: answers the applied state of the slots (AppliedState).
+	opFence
+	// opRelease: answers the rows deleted, u64.
+	opRelease
+	// opAbort: answers nothing.
+	opAbort
+	// opReceive, sent to the destination: the MigrationSpec as JSON. Answers MigrationStats as
+	// JSON.
+	opReceive
+	// opDiscard, sent to the destination after a failed migration: slots u32 + u32 each.
+	opDiscard
+)
+
+// migrations is a server's part in the migrations under way.
+type migrations struct {
+	// afterFence, if set (tests), runs on the destination just after it fenced the source.
+	afterFence atomic.Pointer[func(context.Context)]
+
+	mu    sync.Mutex
+	out   map[uint64]*outMigration // as the source, by migration id
+	peers *rpc.Client              // as the destination: calls to sources, made on first use
+}
+
+// outMigration is a migration of slots away from this server.
+type outMigration struct {
+	mu     sync.Mutex // serialises copies
+	id     uint64
+	to     string
+	slots  *embedding.SlotSet
+	list   []int
+	trk    map[string]*embedding.Tracker // per table with rows in the slots
+	fenced bool
+	buf    []byte
+}
+
+func (m *outMigration) close() {
+	for _, tr := range m.trk {
+		tr.Close()
+	}
+}
+
+func (s *Server) closeMigrations() {
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
+	for id, m := range s.mig.out {
+		m.close()
+		delete(s.mig.out, id)
+	}
+	if s.mig.peers != nil {
+		s.mig.peers.Close()
+	}
+}
+
+// movedLocked builds the refusal of a fenced slot; the data is the server's version, the slot
+// and the destination's ID.
+func (s *Server) movedLocked(slot int) error {
+	to := ""
+	s.mig.mu.Lock()
+	for _, m := range s.mig.out {
+		if m.fenced && m.slots.Has(slot) {
+			to = m.to
+		}
+	}
+	s.mig.mu.Unlock()
+	v := s.version()
+	d := binary.LittleEndian.AppendUint64(nil, v)
+	d = binary.LittleEndian.AppendUint32(d, uint32(slot))
+	d = append(d, to...)
+	return &rpc.RemoteError{Code: codeMoved, Message: fmt.Sprintf("server %s is handing slot %d to %s (version %d)", s.cfg.ID, slot, to, v), Data: d}
+}
+
+func migErr(format string, a ...any) error { return remote(codeMigration, format, a...) }
+
+func (s *Server) handleMigrate(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+	if len(req) < 9 {
+		return remote(codeBadRequest, "malformed migration request")
+	}
+	op, id := req[0], binary.LittleEndian.Uint64(req[1:])
+	d := decoder{b: req[9:]}
+	switch op {
+	case opOpen:
+		to := d.str()
+		slots := d.slots(s.cfg.Slots)
+		if d.err != nil || len(d.b) != 0 {
+			return remote(codeBadRequest, "malformed migration open")
+		}
+		tabs, err := s.openMigration(id, to, slots)
+		if err != nil {
+			return err
+		}
+		resp.Write(tabs)
+		return nil
+	case opCopy:
+		table := d.str()
+		from, changed, budget := int(d.u32()), d.bytes(1), int(d.u32())
+		if d.err != nil || len(d.b) != 0 {
+			return remote(codeBadRequest, "malformed migration copy")
+		}
+		return s.copyMigration(id, table, from, changed[0] == 1, budget, resp)
+	case opFence:
+		st, err := s.fenceMigration(id)
+		if err != nil {
+			return err
+		}
+		resp.Write(st)
+		return nil
+	case opRelease:
+		n, err := s.ReleaseMigration(id)
+		if err != nil {
+			return err
+		}
+		resp.Write(binary.LittleEndian.AppendUint64(nil, uint64(n)))
+		return nil
+	case opAbort:
+		s.AbortMigration(id)
+		return nil
+	case opReceive:
+		var spec MigrationSpec
+		if err := json.Unmarshal(d.b, &spec); err != nil {
+			return remote(codeBadRequest, "malformed migration spec: %v", err)
+		}
+		spec.ID = id
+		st, err := s.ReceiveSlots(ctx, spec)
+		if err != nil {
+			var re *rpc.RemoteError
+			if errors.As(err, &re) {
+				return err
+			}
+			return migErr("%v", err)
+		}
+		return json.NewEncoder(resp).Encode(st)
+	case opDiscard:
+		slots := d.slots(s.cfg.Slots)
+		if d.err != nil || len(d.b) != 0 {
+			return remote(codeBadRequest, "malformed migration discard")
+		}
+		if _, err := s.DiscardSlots(slots); err != nil {
+			return migErr("%v", err)
+		}
+		return nil
+	}
+	return remote(codeBadRequest, "unknown migration op %d", op)
+}
+
+// slots reads a slot list (count u32, then u32 each, every one below n).
+func (d *decoder) slots(n int) []int {
+	c := d.u32()
+	if d.err != nil || uint64(c)*4 > uint64(len(d.b)) {
+		d.err = errShort
+		return nil
+	}
+	out := make([]int, c)
+	for i := range out {
+		out[i] = int(d.u32())
+		if out[i] >= n {
+			d.err = errShort
+			return nil
+		}
+	}
+	return out
+}
+
+func appendSlots(dst []byte, slots []int) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(slots)))
+	for _, sl := range slots {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(sl))
+	}
+	return dst
+}
+
+// openMigration starts tracking the slots' rows for a migration to server to, and describes
+// the tables B must copy.
+func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error) {
+	if len(slots) == 0 {
+		return nil, migErr("migration %d moves no slot", id)
+	}
+	set := embedding.NewSlotSet(s.cfg.Slots, slots...)
+	s.own.RLock()
+	defer s.own.RUnlock()
+	for _, sl := range slots {
+		if !s.own.slots.Has(sl) {
+			return nil, migErr("server %s does not own slot %d", s.cfg.ID, sl)
+		}
+		if s.own.fenced.Has(sl) {
+			return nil, migErr("server %s is already handing slot %d over", s.cfg.ID, sl)
+		}
+	}
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
+	if _, dup := s.mig.out[id]; dup {
+		return nil, migErr("migration %d is open already", id)
+	}
+	for _, m := range s.mig.out {
+		for _, sl := range slots {
+			if m.slots.Has(sl) {
+				return nil, migErr("slot %d is in migration %d already", sl, m.id)
+			}
+		}
+	}
+	m := &outMigration{id: id, to: to, slots: set, list: slices.Sorted(slices.Values(slots)), trk: map[string]*embedding.Tracker{}}
+	names := make([]string, 0, len(s.own.tables))
+	for name, h := range s.own.tables {
+		if !h.dense || set.Has(h.slot) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	out := binary.LittleEndian.AppendUint32(nil, uint32(len(names)))
+	for _, name := range names {
+		h := s.own.tables[name]
+		m.trk[name] = h.t.NewTracker() // before any copy: every later change is recorded
+		out = appendString(out, name)
+		dense := byte(0)
+		if h.dense {
+			dense = 1
+		}
+		out = append(out, dense)
+		schema := h.t.Schema()
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(schema)))
+		out = append(out, schema...)
+	}
+	s.mig.out[id] = m
+	return out, nil
+}
+
+func (s *Server) outMigration(id uint64) (*outMigration, error) {
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
+	m := s.mig.out[id]
+	if m == nil {
+		return nil, migErr("server %s has no migration %d", s.cfg.ID, id)
+	}
+	return m, nil
+}
+
+// copyMigration answers one chunk of a table's rows in the migration's slots: all of them
+// (changed false) or those changed since the previous changed copy.
+func (s *Server) copyMigration(id uint64, table string, from int, changed bool, budget int, resp *rpc.Buffer) error {
+	m, err := s.outMigration(id)
+	if err != nil {
+		return err
+	}
+	s.own.RLock()
+	h := s.own.tables[table]
+	s.own.RUnlock()
+	tr := m.trk[table]
+	if h == nil || tr == nil {
+		return migErr("migration %d copies no table %q", id, table)
+	}
+	opt := embedding.ExportOptions{Slots: m.slots}
+	if h.dense {
+		opt.Slots = nil // a dense tensor moves whole with its name's slot
+	}
+	if changed {
+		opt.Changed, opt.Reset = tr, true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := binary.LittleEndian.AppendUint32(m.buf[:0], 0)
+	out, next, err := h.t.AppendRawShards(out, from, max(budget, 1), opt)
+	if err != nil {
+		return migErr("migration %d, table %q: %v", id, table, err)
+	}
+	binary.LittleEndian.PutUint32(out, uint32(next))
+	resp.Write(out)
+	if cap(out) <= 64<<20 {
+		m.buf = out[:0]
+	}
+	return nil
+}
+
+// fenceMigration makes the server refuse the migration's slots from now on and returns the
+// positions applied to them. Requests in flight finish first, so nothing changes the slots
+// afterwards.
+func (s *Server) fenceMigration(id uint64) ([]byte, error) {
+	m, err := s.outMigration(id)
+	if err != nil {
+		return nil, err
+	}
+	s.own.Lock()
+	for _, sl := range m.list {
+		if !s.own.slots.Has(sl) {
+			s.own.Unlock()
+			return nil, migErr("server %s no longer owns slot %d", s.cfg.ID, sl)
+		}
+	}
+	for _, sl := range m.list {
+		s.own.fenced.Add(sl)
+	}
+	s.mig.mu.Lock()
+	m.fenced = true
+	s.mig.mu.Unlock()
+	s.own.Unlock()
+	return s.AppliedState(m.slots.Has), nil
+}
+
+// ReleaseMigration ends migration id as a success on its source: the server deletes its rows,
+// dense tensors and applied positions of the slots, stops tracking them and lifts the fence. It
+// refuses while its owner table still gives it any of the slots (the table that gives them to
+// their new owner must be installed first), and returns the rows deleted. A migration it does
+// not know counts as released.
+func (s *Server) ReleaseMigration(id uint64) (int, error) {
+	s.mig.mu.Lock()
+	m := s.mig.out[id]
+	s.mig.mu.Unlock()
+	if m == nil {
+		return 0, nil
+	}
+	s.own.Lock()
+	defer s.own.Unlock()
+	for _, sl := range m.list {
+		if s.own.slots.Has(sl) {
+			return 0, migErr("server %s still owns slot %d of migration %d", s.cfg.ID, sl, id)
+		}
+	}
+	n := 0
+	for name, h := range s.own.tables {
+		if _, moved := m.trk[name]; !moved {
+			continue
+		}
+		if h.dense {
+			for _, rid := range h.ids {
+				if h.t.Delete(rid) {
+					n++
+				}
+			}
+			continue
+		}
+		n += h.t.DeleteSlots(m.slots)
+	}
+	for _, a := range s.own.applied {
+		a.dropSlots(m.slots.Has)
+	}
+	s.endMigrationLocked(m)
+	return n, nil
+}
+
+// AbortMigration ends migration id as a failure on its source: the server lifts the fence and
+// keeps serving the slots. A migration it does not know is ignored.
+func (s *Server) AbortMigration(id uint64) {
+	s.mig.mu.Lock()
+	m := s.mig.out[id]
+	s.mig.mu.Unlock()
+	if m == nil {
+		return
+	}
+	s.own.Lock()
+	defer s.own.Unlock()
+	s.endMigrationLocked(m)
+}
+
+func (s *Server) endMigrationLocked(m *outMigration) {
+	for _, sl := range m.list {
+		s.own.fenced.Remove(sl)
+	}
+	s.mig.mu.Lock()
+	delete(s.mig.out, m.id)
+	s.mig.mu.Unlock()
+	m.close()
+}
+
+// MigrationSpec describes a migration to the server that receives the slots.
+type MigrationSpec struct {
+	// ID identifies the migration on both servers; unique among the migrations under way.
+	ID uint64
+	// From is the slots' current owner.
+	From Node
+	// Slots are the slots to move.
+	Slots []int
+	// MaxRounds bounds the catch-up rounds before the fence. Default 8.
+	MaxRounds int
+	// SmallRound ends the catch-up once a round copies fewer bytes: the final copy, made while
+	// the slots are fenced, is then about that small. Default 1 MiB.
+	SmallRound int
+	// ChunkBytes is the size a copied chunk aims at. Default 4 MiB.
+	ChunkBytes int
+	// Bandwidth caps the bytes per second this migration copies; 0 means no cap.
+	Bandwidth int64
+}
+
+func (sp MigrationSpec) withDefaults() MigrationSpec {
+	if sp.MaxRounds == 0 {
+		sp.MaxRounds = 8
+	}
+	if sp.SmallRound == 0 {
+		sp.SmallRound = 1 << 20
+	}
+	if sp.ChunkBytes == 0 {
+		sp.ChunkBytes = 4 << 20
+	}
+	return sp
+}
+
+// MigrationStats reports one migration as its destination saw it.
+type MigrationStats struct {
+	// Rows and Bytes count the records copied: the base, every catch-up round and the final
+	// copy (a row changed during the migration counts each time it was copied).
+	Rows, Bytes int64
+	// BaseRows counts the rows of the base copy.
+	BaseRows int64
+	// Rounds is the catch-up rounds made before the fence.
+	Rounds int
+	// FinalRows counts the records of the copy made while the slots were fenced.
+	FinalRows int64
+	// Fenced is the time from the fence to the end of the final copy: how long clients of
+	// the slots waited, not counting the publication of the next owner table.
+	Fenced time.Duration
+	// Duration is the whole migration.
+	Duration time.Duration
+}
+
+// ReceiveSlots carries out migration spec as its destination: it copies the slots' rows, dense
+// tensors and applied positions from spec.From while that server keeps serving them, fences
+// them there for the final copy, and returns once this server holds exactly what the source
+// holds for them. It serves them only once an owner table gives them to it. On failure the
+// source lifts its fence, this server forgets what it received, and the error wraps
+// ErrMigration.
+func (s *Server) ReceiveSlots(ctx context.Context, spec MigrationSpec) (MigrationStats, error) {
+	spec = spec.withDefaults()
+	start := time.Now()
+	var st MigrationStats
+	if len(spec.Slots) == 0 {
+		return st, fmt.Errorf("%w: migration %d moves no slot", ErrMigration, spec.ID)
+	}
+	set := embedding.NewSlotSet(s.cfg.Slots)
+	for _, sl := range spec.Slots {
+		if sl < 0 || sl >= s.cfg.Slots {
+			return st, fmt.Errorf("%w: slot %d not in 0..%d", ErrMigration, sl, s.cfg.Slots-1)
+		}
+		set.Add(sl)
+	}
+	s.own.RLock()
+	for _, sl := range spec.Slots {
+		if s.own.slots.Has(sl) {
+			s.own.RUnlock()
+			return st, fmt.Errorf("%w: server %s owns slot %d already", ErrMigration, s.cfg.ID, sl)
+		}
+	}
+	s.own.RUnlock()
+	peers, err := s.peerClient()
+	if err != nil {
+		return st, err
+	}
+	r := &receiver{s: s, peers: peers, spec: spec, set: set, st: &st, start: start}
+	if err := r.run(ctx); err != nil {
+		// Best effort, also when ctx is done: the source must not stay fenced.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		r.call(actx, opAbort, nil)
+		s.ClearSlots(set.Has)
+		return st, fmt.Errorf("%w: migration %d of %d slots from %s: %w", ErrMigration, spec.ID, len(spec.Slots), spec.From.ID, err)
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+// DiscardSlots forgets what this server holds for slots it does not own: what a failed or
+// abandoned migration brought it. It refuses slots it owns, and returns the rows deleted.
+func (s *Server) DiscardSlots(slots []int) (int, error) {
+	set := embedding.NewSlotSet(s.cfg.Slots)
+	s.own.RLock()
+	for _, sl := range slots {
+		if sl < 0 || sl >= s.cfg.Slots || s.own.slots.Has(sl) {
+			s.own.RUnlock()
+			return 0, fmt.Errorf("%w: server %s cannot discard slot %d", ErrMigration, s.cfg.ID, sl)
+		}
+		set.Add(sl)
+	}
+	s.own.RUnlock()
+	return s.ClearSlots(set.Has), nil
+}
+
+func (s *Server) peerClient() (*rpc.Client, error) {
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if s.mig.peers == nil {
+		rc := rpc.ClientConfig{Secret: s.cfg.Secret, Logger: s.log, ConnsPerAddr: 1, MaxFrameSize: 256 << 20, Protection: s.cfg.Protection}
+		if s.cfg.Transport != nil {
+			rc.Transport = s.cfg.Transport
+		}
+		c, err := rpc.NewClient(rc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		s.mig.peers = c
+	}
+	return s.mig.peers, nil
+}
+
+// receiver is the destination's side of one migration.
+type receiver struct {
+	s     *Server
+	peers *rpc.Client
+	spec  MigrationSpec
+	set   *embedding.SlotSet
+	st    *MigrationStats
+	start time.Time
+	tabs  []receivedTable
+	sent  int64 // bytes copied, for the bandwidth cap
+}
+
+type receivedTable struct {
+	name string
+	t    *embedding.Table
+}
+
+func (r *receiver) call(ctx context.Context, op byte, body []byte) ([]byte, error) {
+	req := append([]byte{op}, binary.LittleEndian.AppendUint64(nil, r.spec.ID)...)
+	resp, err := r.peers.Call(ctx, r.spec.From.Addr, methodMigrate, append(req, body...))
+	if err != nil {
+		return nil, mapErr(r.spec.From.Addr, err)
+	}
+	return resp, nil
+}
+
+func (r *receiver) run(ctx context.Context) error {
+	// Rows left from an earlier time this server owned the slots must not survive.
+	r.s.ClearSlots(r.set.Has)
+	open := appendString(nil, r.s.cfg.ID)
+	open = appendSlots(open, r.spec.Slots)
+	resp, err := r.call(ctx, opOpen, open)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	err = r.tables(resp)
+	r.peers.Release(resp)
+	if err != nil {
+		return err
+	}
+	n, err := r.copyAll(ctx, false)
+	if err != nil {
+		return fmt.Errorf("base copy: %w", err)
+	}
+	r.st.BaseRows = n
+	for r.st.Rounds < r.spec.MaxRounds {
+		before := r.st.Bytes
+		if _, err := r.copyAll(ctx, true); err != nil {
+			return fmt.Errorf("catch-up round %d: %w", r.st.Rounds+1, err)
+		}
+		r.st.Rounds++
+		if r.st.Bytes-before < int64(r.spec.SmallRound) {
+			break
+		}
+	}
+	fenced := time.Now()
+	applied, err := r.call(ctx, opFence, nil)
+	if err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	if f := r.s.mig.afterFence.Load(); f != nil {
+		(*f)(ctx)
+	}
+	state := append([]byte(nil), applied...)
+	r.peers.Release(applied)
+	if r.st.FinalRows, err = r.copyAll(ctx, true); err != nil {
+		return fmt.Errorf("final copy: %w", err)
+	}
+	if err := r.s.LoadApplied([][]byte{state}, r.set.Has); err != nil {
+		return fmt.Errorf("applied positions: %w", err)
+	}
+	r.st.Fenced = time.Since(fenced)
+	return nil
+}
+
+// tables checks the source's table list against this server's tables.
+func (r *receiver) tables(resp []byte) error {
+	d := decoder{b: resp}
+	n := int(d.u32())
+	r.s.own.RLock()
+	defer r.s.own.RUnlock()
+	for i := 0; i < n && d.err == nil; i++ {
+		name := d.str()
+		dense := d.bytes(1)
+		schema := d.bytes(int(d.u32()))
+		if d.err != nil {
+			break
+		}
+		h := r.s.own.tables[name]
+		if h == nil || h.dense != (dense[0] == 1) || string(h.t.Schema()) != string(schema) {
+			return fmt.Errorf("table %q differs between %s and %s", name, r.spec.From.ID, r.s.cfg.ID)
+		}
+		r.tabs = append(r.tabs, receivedTable{name: name, t: h.t})
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return fmt.Errorf("%w: migration table list", ErrCorrupt)
+	}
+	return nil
+}
+
+// copyAll copies every table's rows of the slots (changed: only those changed since the last
+// changed copy) and loads them, returning the records copied.
+func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
+	var rows int64
+	for _, tb := range r.tabs {
+		rec := tb.t.RawRowSize()
+		for from := 0; from < tb.t.Shards(); {
+			body := appendString(nil, tb.name)
+			body = binary.LittleEndian.AppendUint32(body, uint32(from))
+			flag := byte(0)
+			if changed {
+				flag = 1
+			}
+			body = append(body, flag)
+			body = binary.LittleEndian.AppendUint32(body, uint32(r.spec.ChunkBytes))
+			resp, err := r.call(ctx, opCopy, body)
+			if err != nil {
+				return rows, err
+			}
+			if len(resp) < 4 || (len(resp)-4)%rec != 0 {
+				r.peers.Release(resp)
+				return rows, fmt.Errorf("%w: migration chunk of %d bytes", ErrCorrupt, len(resp))
+			}
+			next := int(binary.LittleEndian.Uint32(resp))
+			if next <= from || next > tb.t.Shards() {
+				r.peers.Release(resp)
+				return rows, fmt.Errorf("%w: migration chunk goes from shard %d to %d", ErrCorrupt, from, next)
+			}
+			data := resp[4:]
+			keep := r.set.Contains
+			if r.s.isDense(tb.name) {
+				keep = nil
+			}
+			_, err = tb.t.LoadRaw(data, keep)
+			rows += int64(len(data) / rec)
+			r.st.Rows += int64(len(data) / rec)
+			r.st.Bytes += int64(len(data))
+			r.peers.Release(resp)
+			if err != nil {
+				return rows, fmt.Errorf("load %q: %w", tb.name, err)
+			}
+			from = next
+			if err := r.pace(ctx, len(data)); err != nil {
+				return rows, err
+			}
+		}
+	}
+	return rows, nil
+}
+
+// pace sleeps as long as the bandwidth cap asks after n more bytes.
+func (r *receiver) pace(ctx context.Context, n int) error {
+	r.sent += int64(n)
+	if r.spec.Bandwidth <= 0 {
+		return ctx.Err()
+	}
+	due := r.start.Add(time.Duration(float64(r.sent) / float64(r.spec.Bandwidth) * float64(time.Second)))
+	return sleep(ctx, time.Until(due))
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) isDense(name string) bool {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	h := s.own.tables[name]
+	return h != nil && h.dense
+}

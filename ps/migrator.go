@@ -1,0 +1,384 @@
+package ps
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/internal/rpc"
+	"golang.org/x/sync/errgroup"
+)
+
+// MigratorConfig configures a Migrator. Secret is required.
+type MigratorConfig struct {
+	// Secret is the cluster secret (the servers'), at least MinSecretSize bytes.
+	Secret []byte
+	// Protection is what every frame to the servers carries. Default ProtectIntegrity.
+	Protection Protection
+	// Transport dials the servers. Nil means TCP.
+	Transport Transport
+	// Concurrency bounds the migrations under way at once; each moves one group of slots
+	// between one pair of servers. Default 4.
+	Concurrency int
+	// GroupSlots is the most slots one migration moves: they are copied, fenced and handed over
+	// together, and each group costs its source one pass over its rows. Default 256.
+	GroupSlots int
+	// Bandwidth caps the bytes per second each migration copies; 0 means no cap.
+	Bandwidth int64
+	// MaxRounds, SmallRound and ChunkBytes are passed to each migration (MigrationSpec).
+	MaxRounds, SmallRound, ChunkBytes int
+	// Logger receives each migration's start, end and failure. Nil discards.
+	Logger *slog.Logger
+}
+
+func (c MigratorConfig) withDefaults() MigratorConfig {
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.GroupSlots == 0 {
+		c.GroupSlots = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with c in one error wrapping ErrBadConfig, or nil.
+func (c MigratorConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if err := rpc.ValidateSecret(c.Secret); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Concurrency < 1 || c.Concurrency > 1024 {
+		errs = append(errs, fmt.Errorf("Concurrency %d not in 1..1024", c.Concurrency))
+	}
+	if c.GroupSlots < 1 {
+		errs = append(errs, fmt.Errorf("GroupSlots %d must be positive", c.GroupSlots))
+	}
+	for name, v := range map[string]int64{"Bandwidth": c.Bandwidth, "MaxRounds": int64(c.MaxRounds), "SmallRound": int64(c.SmallRound), "ChunkBytes": int64(c.ChunkBytes)} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+}
+
+// Migrator changes a job's placement while it trains: it moves only the slots whose owner
+// changes, a group at a time between one pair of servers, several groups at once, and
+// publishes an owner table after each group (see Server.ReceiveSlots for one migration). Safe
+// for concurrent use; one Migrate runs at a time.
+type Migrator struct {
+	cfg  MigratorConfig
+	log  *slog.Logger
+	rpc  *rpc.Client
+	ids  atomic.Uint64
+	run  sync.Mutex // one Migrate at a time
+	prog struct {
+		sync.Mutex
+		p MigrationProgress
+	}
+}
+
+// MigrationProgress reports a Migrator's current or last Migrate.
+type MigrationProgress struct {
+	// Running is true while Migrate runs.
+	Running bool
+	// SlotsDone of SlotsTotal slots have their new owner published.
+	SlotsDone, SlotsTotal int
+	// Groups and GroupsDone count the migrations planned and finished; GroupsFailed those that
+	// failed (their slots stayed with their source).
+	Groups, GroupsDone, GroupsFailed int
+	// Rows and Bytes count the records copied so far.
+	Rows, Bytes int64
+	// Version is the newest owner table published.
+	Version uint64
+	// MaxFenced is the longest a group's slots were fenced before their table went out.
+	MaxFenced time.Duration
+	// Started and Elapsed time the Migrate.
+	Started time.Time
+	Elapsed time.Duration
+}
+
+// NewMigrator returns a Migrator. It connects lazily.
+func NewMigrator(cfg MigratorConfig) (*Migrator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	rc := rpc.ClientConfig{Secret: cfg.Secret, Logger: cfg.Logger, ConnsPerAddr: 1, Protection: cfg.Protection}
+	if cfg.Transport != nil {
+		rc.Transport = cfg.Transport
+	}
+	c, err := rpc.NewClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	m := &Migrator{cfg: cfg, log: cfg.Logger, rpc: c}
+	m.ids.Store(rand.Uint64() &^ 0xffffffff) // ids unique across migrators, counting up
+	return m, nil
+}
+
+// Close closes the Migrator's connections. It is idempotent.
+func (m *Migrator) Close() error { return m.rpc.Close() }
+
+// Progress returns the progress of the current or last Migrate.
+func (m *Migrator) Progress() MigrationProgress {
+	m.prog.Lock()
+	defer m.prog.Unlock()
+	p := m.prog.p
+	if p.Running {
+		p.Elapsed = time.Since(p.Started)
+	}
+	return p
+}
+
+func (m *Migrator) update(f func(p *MigrationProgress)) {
+	m.prog.Lock()
+	defer m.prog.Unlock()
+	f(&m.prog.p)
+}
+
+// Publish makes t the job's owner table: the servers install it and clients can get it. It
+// must record t as current before installing it anywhere, since some servers may serve by it
+// even when Publish then fails.
+type Publish func(ctx context.Context, t *OwnerTable) error
+
+// Migrate moves the job from cur's placement to next's (next is typically NewOwnerTable over
+// the new set of servers with cur as prev; its version is not used). The servers of both must
+// be up and serving; cur must be what they have installed. Slots are moved in groups; after
+// each group publish gets a table (versions counting up from cur's) that gives the group to its
+// new owner and keeps every server of cur and next; the last table has next's placement and
+// only next's servers. It returns the last table published.
+//
+// A group that fails leaves its slots with their source, fence lifted, and the other groups
+// go on; Migrate then returns the last table published with an error wrapping ErrMigration,
+// and nodes of cur that are not in next stay in it while they own slots. A Publish error stops
+// Migrate at once and is returned with the table Publish was given: that table is the job's
+// from then on.
+func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish Publish) (*OwnerTable, error) {
+	m.run.Lock()
+	defer m.run.Unlock()
+	if cur.Slots != next.Slots {
+		return cur, fmt.Errorf("%w: slot count %d differs from %d", ErrBadConfig, next.Slots, cur.Slots)
+	}
+	nodes := unionNodes(cur.Nodes, next.Nodes)
+	groups := m.group(cur.Moves(next))
+	total := 0
+	for _, g := range groups {
+		total += len(g)
+	}
+	m.update(func(p *MigrationProgress) {
+		*p = MigrationProgress{Running: true, SlotsTotal: total, Groups: len(groups), Version: cur.Version, Started: time.Now()}
+	})
+	defer m.update(func(p *MigrationProgress) { p.Running, p.Elapsed = false, time.Since(p.Started) })
+	m.log.Info("migration starting", "slots", total, "groups", len(groups), "from_version", cur.Version, "servers_before", len(cur.Nodes), "servers_after", len(next.Nodes))
+
+	var pubMu sync.Mutex
+	published := cur
+	var pubErr error
+	var failed []error
+	var failMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(m.cfg.Concurrency)
+	for _, moves := range groups {
+		g.Go(func() error {
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			st, err := m.moveGroup(gctx, nodes, moves)
+			if err != nil {
+				m.log.Warn("migration failed; its slots stay with their source", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "err", err)
+				m.update(func(p *MigrationProgress) { p.GroupsFailed++ })
+				failMu.Lock()
+				failed = append(failed, err)
+				failMu.Unlock()
+				return nil
+			}
+			pubMu.Lock()
+			defer pubMu.Unlock()
+			if pubErr != nil {
+				return pubErr
+			}
+			t, err := published.WithMoves(published.Version+1, nodes, moves)
+			if err != nil {
+				return err
+			}
+			published = t
+			if err := publish(gctx, t); err != nil {
+				pubErr = fmt.Errorf("publish owner table %d: %w", t.Version, err)
+				return pubErr
+			}
+			fenced := st.Fenced
+			m.update(func(p *MigrationProgress) {
+				p.SlotsDone += len(moves)
+				p.GroupsDone++
+				p.Rows += st.Rows
+				p.Bytes += st.Bytes
+				p.Version = t.Version
+				p.MaxFenced = max(p.MaxFenced, fenced)
+			})
+			m.log.Info("slots moved", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "rows", st.Rows, "bytes", st.Bytes, "rounds", st.Rounds, "fenced", st.Fenced, "version", t.Version)
+			// The source no longer owns the slots once it has installed t; if it has not (it
+			// failed meanwhile), it keeps them fenced until it does or is recovered.
+			if err := m.call(gctx, nodeAddr(nodes, moves[0].From), opRelease, st.id, nil); err != nil {
+				m.log.Warn("source could not drop the moved slots", "server", moves[0].From, "err", err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	pubMu.Lock()
+	last := published
+	pubMu.Unlock()
+	if err != nil {
+		return last, fmt.Errorf("%w: %w", ErrMigration, err)
+	}
+	if len(failed) > 0 {
+		return last, fmt.Errorf("%w: %d of %d groups: %w", ErrMigration, len(failed), len(groups), errors.Join(failed...))
+	}
+	if !last.SamePlacement(next) {
+		return last, fmt.Errorf("%w: placement after the moves differs from the target", ErrMigration)
+	}
+	if slices.Equal(last.Nodes, next.Nodes) {
+		return last, nil
+	}
+	final, err := last.WithMoves(last.Version+1, next.Nodes, nil)
+	if err != nil {
+		return last, err
+	}
+	if err := publish(ctx, final); err != nil {
+		return final, fmt.Errorf("%w: publish owner table %d: %w", ErrMigration, final.Version, err)
+	}
+	m.update(func(p *MigrationProgress) { p.Version = final.Version })
+	return final, nil
+}
+
+// groupStats is one group's result.
+type groupStats struct {
+	MigrationStats
+	id uint64
+}
+
+// moveGroup runs one migration: the destination pulls the slots from the source.
+func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (groupStats, error) {
+	id := m.ids.Add(1)
+	from, to := moves[0].From, moves[0].To
+	spec := MigrationSpec{
+		From: Node{ID: from, Addr: nodeAddr(nodes, from)}, MaxRounds: m.cfg.MaxRounds,
+		SmallRound: m.cfg.SmallRound, ChunkBytes: m.cfg.ChunkBytes, Bandwidth: m.cfg.Bandwidth,
+	}
+	for _, mv := range moves {
+		spec.Slots = append(spec.Slots, mv.Slot)
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return groupStats{}, err
+	}
+	var st groupStats
+	st.id = id
+	resp, err := m.rpc.Call(ctx, nodeAddr(nodes, to), methodMigrate, append(migHeader(opReceive, id), body...))
+	if err != nil {
+		// The destination may not have got the request, or may have died in it: make sure the
+		// source is not left fenced.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if aerr := m.call(actx, spec.From.Addr, opAbort, id, nil); aerr != nil {
+			m.log.Warn("could not lift the fence of a failed migration", "server", from, "err", aerr)
+		}
+		return st, fmt.Errorf("%s -> %s: %w", from, to, mapErr(nodeAddr(nodes, to), err))
+	}
+	err = json.Unmarshal(resp, &st.MigrationStats)
+	m.rpc.Release(resp)
+	if err != nil {
+		return st, fmt.Errorf("%w: migration stats from %s: %w", ErrCorrupt, to, err)
+	}
+	return st, nil
+}
+
+func migHeader(op byte, id uint64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{op}, id)
+}
+
+func (m *Migrator) call(ctx context.Context, addr string, op byte, id uint64, body []byte) error {
+	resp, err := m.rpc.Call(ctx, addr, methodMigrate, append(migHeader(op, id), body...))
+	if err != nil {
+		return mapErr(addr, err)
+	}
+	m.rpc.Release(resp)
+	return nil
+}
+
+// group splits moves into groups of one source and destination, at most GroupSlots each,
+// ordered so that the groups of different pairs interleave.
+func (m *Migrator) group(moves []Move) [][]Move {
+	byPair := map[[2]string][]Move{}
+	var pairs [][2]string
+	for _, mv := range moves {
+		k := [2]string{mv.From, mv.To}
+		if byPair[k] == nil {
+			pairs = append(pairs, k)
+		}
+		byPair[k] = append(byPair[k], mv)
+	}
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i][0] != pairs[j][0] {
+			return pairs[i][0] < pairs[j][0]
+		}
+		return pairs[i][1] < pairs[j][1]
+	})
+	var out [][]Move
+	for more := true; more; {
+		more = false
+		for _, k := range pairs {
+			mv := byPair[k]
+			if len(mv) == 0 {
+				continue
+			}
+			n := min(len(mv), m.cfg.GroupSlots)
+			out = append(out, mv[:n])
+			byPair[k] = mv[n:]
+			more = more || len(mv) > n
+		}
+	}
+	return out
+}
+
+// unionNodes returns the nodes of a and b, b's entry where both have one.
+func unionNodes(a, b []Node) []Node {
+	byID := map[string]Node{}
+	for _, n := range a {
+		byID[n.ID] = n
+	}
+	for _, n := range b {
+		byID[n.ID] = n
+	}
+	out := make([]Node, 0, len(byID))
+	for _, n := range byID {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func nodeAddr(nodes []Node, id string) string {
+	for _, n := range nodes {
+		if n.ID == id {
+			return n.Addr
+		}
+	}
+	return ""
+}
