@@ -170,9 +170,17 @@ func (m *Committer) autoClaim(ctx context.Context) error {
 	return err
 }
 
+// badCommit is a commit record validCommits left out: unreadable (err), or void under a newer
+// claim.
+type badCommit struct {
+	Step uint64
+	err  error
+	void bool
+}
+
 // validCommits reads the job's commit records, newest step first: those that read back and are
-// not void, and the steps of the others (unreadable, or void under a newer claim).
-func (m *Committer) validCommits(ctx context.Context) (valid []*commitRecord, bad []uint64, err error) {
+// not void, and the others (unreadable, or void under a newer claim).
+func (m *Committer) validCommits(ctx context.Context) (valid []*commitRecord, bad []badCommit, err error) {
 	st, job := m.cfg.Storage, m.cfg.Job
 	steps, err := commitSteps(ctx, st, job)
 	if err != nil {
@@ -187,12 +195,12 @@ func (m *Committer) validCommits(ctx context.Context) (valid []*commitRecord, ba
 		switch {
 		case err == nil && void(cs, rec.Inc, s):
 			m.log.Warn("checkpoint: commit void: a coordinator took over from an earlier step", "step", s, "incarnation", rec.Inc)
-			bad = append(bad, s)
+			bad = append(bad, badCommit{Step: s, void: true})
 		case err == nil:
 			valid = append(valid, rec)
 		case skippable(err):
 			m.log.Warn("checkpoint: unreadable commit record", "step", s, "err", err)
-			bad = append(bad, s)
+			bad = append(bad, badCommit{Step: s, err: err})
 		default:
 			return nil, nil, err
 		}

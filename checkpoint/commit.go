@@ -300,25 +300,8 @@ func (m *Committer) Commits(ctx context.Context) ([]CommitInfo, error) {
 // ErrNotCommitted) are skipped with a logged reason; any other error is returned. With no usable
 // commit it returns ErrNoCheckpoint.
 func (m *Committer) Choose(ctx context.Context, verify func(ctx context.Context, step uint64) error) (CommitInfo, error) {
-	valid, _, err := m.validCommits(ctx)
-	if err != nil {
-		return CommitInfo{}, err
-	}
-	for _, rec := range valid {
-		s := rec.Step
-		err := m.checkBlobs(ctx, rec)
-		if err == nil && verify != nil {
-			err = verify(ctx, s)
-		}
-		if err == nil {
-			return recInfo(rec), nil
-		}
-		if !skippable(err) {
-			return CommitInfo{}, err
-		}
-		m.log.Warn("checkpoint: skipping checkpoint", "step", s, "reason", err)
-	}
-	return CommitInfo{}, ErrNoCheckpoint
+	info, _, err := m.ChooseReport(ctx, verify)
+	return info, err
 }
 
 func (m *Committer) checkBlobs(ctx context.Context, rec *commitRecord) error {

@@ -64,6 +64,14 @@ type Config struct {
 	// before a Load or Restore once that call has begun changing the tables.
 	// It must not block for long and must not call the Checkpointer.
 	OnPersist func(PersistResult)
+	// OnStorageVerified, if set, is called once a Load or Restore that read some node's part from
+	// shared memory has checked, in the background, the storage copy of the same commit (every
+	// chunk and blob this node would have read from storage): err is nil when it is intact, else
+	// it wraps ErrCorrupt or ErrNotFound and names the object. A corrupt storage copy is logged as
+	// a warning too: the restore itself was good, but a restore on another host would fail. It is
+	// called from a background goroutine, must not block for long and must not call the
+	// Checkpointer; it is not called if the Checkpointer is closed first.
+	OnStorageVerified func(step uint64, err error)
 }
 
 // DefaultConfig returns a Config with the defaults filled in and the required fields (Job, Node,

@@ -99,8 +99,8 @@
 // commit already is one), so one corrupt byte in the newest chain — in its base, which every
 // later delta needs — never leaves nothing to restore. In effect the previous full checkpoint and
 // the deltas on it stay until a newer full one is committed and another commit on it. Commit
-// records go first, then every object older than the newest commit that no kept commit's chain
-// needs. The newest commit, the bases and deltas a kept delta needs, and persists
+// records go first, then every object older than the newest commit that no kept or quarantined
+// commit's chain needs. The newest commit, the bases and deltas a kept delta needs, and persists
 // newer than the newest commit are never deleted.
 //
 // # Restore
@@ -114,7 +114,18 @@
 // every chunk and places rows by id. Everything is verified before any table is changed: a corrupt,
 // truncated or uncommitted checkpoint fails Verify or Load with an error wrapping ErrCorrupt,
 // ErrNotFound or ErrNotCommitted, and Restore and Committer.Choose log the reason and move to the
-// previous commit. Several nodes must agree on one step: the coordinator calls Choose with a
+// previous commit; Committer.ChooseReport also returns the commits skipped, with the reasons (which
+// name the object that failed), for the program to report and to move aside with
+// Committer.Quarantine: a quarantined commit (JOB/quarantine/STEP-ID) is never restored, and
+// retention keeps what it names, as evidence, until its directory is deleted. Retention
+// quarantines unreadable commit records rather than deleting them. A restore that read some
+// node's part from shared memory has not read the storage copy, so it verifies that copy in the
+// background afterwards and reports the result (Config.OnStorageVerified; a damaged copy is
+// logged as a warning).
+//
+// Committer.Clean, at a job's start, removes what no commit can restore: persists newer than the
+// newest commit (a generation persisted but never committed) and the temporary files of writes a
+// killed process left (Storage implementations that are a TempRemover). Several nodes must agree on one step: the coordinator calls Choose with a
 // function that asks every node to Verify, then has every node Load the chosen step. Tables should
 // be empty before a restore (rows the checkpoint does not hold are left alone); the next snapshot
 // after a restore is full.

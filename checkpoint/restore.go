@@ -159,7 +159,51 @@ func (c *Checkpointer) Load(ctx context.Context, step uint64, opts ...RestoreOpt
 	if err := c.verify(ctx, p, &o); err != nil {
 		return nil, err
 	}
-	return c.apply(ctx, p, &o)
+	r, err := c.apply(ctx, p, &o)
+	if err == nil {
+		c.verifyStorageLater(p, o)
+	}
+	return r, err
+}
+
+// verifyStorageLater checks in the background the storage copy of a commit restored (partly)
+// from shared memory, whose storage chunks the restore did not read, and reports the result to
+// OnStorageVerified and a corrupt copy to the log.
+func (c *Checkpointer) verifyStorageLater(p *restorePlan, o restoreOpts) {
+	shm := false
+	for _, np := range p.nodes {
+		shm = shm || (np.relevant && np.src == SourceShm)
+	}
+	if !shm {
+		return
+	}
+	step := p.rec.Step
+	o.storageOnly = true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx := c.ctx
+		sp, err := c.plan(ctx, step, &o)
+		if err == nil {
+			err = c.verify(ctx, sp, &o)
+			sp.close()
+		}
+		if ctx.Err() != nil {
+			return // closed: nothing was checked
+		}
+		if err != nil {
+			c.log.Warn("checkpoint: the storage copy of the commit restored from shared memory is damaged; a restore on another host would skip it",
+				"step", step, "err", err)
+		}
+		if c.cfg.OnStorageVerified != nil {
+			c.cfg.OnStorageVerified(step, err)
+		}
+	}()
 }
 
 // Restore loads the newest committed checkpoint that verifies, skipping (and logging) corrupt,
@@ -187,6 +231,9 @@ func (c *Checkpointer) Restore(ctx context.Context, opts ...RestoreOption) (*Res
 			if err == nil {
 				r, err := c.apply(ctx, p, &o)
 				p.close()
+				if err == nil {
+					c.verifyStorageLater(p, o)
+				}
 				return r, err
 			}
 			p.close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -24,7 +25,7 @@ type PruneResult struct {
 // deltas between), and everything newer than the newest commit (persists in progress) are never
 // deleted. It returns an error without deleting data if a kept commit's chain cannot be read.
 func (m *Committer) Prune(ctx context.Context) (PruneResult, error) {
-	res, err := m.prune(ctx)
+	res, err := m.prune(ctx, false)
 	m.mu.Lock()
 	if err != nil {
 		m.stats.PruneErrors++
@@ -38,17 +39,22 @@ func (m *Committer) Prune(ctx context.Context) (PruneResult, error) {
 	return res, nil
 }
 
-func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
+// prune applies retention; with all, persists newer than the newest commit go too unless a
+// commit needs them (Clean: nothing is being persisted).
+func (m *Committer) prune(ctx context.Context, all bool) (PruneResult, error) {
 	var res PruneResult
 	st, job := m.cfg.Storage, m.cfg.Job
 	valid, invalid, err := m.validCommits(ctx)
 	if err != nil {
 		return res, err
 	}
-	if len(valid) == 0 {
+	if len(valid) == 0 && !all {
 		return res, nil
 	}
-	newest := valid[0].Step
+	newest := uint64(math.MaxUint64) // with no commit, every object is older than "the newest"
+	if len(valid) > 0 {
+		newest = valid[0].Step
+	}
 	keepLast := m.cfg.KeepLast
 	if keepLast <= 0 {
 		keepLast = DefaultKeepLast
@@ -63,9 +69,14 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 			drop = append(drop, rec.Step)
 		}
 	}
-	for _, s := range invalid {
-		if s < newest {
-			drop = append(drop, s)
+	var damaged []badCommit // unreadable records are evidence: moved aside, not deleted
+	for _, b := range invalid {
+		switch {
+		case b.Step >= newest:
+		case b.void:
+			drop = append(drop, b.Step)
+		default:
+			damaged = append(damaged, b)
 		}
 	}
 	// Keep a fallback: a commit whose chains share no object with the newest commit's, so one
@@ -100,7 +111,7 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 		return res, err
 	}
 	for _, n := range names {
-		if s, ok := dataStep(job, n); ok && s > newest && strings.HasSuffix(n, "/manifest") {
+		if s, ok := dataStep(job, n); ok && s > newest && !all && strings.HasSuffix(n, "/manifest") {
 			roots = append(roots, n)
 		}
 	}
@@ -109,7 +120,16 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 			return res, err
 		}
 	}
+	wholeSteps, err := m.markQuarantined(ctx, needed)
+	if err != nil {
+		return res, err
+	}
 
+	for _, b := range damaged {
+		if _, err := m.Quarantine(ctx, b.Step, b.err); err != nil {
+			return res, err
+		}
+	}
 	for _, s := range drop {
 		if err := st.Delete(ctx, commitName(job, s)); err != nil {
 			return res, err
@@ -119,7 +139,7 @@ func (m *Committer) prune(ctx context.Context) (PruneResult, error) {
 	var errs []error
 	for _, n := range names {
 		s, ok := dataStep(job, n)
-		if !ok || s >= newest || needed[objectDir(n)] {
+		if !ok || (s >= newest && !all) || needed[objectDir(n)] || wholeSteps[s] {
 			continue
 		}
 		if err := st.Delete(ctx, n); err != nil {

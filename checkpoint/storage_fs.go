@@ -240,12 +240,26 @@ func (s *FSStorage) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// RemoveTemp deletes temporary files left by writers that never finished (a crashed process) and last
-// modified before cutoff. Writers still running are not disturbed if cutoff is older than they are.
-func (s *FSStorage) RemoveTemp(ctx context.Context, cutoff time.Time) (int, error) {
+var _ TempRemover = (*FSStorage)(nil)
+
+// RemoveTemp implements TempRemover: it deletes the temporary files in the directory of prefix
+// ("job/" for a job's, "" for all) and below it, left
+// by writers that never finished (a crashed process) and last modified before cutoff. Writers
+// still running are not disturbed if cutoff is older than they are.
+func (s *FSStorage) RemoveTemp(ctx context.Context, prefix string, cutoff time.Time) (int, error) {
+	start := s.root
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		if err := validName(prefix[:i]); err != nil {
+			return 0, fmt.Errorf("checkpoint: remove temporary files: %w", err)
+		}
+		start = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
+	}
 	n := 0
-	err := filepath.WalkDir(s.root, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			return err
 		}
 		if err := ctx.Err(); err != nil {

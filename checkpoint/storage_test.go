@@ -107,7 +107,7 @@ func TestFSStorageLeavesNoTempFilesAndCleansUp(t *testing.T) {
 	names, err := st.List(ctx, "")
 	require.NoError(t, err)
 	assert.Empty(t, names)
-	n, err := st.RemoveTemp(ctx, time.Now().Add(time.Hour))
+	n, err := st.RemoveTemp(ctx, "", time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	require.NoError(t, putObject(ctx, st, "j/d/y", []byte("y")))
