@@ -27,9 +27,21 @@ func freeAddr(t *testing.T) string {
 // they share nothing but the addresses, the secret and the checkpoint directory), then resumes
 // the finished job's last checkpoint in a second coordinator to check the restore path.
 func TestRolesInSeparateRunners(t *testing.T) {
-	// A deadline for the whole job: a hung role fails the test instead of the package.
-	tctx, cancelAll := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A deadline for the whole job, and a failing role stops the others at once: the test fails
+	// within seconds rather than waiting for roles that cannot finish without it. A role that
+	// ignores its context past the deadline fails the package with every goroutine's stack.
+	const deadline = 3 * time.Minute
+	tctx, cancelAll := context.WithTimeout(context.Background(), deadline)
 	defer cancelAll()
+	watchdog := time.AfterFunc(deadline+30*time.Second, func() {
+		panic("TestRolesInSeparateRunners: a role did not return after the test's deadline")
+	})
+	defer watchdog.Stop()
+	failed := func(err error) {
+		if err != nil {
+			cancelAll()
+		}
+	}
 	records := int64(6000)
 	base := smallConfig(t, records, 2)
 	base.CheckpointEvery = 10
@@ -53,6 +65,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 				rc := role(n.ID, n.Addr)
 				rc.Resume = resume
 				errs[i] = train.RunServer(ctx, rc)
+				failed(errs[i])
 			}()
 		}
 		return func() {
@@ -73,6 +86,7 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	go func() {
 		defer cw.Done()
 		sum, coordErr = train.RunCoordinator(tctx, role("coordinator", coordAddr))
+		failed(coordErr)
 	}()
 	samples := make([]int64, 2)
 	werr := make([]error, 2)
@@ -82,14 +96,15 @@ func TestRolesInSeparateRunners(t *testing.T) {
 		go func() {
 			defer ww.Done()
 			samples[i], werr[i] = train.RunWorker(tctx, role(fmt.Sprintf("worker-%d", i), ""))
+			failed(werr[i])
 		}()
 	}
 	ww.Wait()
 	cw.Wait()
-	require.NoError(t, coordErr)
 	for _, err := range werr {
 		require.NoError(t, err)
 	}
+	require.NoError(t, coordErr)
 	assert.Equal(t, records*2, samples[0]+samples[1], "the workers trained every record once per epoch")
 	assert.Equal(t, records*2, sum.TotalSamples, "the dispatcher counted every record once per epoch")
 	assert.Equal(t, "every epoch done", sum.StopReason)
