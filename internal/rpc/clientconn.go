@@ -79,7 +79,7 @@ func (cc *clientConn) call(ctx context.Context, method uint16, req []byte) (resp
 	}
 	cl := c.getCall()
 	cl.cc = cc
-	if err := cc.w.send(ctx, h, payload, cl); err != nil {
+	if err := cc.w.send(ctx, h, payload, cl, 0); err != nil {
 		// The frame was not (completely) written: the server cannot have
 		// processed it.
 		if cl.id != 0 && !cc.unregister(cl.id) {

@@ -16,6 +16,9 @@ const (
 	DefaultConnsPerAddr      = 2
 	DefaultCompressThreshold = 32 << 10
 	DefaultHandshakeTimeout  = 5 * time.Second
+	DefaultMaxHandshakes     = 128
+	DefaultMaxHandshakesHost = 32
+	DefaultMaxConnInFlight   = 256 << 20
 	DefaultDialTimeout       = 5 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	// MaxConnsPerAddr bounds ClientConfig.ConnsPerAddr.
@@ -98,10 +101,36 @@ type ServerConfig struct {
 	// compressed on connections that negotiated compression. Default 32 KiB.
 	// Responses that do not shrink by at least 1/8 are sent as they are.
 	CompressThreshold int
-	// HandshakeTimeout bounds the authentication of a new connection.
-	// Default 5 s. Connections that have not authenticated in time are
-	// closed without any request being read.
+	// HandshakeTimeout bounds the authentication of a new connection (the
+	// TLS handshake included). Default 5 s. Connections that have not
+	// authenticated in time are closed without any request being read.
+	// Together with MaxHandshakes it bounds how long a flood of silent
+	// connections can keep legitimate ones out.
 	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the connections accepted but not yet
+	// authenticated, across the server. Default 128. A connection accepted
+	// beyond it is closed at once, counted in Stats.RefusedConns and logged
+	// (at a limited rate), so that a flood of connections that never
+	// authenticate holds at most this many descriptors, each for at most
+	// HandshakeTimeout; keep it well below the process's descriptor limit.
+	// Too low a value refuses legitimate bursts of new connections, which
+	// fail with ErrUnavailable on their clients.
+	MaxHandshakes int
+	// MaxHandshakesPerHost bounds the connections not yet authenticated
+	// from one source host (IP address, port ignored). Default 32, at most
+	// MaxHandshakes. It keeps a single flooding host from taking every
+	// handshake slot. Every process on a host shares it: raise it when many
+	// clients on one machine connect at once.
+	MaxHandshakesPerHost int
+	// MaxConnInFlight bounds the bytes one connection holds in the server:
+	// payloads of its requests that are read and not yet answered, and
+	// responses not yet written to it. Default 256 MiB. At the limit the
+	// server stops reading that connection (TCP pushes back on the client)
+	// until handlers finish and responses leave, so a client that sends
+	// without reading, or sends more than handlers consume, pins at most
+	// MaxConnInFlight plus one request. It must hold every request that
+	// handlers keep waiting for other requests of the same connection.
+	MaxConnInFlight int
 	// WriteTimeout bounds one write on a connection: a write still blocked
 	// after between WriteTimeout and twice that (a peer that stopped
 	// reading) closes the connection. Default 30 s. It is checked by a timer,
@@ -227,6 +256,17 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.HandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("HandshakeTimeout %v is negative", c.HandshakeTimeout))
+	}
+	if c.MaxHandshakes < 0 {
+		errs = append(errs, fmt.Errorf("MaxHandshakes %d is negative", c.MaxHandshakes))
+	}
+	if c.MaxHandshakesPerHost < 0 {
+		errs = append(errs, fmt.Errorf("MaxHandshakesPerHost %d is negative", c.MaxHandshakesPerHost))
+	} else if c.MaxHandshakes > 0 && c.MaxHandshakesPerHost > c.MaxHandshakes {
+		errs = append(errs, fmt.Errorf("MaxHandshakesPerHost %d is above MaxHandshakes %d", c.MaxHandshakesPerHost, c.MaxHandshakes))
+	}
+	if c.MaxConnInFlight < 0 {
+		errs = append(errs, fmt.Errorf("MaxConnInFlight %d is negative", c.MaxConnInFlight))
 	}
 	return joinProblems(errs)
 }

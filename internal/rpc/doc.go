@@ -124,12 +124,36 @@
 // Verdict Version (ErrHandshake); version 1 peers (server proves first, no
 // frame protection) are refused.
 //
-// What this does not do: it is not TLS and offers no certificates; anyone
-// holding the cluster secret is trusted completely (there are no per-node
-// identities or roles); headers (sizes, method numbers, request ids) and,
-// without ProtectEncrypt, payloads travel in clear; and it does not hide
-// traffic patterns or resist a peer that exhausts resources before or
-// after authenticating.
+// What this does not do: anyone holding the cluster secret is trusted
+// completely (there are no per-node identities or roles); headers (sizes,
+// method numbers, request ids) and, without ProtectEncrypt, payloads
+// travel in clear; and it does not hide traffic patterns.
+//
+// # Resource limits
+//
+// A server bounds what a hostile or broken peer can make it hold:
+//
+//   - Connections not yet authenticated: at most MaxHandshakes in all and
+//     MaxHandshakesPerHost from one source host, each for at most
+//     HandshakeTimeout. A connection beyond either limit is closed as soon
+//     as it is accepted, so a flood of silent connections holds a bounded
+//     number of descriptors and cannot starve established connections of
+//     them; one flooding host cannot take every slot.
+//   - Memory per connection: request payloads read and not yet answered
+//     plus responses not yet written count against MaxConnInFlight; at the
+//     limit the server stops reading the connection until they drop, so a
+//     client that sends without reading its answers pins a bounded amount.
+//     Frames are capped by MaxFrameSize before anything is allocated, and
+//     buffers above wire.MaxPooledSize are not kept for reuse once a
+//     connection is done with them.
+//   - Logs: refusals and protocol violations are logged at a limited rate
+//     (a burst of 10 lines, then one a second, the next line saying how
+//     many were left out), and counted in Stats: RefusedConns,
+//     FailedHandshakes, AuthFailures, ForgedFrames, ThrottledReads.
+//
+// An authenticated client is trusted with the rest: it can keep
+// MaxConcurrent handlers busy, and many connections each hold up to
+// MaxConnInFlight.
 //
 // # Ownership of slices
 //

@@ -75,8 +75,8 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("rpc: remote error %d: %s", e.Code, e.Message)
 }
 
-// Stats are the security counters of a Server or a Client since it was
-// made.
+// Stats are the security and resource counters of a Server or a Client
+// since it was made. The last three are counted by a Server only.
 type Stats struct {
 	// AuthFailures counts handshakes that failed a proof of the cluster
 	// secret: on a server, clients whose proof was wrong; on a client,
@@ -86,13 +86,34 @@ type Stats struct {
 	// authentication (injected, altered, replayed, reordered or dropped
 	// by something between the two ends). Each is also logged.
 	ForgedFrames uint64
+	// RefusedConns counts connections closed as soon as they were accepted
+	// because ServerConfig.MaxHandshakes or MaxHandshakesPerHost
+	// connections were already authenticating.
+	RefusedConns uint64
+	// FailedHandshakes counts connections closed because their handshake
+	// failed other than by a wrong proof (those are AuthFailures): it timed
+	// out, the peer does not speak this protocol or version, or TLS failed.
+	// Connections cut by the server's own shutdown are not counted.
+	FailedHandshakes uint64
+	// ThrottledReads counts the times a connection stopped being read
+	// because it held ServerConfig.MaxConnInFlight bytes.
+	ThrottledReads uint64
 }
 
 type counters struct {
-	authFailures atomic.Uint64
-	forgedFrames atomic.Uint64
+	authFailures     atomic.Uint64
+	forgedFrames     atomic.Uint64
+	refusedConns     atomic.Uint64
+	failedHandshakes atomic.Uint64
+	throttledReads   atomic.Uint64
 }
 
 func (c *counters) load() Stats {
-	return Stats{AuthFailures: c.authFailures.Load(), ForgedFrames: c.forgedFrames.Load()}
+	return Stats{
+		AuthFailures:     c.authFailures.Load(),
+		ForgedFrames:     c.forgedFrames.Load(),
+		RefusedConns:     c.refusedConns.Load(),
+		FailedHandshakes: c.failedHandshakes.Load(),
+		ThrottledReads:   c.throttledReads.Load(),
+	}
 }

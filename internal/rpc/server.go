@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type Handler func(ctx context.Context, req []byte, resp *Buffer) error
 type Server struct {
 	cfg              common
 	handshakeTimeout time.Duration
+	maxInFlight      int
+	gate             *gate    // connections not yet authenticated
+	plog             *rateLog // warnings a peer can cause, rate-limited
 	pool             wire.Pool
 	sem              chan struct{} // one slot per running handler
 	jobs             chan job      // to idle workers; unbuffered
@@ -65,6 +69,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg:              newCommon(cfg.Secret, cfg.Protection, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
 		handshakeTimeout: cfg.HandshakeTimeout,
+		maxInFlight:      cmp.Or(cfg.MaxConnInFlight, DefaultMaxConnInFlight),
 		stopping:         make(chan struct{}),
 		drained:          make(chan struct{}),
 		listeners:        make(map[net.Listener]struct{}),
@@ -73,6 +78,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.handshakeTimeout == 0 {
 		s.handshakeTimeout = DefaultHandshakeTimeout
 	}
+	maxHS := cmp.Or(cfg.MaxHandshakes, DefaultMaxHandshakes)
+	s.gate = newGate(maxHS, min(cmp.Or(cfg.MaxHandshakesPerHost, DefaultMaxHandshakesHost), maxHS))
+	s.plog = newRateLog(s.cfg.log, peerLogBurst, peerLogInterval, time.Now)
 	n := cfg.MaxConcurrent
 	if n == 0 {
 		n = DefaultMaxConcurrent
@@ -157,10 +165,23 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		sc := &serverConn{s: s, nc: nc}
+		host := sourceHost(nc.RemoteAddr())
+		if ok, perHost := s.gate.enter(host); !ok {
+			s.stats.refusedConns.Add(1)
+			limit := "MaxHandshakes"
+			if perHost {
+				limit = "MaxHandshakesPerHost"
+			}
+			s.plog.Warn("rpc: connection refused: too many connections authenticating", "remote", nc.RemoteAddr().String(), "limit", limit)
+			_ = nc.Close()
+			continue
+		}
+		sc := &serverConn{s: s, nc: nc, host: host}
+		sc.inflight.limit = s.maxInFlight
 		s.mu.Lock()
 		if s.state.Load() != stateRunning {
 			s.mu.Unlock()
+			s.gate.leave(host)
 			_ = nc.Close()
 			return ErrClosed
 		}
@@ -244,10 +265,12 @@ func (s *Server) done() {
 // serverConn is one accepted connection. Its goroutine reads requests and
 // starts a goroutine per request; writes are serialised by w.
 type serverConn struct {
-	s    *Server
-	nc   net.Conn
-	w    *frameWriter
-	sess session
+	s        *Server
+	nc       net.Conn
+	host     string // the source host, for the handshake limits
+	w        *frameWriter
+	sess     session
+	inflight inflight // bytes held for this connection
 
 	handlers sync.WaitGroup
 	lastID   uint64 // the last request id dispatched; owned by the reading goroutine
@@ -267,21 +290,25 @@ func (sc *serverConn) serve() {
 		s.done()
 	}()
 	sess, err := serverHandshake(sc.nc, &s.cfg, s.handshakeTimeout)
+	s.gate.leave(sc.host)
 	if err != nil {
-		if errors.Is(err, ErrAuth) {
-			s.stats.authFailures.Add(1)
-		}
 		select {
 		case <-s.stopping:
 			log.Debug("rpc: connection closed during handshake by shutdown", "err", err)
 		default:
-			log.Warn("rpc: connection refused", "reason", err.Error())
+			if errors.Is(err, ErrAuth) {
+				s.stats.authFailures.Add(1)
+			} else {
+				s.stats.failedHandshakes.Add(1)
+			}
+			s.plog.Warn("rpc: connection refused", "remote", sc.nc.RemoteAddr().String(), "reason", err.Error())
 		}
 		_ = sc.nc.Close()
 		return
 	}
 	sc.sess = sess
 	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, sess.send, &s.pool, func(error) { _ = sc.nc.Close() })
+	sc.w.release = sc.inflight.sub
 	defer sc.w.stop()
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -290,7 +317,7 @@ func (sc *serverConn) serve() {
 	if graceful {
 		// Tell the client which requests were read, let the handlers
 		// finish and write their answers, then close.
-		_ = sc.w.send(nil, wire.Header{Kind: wire.KindGoAway, ID: sc.lastID}, nil, nil)
+		_ = sc.w.send(nil, wire.Header{Kind: wire.KindGoAway, ID: sc.lastID}, nil, nil, 0)
 		sc.handlers.Wait()
 		_ = sc.nc.Close()
 		log.Debug("rpc: connection closed by shutdown")
@@ -300,7 +327,7 @@ func (sc *serverConn) serve() {
 	cancel()
 	sc.handlers.Wait()
 	if reason != nil {
-		log.Warn("rpc: connection closed", "reason", reason.Error())
+		s.plog.Warn("rpc: connection closed", "remote", sc.nc.RemoteAddr().String(), "reason", reason.Error())
 	}
 }
 
@@ -316,6 +343,14 @@ func (sc *serverConn) readLoop(ctx context.Context, rd *wire.Reader) (graceful b
 		case <-s.stopping:
 			return s.state.Load() != stateClosed, nil
 		default:
+		}
+		if full := sc.inflight.full(); full != nil {
+			s.stats.throttledReads.Add(1)
+			select {
+			case <-full:
+			case <-s.stopping:
+				return s.state.Load() != stateClosed, nil
+			}
 		}
 		f, err := rd.ReadFrame()
 		if err != nil {
@@ -350,6 +385,7 @@ func (sc *serverConn) readLoop(ctx context.Context, rd *wire.Reader) (graceful b
 			return s.state.Load() != stateClosed, nil
 		}
 		sc.lastID = f.ID
+		sc.inflight.add(len(f.Payload))
 		sc.handlers.Add(1)
 		s.dispatch(job{sc: sc, ctx: ctx, f: f})
 	}
@@ -370,6 +406,7 @@ func (sc *serverConn) handle(ctx context.Context, f wire.Frame) {
 		s.bufs.Put(resp)
 	}()
 	err := sc.invoke(ctx, f.Method, f.Payload, resp)
+	reqBytes := len(f.Payload)
 	s.pool.Put(f.Payload)
 
 	h := wire.Header{Kind: wire.KindResponse, ID: f.ID}
@@ -393,8 +430,12 @@ func (sc *serverConn) handle(ctx context.Context, f wire.Frame) {
 			h.Flags, payload = wire.FlagCompressed, c
 		}
 	}
-	// A failed write closes the connection; the reader then tears it down.
-	_ = sc.w.send(nil, h, payload, nil)
+	// The response is held until written; the request is gone. A failed
+	// write closes the connection; the reader then tears it down.
+	charge := wire.HeaderSize + len(payload)
+	sc.inflight.add(charge)
+	sc.inflight.sub(reqBytes)
+	_ = sc.w.send(nil, h, payload, nil, charge)
 }
 
 // job is one request for a worker.

@@ -36,6 +36,7 @@ type batch struct {
 	large  [][]byte
 	frames []frameRef
 	sealed [][]byte // pool buffers holding ciphertexts of large payloads
+	held   int      // bytes its senders counted against their connection (see send)
 	vec    net.Buffers
 	wv     net.Buffers // consumed by WriteTo; a field so that it does not escape
 }
@@ -116,6 +117,9 @@ type frameWriter struct {
 	timeout time.Duration
 	prot    *wire.Protector // owned by the flusher; nil when unprotected
 	pool    *wire.Pool      // ciphertext buffers of large payloads
+	// release, if set, is given back the bytes senders declared held by
+	// their frames, once those frames are written or dropped.
+	release func(n int)
 
 	mu       sync.Mutex
 	flushing bool
@@ -195,8 +199,16 @@ func (w *frameWriter) fail(err error) {
 // connection's failure. An error means the frame was not (completely)
 // written: the connection's sticky error, q's error, or ctx's error if ctx
 // ended while the frame waited for its turn or was being written. ctx may
-// be nil.
-func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q queuer) error {
+// be nil. held is a count of bytes the caller holds for the frame; the
+// writer gives it to w.release once the frame is written, or dropped
+// because the connection failed (at once if send fails before queuing).
+func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q queuer, held int) error {
+	queued := false
+	defer func() {
+		if !queued {
+			w.settle(held)
+		}
+	}()
 	h.Size = uint32(len(payload))
 	small := len(payload) <= coalesceMax
 	if ctx != nil {
@@ -232,6 +244,8 @@ func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q
 		w.nextID++
 	}
 	b := &w.cur
+	queued = true
+	b.held += held
 	ref := frameRef{hdr: len(b.buf), small: -1}
 	b.buf = wire.AppendHeader(b.buf, h)
 	if small {
@@ -254,6 +268,20 @@ func (w *frameWriter) send(ctx context.Context, h wire.Header, payload []byte, q
 	w.flushing = true
 	w.mu.Unlock()
 	return w.flush(ctx)
+}
+
+// settle gives n held bytes back through w.release.
+func (w *frameWriter) settle(n int) {
+	if n != 0 && w.release != nil {
+		w.release(n)
+	}
+}
+
+// drop empties b, settling what its frames held.
+func (w *frameWriter) drop(b *batch) {
+	w.settle(b.held)
+	b.held = 0
+	b.reset(w.pool)
 }
 
 func waitCtx(ctx context.Context, ch <-chan struct{}) error {
@@ -301,7 +329,7 @@ func (w *frameWriter) flush(ctx context.Context) error {
 			if round == 0 && w.err != nil {
 				first = w.err
 			}
-			w.cur.reset(w.pool)
+			w.drop(&w.cur)
 			w.flushing = false
 			if w.idle != nil {
 				close(w.idle)
@@ -313,7 +341,7 @@ func (w *frameWriter) flush(ctx context.Context) error {
 		w.cur, w.out = w.out, w.cur
 		w.mu.Unlock()
 		err := w.writeOut()
-		w.out.reset(w.pool)
+		w.drop(&w.out)
 		if err != nil {
 			if round == 0 {
 				first = err

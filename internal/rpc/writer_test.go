@@ -89,7 +89,7 @@ func TestFrameWriterConcurrentSenders(t *testing.T) {
 					for i := range each {
 						id := uint64(s*each + i + 1)
 						p := payloadFor(id)
-						if !assert.NoError(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: id}, p, nil)) {
+						if !assert.NoError(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: id}, p, nil, 0)) {
 							return
 						}
 						clear(p) // the writer must be done with it
@@ -153,7 +153,7 @@ func TestFrameWriterIDsLeaveInOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range total / 4 {
 				p := payloadFor(uint64(g*1000 + i))
-				if !assert.NoError(t, w.send(context.Background(), wire.Header{Kind: wire.KindRequest, Method: 1}, p, idRecorder{&mu, &queued})) {
+				if !assert.NoError(t, w.send(context.Background(), wire.Header{Kind: wire.KindRequest, Method: 1}, p, idRecorder{&mu, &queued}, 0)) {
 					return
 				}
 			}
@@ -176,7 +176,7 @@ func TestFrameWriterQueuerRefuses(t *testing.T) {
 	a, _ := memPair(t, 1<<20)
 	w := newFrameWriter(a, 0, nil, nil, func(error) {})
 	defer w.stop()
-	assert.ErrorIs(t, w.send(nil, wire.Header{Kind: wire.KindRequest}, []byte("x"), refuse{}), errDraining)
+	assert.ErrorIs(t, w.send(nil, wire.Header{Kind: wire.KindRequest}, []byte("x"), refuse{}, 0), errDraining)
 	assert.True(t, w.cur.empty())
 }
 
@@ -188,11 +188,11 @@ func TestFrameWriterWatchdog(t *testing.T) {
 		_ = a.Close()
 	})
 	defer w.stop()
-	err := w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil)
+	err := w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil, 0)
 	require.Error(t, err)
 	assert.Contains(t, (<-failed).Error(), "no progress")
 	// The error is sticky.
-	assert.Error(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 2}, []byte("x"), nil))
+	assert.Error(t, w.send(nil, wire.Header{Kind: wire.KindResponse, ID: 2}, []byte("x"), nil, 0))
 }
 
 func TestFrameWriterContextInterrupts(t *testing.T) {
@@ -202,7 +202,7 @@ func TestFrameWriterContextInterrupts(t *testing.T) {
 	defer w.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	err := w.send(ctx, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil)
+	err := w.send(ctx, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil, 0)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Error(t, <-failed)
 
@@ -212,11 +212,13 @@ func TestFrameWriterContextInterrupts(t *testing.T) {
 	w2 := newFrameWriter(a2, 0, nil, nil, func(error) { _ = a2.Close() })
 	defer w2.stop()
 	stuck := make(chan error, 1)
-	go func() { stuck <- w2.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil) }()
+	go func() {
+		stuck <- w2.send(nil, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil, 0)
+	}()
 	waitFor(t, func() bool { return w2.writing.Load() != 0 }, "the first write to block")
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
-	err = w2.send(ctx2, wire.Header{Kind: wire.KindResponse, ID: 2}, make([]byte, 64<<10), nil)
+	err = w2.send(ctx2, wire.Header{Kind: wire.KindResponse, ID: 2}, make([]byte, 64<<10), nil, 0)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	_ = a2.Close()
 	assert.True(t, errors.Is(<-stuck, net.ErrClosed))

@@ -5,17 +5,25 @@ import (
 	"sync"
 )
 
+// MaxPooledSize is the largest buffer a Pool keeps for reuse: 4 MiB.
+// Larger buffers are allocated at their exact size by Get and left to the
+// garbage collector by Put, so a few huge frames do not stay pinned in the
+// pool (a sync.Pool holds what it was given until two garbage collections
+// have passed) after their connections are gone. Allocating a buffer that
+// large costs little next to moving its bytes over a network.
+const MaxPooledSize = 1 << maxClassShift
+
 const (
 	minClassShift = 9  // 512 B
-	maxClassShift = 27 // 128 MiB: room for an s2 block of a 64 MiB payload
+	maxClassShift = 22 // 4 MiB
 	numClasses    = maxClassShift - minClassShift + 1
 )
 
 // Pool recycles byte buffers in power-of-two size classes from 512 B to
-// 128 MiB, each class backed by a sync.Pool, so steady-state traffic
-// allocates nothing. Larger requests are allocated and never kept. The zero
-// value is ready to use; a Pool must not be copied after first use. It is
-// safe for concurrent use.
+// MaxPooledSize (4 MiB), each class backed by a sync.Pool, so steady-state
+// traffic allocates nothing. Larger requests are allocated and never kept.
+// The zero value is ready to use; a Pool must not be copied after first
+// use. It is safe for concurrent use.
 type Pool struct {
 	classes [numClasses]sync.Pool // of *[]byte with cap == class size
 	holders sync.Pool             // of empty *[]byte, reused to avoid allocating on Put
