@@ -32,9 +32,41 @@ import (
 //     commit (as under Rollback, from its own shared memory where it has it). A job with no
 //     commit yet returns to its start.
 func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
+	r, err := c.ResumeReport(ctx)
+	return r.Step, r.Job, err
+}
+
+// Resumed is what ResumeReport did.
+type Resumed struct {
+	// Step is the commit restored (0: a running job taken over before its first commit) and Job
+	// the program's job state (Config.JobState) saved with it.
+	Step uint64
+	Job  []byte
+	// Skipped are the newer commits that could not be restored, newest first, each with the
+	// reason, which names the object that failed. Each was moved aside (checkpoint's
+	// Quarantine) rather than deleted: Quarantined[i] is where Skipped[i] went, "" when moving
+	// it failed (logged; the commit is then deleted with the others above Step).
+	Skipped     []checkpoint.SkippedCommit
+	Quarantined []string
+	// Cleaned counts the objects removed at a resume of a stopped job: persists never committed
+	// and temporary files of writes a killed process left (checkpoint's Clean).
+	Cleaned int
+}
+
+// ResumeReport is Resume that also says which newer commits it skipped and where it moved
+// them: a program shows these, since a skipped commit means damaged storage and lost
+// training. Skipped is filled in also when the error is checkpoint.ErrNoCheckpoint.
+func (c *Coordinator) ResumeReport(ctx context.Context) (Resumed, error) {
 	if c.committer == nil {
-		return 0, nil, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
+		return Resumed{}, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
+	var res Resumed
+	step, job, err := c.resume(ctx, &res)
+	res.Step, res.Job = step, job
+	return res, err
+}
+
+func (c *Coordinator) resume(ctx context.Context, res *Resumed) (uint64, []byte, error) {
 	if c.cfg.CheckJob != nil {
 		// Vet the newest commit first: tables of another shape would fail verification and
 		// hide the reason behind a schema error.
@@ -53,17 +85,23 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 		}
 	}
 	if c.isLive() {
-		return c.takeOver(ctx)
+		return c.takeOver(ctx, res)
 	}
 	table := c.holder.Get()
 	servers := c.serverList()
-	info, err := c.committer.Choose(ctx, func(ctx context.Context, step uint64) error {
+	info, skipped, err := c.committer.ChooseReport(ctx, func(ctx context.Context, step uint64) error {
 		g, gctx := errgroup.WithContext(ctx)
 		for _, s := range servers {
 			g.Go(func() error { return s.Verify(gctx, step, table) })
 		}
 		return g.Wait()
 	})
+	res.Skipped = skipped
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		// Nothing restores: the damaged commits are moved aside all the same, so that a fresh
+		// start in this storage does not take them for a run to continue.
+		c.quarantine(ctx, res)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -91,10 +129,32 @@ func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	if err := g.Wait(); err != nil {
 		return 0, nil, err
 	}
+	c.quarantine(ctx, res)
 	if err := c.resumed(ctx, cm, info.Step, inc); err != nil {
 		return 0, nil, err
 	}
+	// The servers are fresh and nothing persists before a worker joins: what no commit can
+	// restore (a generation persisted but never committed, half-written files) goes now.
+	cl, err := c.committer.Clean(ctx)
+	if err != nil {
+		c.log.Warn("could not clean the checkpoint storage", "err", err)
+	}
+	res.Cleaned = cl.DeletedObjects + cl.Temporary
 	return info.Step, cm.job, nil
+}
+
+// quarantine moves the commits in res.Skipped aside (before resumed drops every commit above
+// the one restored) and records where each went.
+func (c *Coordinator) quarantine(ctx context.Context, res *Resumed) {
+	res.Quarantined = make([]string, len(res.Skipped))
+	for i, s := range res.Skipped {
+		dir, err := c.committer.Quarantine(ctx, s.Step, s.Err)
+		if err != nil {
+			c.log.Warn("could not move a damaged commit aside", "step", s.Step, "err", err)
+			continue
+		}
+		res.Quarantined[i] = dir
+	}
 }
 
 // commitState is what the coordinator keeps in a commit.
@@ -213,7 +273,7 @@ func (c *Coordinator) isLive() bool {
 }
 
 // takeOver makes this coordinator the one of a job whose servers are running (see Resume).
-func (c *Coordinator) takeOver(ctx context.Context) (uint64, []byte, error) {
+func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byte, error) {
 	servers := c.serverList()
 	found, err := c.admit(ctx, servers)
 	if err != nil {
@@ -227,6 +287,9 @@ func (c *Coordinator) takeOver(ctx context.Context) (uint64, []byte, error) {
 	for _, ci := range commits {
 		if err := c.checkCommit(ctx, ci.Step); err != nil {
 			c.log.Warn("skipping commit", "step", ci.Step, "err", err)
+			if checkpointDamaged(err) {
+				res.Skipped = append(res.Skipped, checkpoint.SkippedCommit{Step: ci.Step, Err: err})
+			}
 			continue
 		}
 		step = ci.Step
@@ -246,11 +309,13 @@ func (c *Coordinator) takeOver(ctx context.Context) (uint64, []byte, error) {
 		return 0, nil, err
 	}
 	// A commit record above step was written by the earlier coordinator after we chose the
-	// commit: it may have had the servers forget positions the commit does not cover.
+	// commit: it may have had the servers forget positions the commit does not cover. (Damaged
+	// ones count too, so they are moved aside only after this.)
 	after, err := c.committer.RecordsAfter(ctx, step)
 	if err != nil {
 		return 0, nil, err
 	}
+	c.quarantine(ctx, res)
 	tables := make([]*ps.OwnerTable, len(servers))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, s := range servers {
@@ -327,6 +392,12 @@ func (c *Coordinator) checkCommit(ctx context.Context, step uint64) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkpointDamaged reports whether err says a commit cannot be restored (as opposed to a
+// failure to read it).
+func checkpointDamaged(err error) bool {
+	return errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrNotFound) || errors.Is(err, checkpoint.ErrNotCommitted)
 }
 
 // sameNodes reports whether t places slots on exactly servers (ids and addresses).
