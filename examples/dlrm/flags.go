@@ -19,11 +19,14 @@ import (
 
 // options are the parsed command line.
 type options struct {
-	cfg     train.Config
-	plain   bool // log lines even on a terminal
-	verbose bool
-	gossip  string
-	seeds   string
+	cfg   train.Config
+	plain bool // log lines even on a terminal
+	// defaultDir says -checkpoint-dir was not given: the directory is the one every such run
+	// shares.
+	defaultDir bool
+	verbose    bool
+	gossip     string
+	seeds      string
 
 	// One role per process (empty: the embedded cluster).
 	role       string
@@ -48,6 +51,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	var (
 		o                       options
+		ckDirSet                bool
 		data, test, bottom, top string
 		embOpt, denseOpt        string
 		embLR, denseLR, embInit float64
@@ -79,6 +83,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps (0: only at the end)")
 	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")
 	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
+	fs.BoolVar(&c.Overwrite, "overwrite", false, "start afresh even if -checkpoint-dir holds an earlier run's checkpoints, deleting them (without it such a start is refused)")
 	fs.BoolVar(&c.KeepShm, "keep-shm", false, "keep the shared-memory copies at exit (a resume on this host then reads them)")
 	fs.Func("recovery", "when a parameter server fails: rollback (every server returns to the newest commit) or partial (only its slots do; their updates since are lost) (default rollback)", func(v string) error {
 		switch v {
@@ -111,6 +116,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	fs.Visit(func(f *flag.Flag) { ckDirSet = ckDirSet || f.Name == "checkpoint-dir" })
+	o.defaultDir = !ckDirSet
 	var errs []error
 	var err error
 	if c.Data, err = train.ParseDataSpec(data); err != nil {
@@ -191,6 +198,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("-role %q: want ps, worker or coordinator", o.role))
+	}
+	if c.Resume && c.Overwrite {
+		errs = append(errs, errors.New("-resume continues the checkpoints -overwrite would delete: give one of them"))
 	}
 	o.workers = c.Workers
 	if len(errs) == 0 {

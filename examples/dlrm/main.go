@@ -7,8 +7,19 @@
 //
 //	go run ./examples/dlrm
 //	go run ./examples/dlrm -resume       # after Ctrl-C: continue from the newest checkpoint
+//	go run ./examples/dlrm -overwrite    # start afresh, deleting the checkpoints of the run before
 //	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small -duration 0
 //	go run ./examples/dlrm status -dispatcher HOST:PORT -secret-file FILE   # a running multi-process job
+//
+// Checkpoints go to -checkpoint-dir, by default one directory in the temporary directory that
+// every run without the flag shares. A run that would start afresh over the commits of an earlier
+// run refuses (exit status 1) and says how to go on: -resume continues that run, -overwrite
+// deletes its checkpoints, another -checkpoint-dir keeps both. Only the coordinator (the embedded
+// run, or -role coordinator) ever deletes commits, and one that finds its servers running takes the
+// job over instead. Warnings about the checkpoints (a damaged commit skipped at a resume and moved
+// aside, a damaged storage copy of a commit restored from shared memory) go to stderr, -v or not.
+// A run that ends with trained steps no commit holds (its final checkpoint failed) exits with
+// status 1 and says which step a resume would restore.
 //
 // The orchestration lives in package train; this command is flags, display and signals.
 package main
@@ -57,7 +68,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		disp = newLogDisplay(stdout, 5*time.Second)
 	}
-	o.cfg.OnEvent = disp.event
+	o.cfg.OnEvent = func(ev train.Event) {
+		if ev.Kind == train.EventWarning {
+			fmt.Fprintf(stderr, "dlrm: warning: %s\n", ev.Message)
+			return
+		}
+		disp.event(ev)
+	}
 	if o.verbose {
 		o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -72,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		disp.close()
 		if err != nil {
 			fmt.Fprintf(stderr, "dlrm: %v\n", err)
+			explain(stderr, o, err)
 			return 1
 		}
 		return 0
@@ -87,9 +105,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dlrm: %v\n", err)
+		explain(stderr, o, err)
 		return 1
 	}
 	return 0
+}
+
+// explain adds what to do about err, for the errors a person can act on.
+func explain(w io.Writer, o *options, err error) {
+	if errors.Is(err, train.ErrCheckpointsExist) {
+		fmt.Fprintf(w, "dlrm: continue that run with -resume, delete its checkpoints with -overwrite, or use another -checkpoint-dir\n")
+		if o.defaultDir {
+			fmt.Fprintf(w, "dlrm: (%s is the default -checkpoint-dir, shared by every run that does not give one)\n", o.cfg.CheckpointDir)
+		}
+	}
 }
 
 // runRole runs one role of a multi-process job until it is done or interrupted.

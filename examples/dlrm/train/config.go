@@ -83,9 +83,13 @@ type Config struct {
 	NoFinalCheckpoint bool
 	// FullEvery makes every FullEvery-th checkpoint full and the others deltas. Default 5.
 	FullEvery int
-	// Resume restores the newest committed checkpoint of CheckpointDir before training. Without
-	// it, earlier checkpoints in CheckpointDir are deleted.
+	// Resume restores the newest committed checkpoint of CheckpointDir before training.
 	Resume bool
+	// Overwrite lets a run without Resume start in a CheckpointDir that holds the commits of an
+	// earlier run of the job, and deletes them; without it such a run fails with
+	// ErrCheckpointsExist and deletes nothing. Only a coordinator (Run, RunCoordinator) ever
+	// deletes commits, and one that finds its servers running the job takes it over instead.
+	Overwrite bool
 	// ShmDir holds the shared-memory tier of the checkpoints. Default: a directory named after
 	// CheckpointDir under /dev/shm when /dev/shm has 1 GiB free, else under the temporary
 	// directory. The directory used is recorded in CheckpointDir, and a resume without ShmDir

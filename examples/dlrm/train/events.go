@@ -30,6 +30,9 @@ const (
 	EventCommit
 	// EventNote: something worth telling (Message), such as why training stops.
 	EventNote
+	// EventWarning: something went wrong that the run survived (Message), such as a damaged
+	// checkpoint skipped at a resume; a program shows it even when it shows nothing else.
+	EventWarning
 )
 
 // Event is one thing a run reports while it goes. Progress is filled in every event.

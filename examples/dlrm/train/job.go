@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -113,14 +115,31 @@ func (c *ckStats) get() CheckpointStats {
 	return c.s
 }
 
-// openStorage opens the checkpoint directory; without resume, the job's earlier checkpoints
-// are deleted first.
-func openStorage(ctx context.Context, cfg *Config) (*checkpoint.FSStorage, error) {
+// ErrCheckpointsExist is returned by Run and RunCoordinator without Resume or Overwrite when the
+// checkpoint directory holds commits of an earlier run: starting over would delete them.
+var ErrCheckpointsExist = errors.New("train: checkpoints of an earlier run")
+
+// openStorage opens the checkpoint directory for the job's coordinator. Without resume, a
+// directory holding the job's commits is refused unless Overwrite, which deletes them; what no
+// commit can restore (persists never committed, temporary files of a killed persist) goes either
+// way. (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
+func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkpoint.FSStorage, error) {
 	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.Resume {
+	if cfg.Resume {
+		return st, nil
+	}
+	commits, err := st.List(ctx, jobName+"/commits/")
+	if err != nil {
+		return nil, err
+	}
+	if len(commits) > 0 {
+		if !cfg.Overwrite {
+			newest, _ := strconv.ParseUint(path.Base(commits[len(commits)-1]), 10, 64)
+			return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d", ErrCheckpointsExist, st.Root(), len(commits), newest)
+		}
 		names, err := st.List(ctx, jobName+"/")
 		if err != nil {
 			return nil, err
@@ -130,26 +149,63 @@ func openStorage(ctx context.Context, cfg *Config) (*checkpoint.FSStorage, error
 				return nil, err
 			}
 		}
+		logger.Info("deleted the checkpoints of an earlier run", "dir", st.Root(), "objects", len(names))
+	}
+	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.Clean(ctx); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
 
+// ErrNotCommitted is returned by Run and RunCoordinator, with the summary, when the run ends with
+// trained steps no commit holds: the final checkpoint failed (or was skipped). The message says
+// which step a resume would restore.
+var ErrNotCommitted = errors.New("train: the last trained steps are not committed")
+
+// checkCommitted returns nil when the newest commit holds every step trained, else an error
+// wrapping ErrNotCommitted (and finishErr, the final checkpoint's failure, if any) that says
+// which step a resume restores.
+func checkCommitted(st elastic.Stats, finishErr error) error {
+	if finishErr == nil && st.LastCommitted >= st.Step {
+		return nil
+	}
+	restores := fmt.Sprintf("a resume would restore step %d", st.LastCommitted)
+	if st.LastCommitted == 0 {
+		restores = "a resume would find no checkpoint"
+	}
+	if finishErr != nil {
+		return fmt.Errorf("%w: %w; training reached step %d and %s", ErrNotCommitted, finishErr, st.Step, restores)
+	}
+	return fmt.Errorf("%w: training reached step %d but the newest commit is of step %d; %s", ErrNotCommitted, st.Step, st.LastCommitted, restores)
+}
+
 // prepareShm chooses the shared-memory directory of the run's servers (node "" for an embedded
 // run, the server's id for a parameter server process) and deletes what no run would read again:
-// regions an earlier run kept elsewhere, and, without resume, every region of the job there.
+// regions an earlier run kept elsewhere (and that directory, when it was a default one and is
+// left empty), and, for an embedded run without resume, every region of the job there. A
+// parameter server process is not its job's coordinator, so it keeps its region: it holds the
+// copies of the job's commits that a restore on this host reads first.
 func prepareShm(cfg *Config, node string, logger *slog.Logger) (string, error) {
 	shmDir, prev, err := placeShm(cfg, node)
 	if err != nil {
 		return "", err
 	}
 	if prev != "" {
-		if err := deleteRegions(prev, nil, false); err != nil {
+		keep := func(n string) bool { return node != "" && n != node }
+		if err := deleteRegions(prev, keep, false); err != nil {
 			logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
 		}
+		os.Remove(filepath.Join(prev, jobName)) // only if empty
+		if isDefaultShmDir(prev, cfg.CheckpointDir) {
+			os.Remove(prev) // only if empty
+		}
 	}
-	if !cfg.Resume {
-		keep := func(n string) bool { return node != "" && n != node }
-		if err := deleteRegions(shmDir, keep, false); err != nil {
+	if !cfg.Resume && node == "" {
+		if err := deleteRegions(shmDir, nil, false); err != nil {
 			return "", err
 		}
 	}

@@ -120,8 +120,12 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
-	if err := r.job.Coordinator().Finish(fctx, !cfg.NoFinalCheckpoint, 0); err != nil && failure == nil {
-		failure = err
+	ferr := r.job.Coordinator().Finish(fctx, !cfg.NoFinalCheckpoint, 0)
+	if !cfg.NoFinalCheckpoint {
+		ferr = checkCommitted(r.job.Coordinator().Stats(), ferr)
+	}
+	if ferr != nil && failure == nil {
+		failure = ferr
 	}
 
 	sum := r.summary(reason, trainedFor)

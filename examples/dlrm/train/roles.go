@@ -246,6 +246,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
+	// A damaged storage copy of a commit restored from shared memory is logged as a warning.
 	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
 		ShmDir: shmDir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
 	if err != nil {
@@ -328,7 +329,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		rc.Logger.Warn("the parameter servers are running the job: taking it over from its newest commit")
 		cfg.Resume = true
 	}
-	st, err := openStorage(ctx, cfg)
+	if running && cfg.Overwrite {
+		rc.Logger.Warn("the parameter servers are running the job: its checkpoints are kept despite Overwrite")
+	}
+	st, err := openStorage(ctx, cfg, rc.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +353,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	defer coord.Close()
 	sum := &Summary{Data: data.desc, HeldOut: data.heldOut, Servers: len(rc.PS), Workers: rc.Workers}
 	if cfg.Resume {
-		step, raw, err := coord.Resume(ctx)
+		res, err := coord.ResumeReport(ctx)
+		warnSkipped(res, cfg.CheckpointDir, r.emit)
+		step, raw := res.Step, res.Job
 		if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 			return nil, fmt.Errorf("%w in %s", ErrNoCheckpoint, cfg.CheckpointDir)
 		}
@@ -428,6 +434,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	failure := coord.Finish(fctx, !cfg.NoFinalCheckpoint, workerSilence)
 	cancel()
+	if !cfg.NoFinalCheckpoint {
+		failure = checkCommitted(coord.Stats(), failure)
+	}
 	sum.Checkpoints = r.ck.get()
 	sum.Checkpoints.Dir = cfg.CheckpointDir
 	sum.StopReason = reason

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -127,7 +128,7 @@ func (r *run) setUp(ctx context.Context) error {
 		r.tables = append(r.tables, s.Name)
 	}
 	specs = append(specs, denseSpecs(r.dense, cfg.DenseOptimizer)...)
-	st, err := openStorage(ctx, cfg)
+	st, err := openStorage(ctx, cfg, r.logger)
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (r *run) setUp(ctx context.Context) error {
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
 		},
-		Checkpoint: checkpoint.Config{ShmDir: r.shmDir, FullEvery: cfg.FullEvery},
+		Checkpoint: checkpoint.Config{ShmDir: r.shmDir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
 	})
 	if err != nil {
 		return err
@@ -242,9 +243,32 @@ func (r *run) fingerprint() string {
 		strings.Join(r.data.fields, ","), r.mcfg.DenseFeatures, r.mcfg.EmbeddingDim, r.mcfg.BottomHidden, r.mcfg.TopHidden, c.EmbeddingInit)
 }
 
+// storageVerified hears a server's background check of the storage copy of a commit it
+// restored from shared memory.
+func (r *run) storageVerified(step uint64, err error) {
+	if err != nil {
+		r.emit(Event{Kind: EventWarning, Message: fmt.Sprintf(
+			"the commit of step %d was restored from shared memory, but its copy in %s is damaged (a restore on another host would skip it): %v",
+			step, r.cfg.CheckpointDir, err)})
+	}
+}
+
+// warnSkipped reports the commits a resume skipped and where they were moved.
+func warnSkipped(res elastic.Resumed, dir string, emit func(Event)) {
+	for i, s := range res.Skipped {
+		where := "it could not be moved aside"
+		if i < len(res.Quarantined) && res.Quarantined[i] != "" {
+			where = fmt.Sprintf("moved aside to %s (delete that directory once examined)", filepath.Join(dir, filepath.FromSlash(res.Quarantined[i])))
+		}
+		emit(Event{Kind: EventWarning, Message: fmt.Sprintf("resume skipped the commit of step %d, which cannot be restored: %v; %s", s.Step, s.Err, where)})
+	}
+}
+
 // restore loads the newest committed checkpoint into the servers and the coordinator.
 func (r *run) restore(ctx context.Context) error {
-	step, raw, err := r.job.Coordinator().Resume(ctx)
+	res, err := r.job.Coordinator().ResumeReport(ctx)
+	warnSkipped(res, r.cfg.CheckpointDir, r.emit)
+	step, raw := res.Step, res.Job
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return fmt.Errorf("%w in %s", ErrNoCheckpoint, r.cfg.CheckpointDir)
 	}

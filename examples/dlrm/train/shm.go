@@ -34,6 +34,13 @@ func defaultShmDir(ckDir string) string {
 	return filepath.Join(os.TempDir(), name+"-shm")
 }
 
+// isDefaultShmDir reports whether dir is one defaultShmDir may choose for ckDir.
+func isDefaultShmDir(dir, ckDir string) bool {
+	d := defaultShmDir(ckDir)
+	name := strings.TrimSuffix(filepath.Base(d), "-shm")
+	return dir == filepath.Join("/dev/shm", name) || dir == filepath.Join(os.TempDir(), name+"-shm")
+}
+
 // shmRecordName is the file in the checkpoint directory that names the shared-memory directory
 // of the process's regions ("shm-dir" for an embedded run, "shm-dir.ID" for a parameter server
 // of a multi-process job).

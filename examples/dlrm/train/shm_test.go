@@ -74,7 +74,7 @@ func TestRegionsOfRemovedServersAreDeleted(t *testing.T) {
 	require.Positive(t, s.Checkpoints.Committed)
 	assert.Equal(t, []string{"ps-0", "ps-1"}, regions(t, cfg.ShmDir), "ps-2's region went with the resumed run's first commit")
 
-	cfg.Servers = 3
+	cfg.Servers, cfg.Overwrite = 3, true // start afresh over the checkpoints of the runs above
 	_, err = Run(ctx, cfg)
 	require.NoError(t, err)
 	fresh := cfg

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const tinyRun = "-train-records 3000 -test-records 2000 -duration 0 -dim 4 -bottom 8 -top 8 -batch 100 -checkpoint-every 10 -eval-every 0"
+
+// A second plain run in the default checkpoint directory is refused, says why and what to do,
+// and deletes nothing; -overwrite starts afresh.
+func TestSecondPlainRunIsRefusedWithAnExplanation(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // the default -checkpoint-dir lives here
+	args := strings.Fields(tinyRun + " -shm-dir " + t.TempDir())
+	var out, errs bytes.Buffer
+	require.Equal(t, 0, run(args, &out, &errs), errs.String())
+	ckDir := filepath.Join(os.TempDir(), "elasticps-dlrm")
+	before, err := filepath.Glob(filepath.Join(ckDir, "dlrm", "commits", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, before)
+
+	out.Reset()
+	errs.Reset()
+	require.Equal(t, 1, run(args, &out, &errs))
+	msg := errs.String()
+	for _, want := range []string{ckDir, "holds", "-resume", "-overwrite", "another -checkpoint-dir", "default -checkpoint-dir"} {
+		assert.Contains(t, msg, want)
+	}
+	after, err := filepath.Glob(filepath.Join(ckDir, "dlrm", "commits", "*"))
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused run deleted commits")
+
+	errs.Reset()
+	require.Equal(t, 0, run(append(args, "-overwrite"), &out, &errs), errs.String())
+	_, err = parseFlags(strings.Fields("-resume -overwrite"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-overwrite")
+}
+
+// A resume that skips a damaged commit says so on stderr without -v.
+func TestResumeReportsASkippedCommitOnStderr(t *testing.T) {
+	ckDir := t.TempDir()
+	args := strings.Fields(tinyRun + " -checkpoint-dir " + ckDir + " -shm-dir " + t.TempDir())
+	var out, errs bytes.Buffer
+	require.Equal(t, 0, run(args, &out, &errs), errs.String())
+	commits, err := filepath.Glob(filepath.Join(ckDir, "dlrm", "commits", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, commits)
+	newest := filepath.Base(commits[len(commits)-1])
+	chunks, err := filepath.Glob(filepath.Join(ckDir, "dlrm", "data", newest, "*", "*", "t0-*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, chunks)
+	b, err := os.ReadFile(chunks[0])
+	require.NoError(t, err)
+	b[len(b)/2] ^= 1
+	require.NoError(t, os.WriteFile(chunks[0], b, 0o644))
+
+	errs.Reset()
+	require.Equal(t, 0, run(append(args, "-resume"), &out, &errs), errs.String())
+	msg := errs.String()
+	assert.Contains(t, msg, "dlrm: warning: resume skipped the commit of step "+strings.TrimLeft(newest, "0"))
+	assert.Contains(t, msg, filepath.Base(chunks[0]))
+	assert.Contains(t, msg, filepath.Join(ckDir, "dlrm", "quarantine", newest))
+}
