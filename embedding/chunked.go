@@ -52,6 +52,50 @@ func (t *Table) AppendRawShards(dst []byte, from, budget int, opt ExportOptions)
 	return dst, i, nil
 }
 
+// Cursor is a place in a table's rows, for copies in chunks: a shard, and a row index in it.
+type Cursor struct {
+	Shard int
+	Row   uint32
+}
+
+// AppendRawRows appends to dst the raw records of the rows in slots (nil: every row) from cur
+// on, and stops once the appended bytes reach budget, at a row boundary: it returns the
+// extended dst and the cursor to go on from (Shard == Shards() once every row was visited).
+// Each call holds one shard's read lock at a time, for about budget bytes of copying, so
+// writers wait for little longer than that. Rows changed, added or removed behind the cursor
+// are not seen: track changes with a Tracker made before the first call (see AppendRawShards).
+func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet) ([]byte, Cursor) {
+	start := len(dst)
+	stride := t.stride
+	rec := 4 * stride
+	for cur.Shard < len(t.shards) {
+		if len(dst)-start >= budget {
+			return dst, cur
+		}
+		s := &t.shards[cur.Shard]
+		s.mu.RLock()
+		for ; cur.Row < s.hi && len(dst)-start < budget; cur.Row++ {
+			w := s.rowWords(cur.Row, stride)
+			if w[wordStep] == freeMark || (slots != nil && !slots.Contains(uint64(w[0])|uint64(w[1])<<32)) {
+				continue
+			}
+			if cap(dst)-len(dst) < rec {
+				grown := make([]byte, len(dst), max(2*cap(dst), len(dst)+rec, start+min(budget, 4<<20)+rec))
+				copy(grown, dst)
+				dst = grown
+			}
+			putWords(dst[len(dst):len(dst)+rec], w)
+			dst = dst[:len(dst)+rec]
+		}
+		done := cur.Row >= s.hi
+		s.mu.RUnlock()
+		if done {
+			cur = Cursor{Shard: cur.Shard + 1}
+		}
+	}
+	return dst, cur
+}
+
 // DeleteSlots removes every row whose slot is in set, one shard at a time under its write lock,
 // and returns the rows removed. Trackers record the removals as deletions. A server whose slot
 // moved away calls it, so that a slot that later comes back never revives rows its other owner

@@ -89,7 +89,10 @@ func TestChunkedCopyWithTrackerUnderConcurrentWriters(t *testing.T) {
 		return out
 	}
 	rebuilt := newTestTable(t, cfg)
-	base := copyAll(ExportOptions{Slots: moving})
+	var base []byte
+	for cur := (Cursor{}); cur.Shard < live.Shards(); {
+		base, cur = live.AppendRawRows(base, cur, 3*live.RawRowSize(), moving)
+	}
 	_, err = rebuilt.LoadRaw(base, nil)
 	require.NoError(t, err)
 	for round := 0; round < 3; round++ {
@@ -153,6 +156,27 @@ func TestAppendRawShardsBudgetAndCursor(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
+func TestAppendRawRowsCursor(t *testing.T) {
+	tab := trained(t, 500, 3)
+	rec := tab.RawRowSize()
+	set := NewSlotSet(16, 0, 3, 9)
+	want, _, err := tab.AppendRawShards(nil, 0, 1<<40, ExportOptions{Slots: set})
+	require.NoError(t, err)
+	require.NotEmpty(t, want)
+	var got []byte
+	calls := 0
+	for cur := (Cursor{}); cur.Shard < tab.Shards(); calls++ {
+		before := len(got)
+		got, cur = tab.AppendRawRows(got, cur, 2*rec, set)
+		assert.LessOrEqual(t, len(got)-before, 2*rec, "a chunk stops at its budget")
+	}
+	assert.Equal(t, want, got, "the chunks add up to one copy, in the same order")
+	assert.Greater(t, calls, len(want)/(2*rec))
+	all, cur := tab.AppendRawRows(nil, Cursor{}, 1<<40, nil)
+	assert.Equal(t, Cursor{Shard: tab.Shards()}, cur)
+	assert.Equal(t, 500*rec, len(all))
+}
+
 func TestDeleteSlots(t *testing.T) {
 	tab := trained(t, 1000, 2)
 	const slots = 32
@@ -176,4 +200,27 @@ func TestDeleteSlots(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want*tab.RawRowSize(), len(delta))
 	assert.Equal(t, 0, tab.DeleteSlots(set), "nothing left to delete")
+}
+
+// TestCopyRawAfterReserve: whole copies and loads of a table whose shards hold slab chunks
+// reserved beyond their rows (Reserve, or a big LoadRaw) copy only the rows.
+func TestCopyRawAfterReserve(t *testing.T) {
+	src := trained(t, 300, 4)
+	raw := make([]byte, src.RawSize(false))
+	n, err := src.CopyRaw(raw, false, false)
+	require.NoError(t, err)
+	for _, prep := range []func(*Table){
+		func(tab *Table) { tab.Reserve(50000) },
+		func(tab *Table) {}, // the big load below reserves whole chunks itself
+	} {
+		dst := newTestTable(t, src.Config())
+		prep(dst)
+		_, err := dst.LoadRaw(raw[:n], nil)
+		require.NoError(t, err)
+		out := make([]byte, dst.RawSize(false))
+		m, err := dst.CopyRaw(out, false, false)
+		require.NoError(t, err)
+		assert.Equal(t, n, m)
+		assert.Equal(t, dump(src), dump(dst))
+	}
 }

@@ -206,6 +206,9 @@ func (t *Table) copyShardLocked(s *shard, dst []byte) {
 	if len(s.free) == 0 { // no holes: whole chunks at once
 		for c, w := range s.words {
 			rows := min(chunkRows, int(s.hi)-c*chunkRows)
+			if rows <= 0 {
+				break // chunks reserved beyond the rows in use
+			}
 			o += putWords(dst[o:], w[:rows*stride])
 		}
 		return
@@ -362,6 +365,11 @@ func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.reserveIndexLocked(t, s.live+start[i+1]-start[i])
+		if c := start[i+1] - start[i]; c >= chunkRows/2 {
+			// Whole slab chunks for many new rows at once: growing the last chunk row by row
+			// would copy it at every doubling.
+			s.reserveRowsLocked(int(s.hi)+c-len(s.free), stride)
+		}
 		var delta int64
 		for _, j := range order[start[i]:start[i+1]] {
 			b := src[int(ks[j])*rec : int(ks[j]+1)*rec]

@@ -269,10 +269,12 @@ func (s *shard) growIndexLocked(t *Table) {
 	s.resizeIndexLocked(t, max(16, len(s.idx)*growNum/growDen))
 }
 
-// reserveIndexLocked grows the index at once so that rows entries fit under the load limit.
+// reserveIndexLocked grows the index at once so that rows entries fit under the load limit. It
+// grows by at least the usual factor, so that loading rows in many chunks rehashes the index a
+// logarithmic number of times, not once per chunk.
 func (s *shard) reserveIndexLocked(t *Table, rows int) {
 	if need := rows*loadDen/loadNum + 1; need > len(s.idx) {
-		s.resizeIndexLocked(t, max(16, need))
+		s.resizeIndexLocked(t, max(16, need, len(s.idx)*growNum/growDen))
 	}
 }
 
