@@ -38,8 +38,9 @@ const (
 	// opOpen: to (str) | slots u32 + u32 each. Answers the tables: count u32 | per table:
 	// name (str), dense u8, schema (u32 length, bytes).
 	opOpen byte = iota + 1
-	// opCopy: table (str) | from shard u32 | changed u8 | budget u32. Answers next shard u32 |
-	// raw records.
+	// opCopy: table (str) | shard u32 | row u32 | changed u8 | budget u32: a chunk of the
+	// slots' rows from that place on (changed: of the rows changed since the last changed copy,
+	// whole shards from shard on). Answers the next place (shard u32 | row u32) | raw records.
 	opCopy
 	// opFence: answers the applied state of the slots (AppliedState).
 	opFence
@@ -135,7 +136,8 @@ func (s *Server) handleMigrate(ctx context.Context, req []byte, resp *rpc.Buffer
 		return nil
 	case opCopy:
 		table := d.str()
-		from, changed, budget := int(d.u32()), d.bytes(1), int(d.u32())
+		from := embedding.Cursor{Shard: int(d.u32()), Row: d.u32()}
+		changed, budget := d.bytes(1), int(d.u32())
 		if d.err != nil || len(d.b) != 0 {
 			return remote(codeBadRequest, "malformed migration copy")
 		}
@@ -278,7 +280,7 @@ func (s *Server) outMigration(id uint64) (*outMigration, error) {
 
 // copyMigration answers one chunk of a table's rows in the migration's slots: all of them
 // (changed false) or those changed since the previous changed copy.
-func (s *Server) copyMigration(id uint64, table string, from int, changed bool, budget int, resp *rpc.Buffer) error {
+func (s *Server) copyMigration(id uint64, table string, from embedding.Cursor, changed bool, budget int, resp *rpc.Buffer) error {
 	m, err := s.outMigration(id)
 	if err != nil {
 		return err
@@ -290,21 +292,26 @@ func (s *Server) copyMigration(id uint64, table string, from int, changed bool, 
 	if h == nil || tr == nil {
 		return migErr("migration %d copies no table %q", id, table)
 	}
-	opt := embedding.ExportOptions{Slots: m.slots}
+	slots := m.slots
 	if h.dense {
-		opt.Slots = nil // a dense tensor moves whole with its name's slot
+		slots = nil // a dense tensor moves whole with its name's slot
 	}
-	if changed {
-		opt.Changed, opt.Reset = tr, true
-	}
+	budget = max(budget, 1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := binary.LittleEndian.AppendUint32(m.buf[:0], 0)
-	out, next, err := h.t.AppendRawShards(out, from, max(budget, 1), opt)
-	if err != nil {
-		return migErr("migration %d, table %q: %v", id, table, err)
+	out := append(m.buf[:0], make([]byte, 8)...)
+	next := embedding.Cursor{Shard: h.t.Shards()}
+	if changed {
+		var err error
+		out, next.Shard, err = h.t.AppendRawShards(out, from.Shard, budget, embedding.ExportOptions{Slots: slots, Changed: tr, Reset: true})
+		if err != nil {
+			return migErr("migration %d, table %q: %v", id, table, err)
+		}
+	} else {
+		out, next = h.t.AppendRawRows(out, from, budget, slots)
 	}
-	binary.LittleEndian.PutUint32(out, uint32(next))
+	binary.LittleEndian.PutUint32(out, uint32(next.Shard))
+	binary.LittleEndian.PutUint32(out[4:], next.Row)
 	resp.Write(out)
 	if cap(out) <= 64<<20 {
 		m.buf = out[:0]
@@ -639,9 +646,10 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 	var rows int64
 	for _, tb := range r.tabs {
 		rec := tb.t.RawRowSize()
-		for from := 0; from < tb.t.Shards(); {
+		for from := (embedding.Cursor{}); from.Shard < tb.t.Shards(); {
 			body := appendString(nil, tb.name)
-			body = binary.LittleEndian.AppendUint32(body, uint32(from))
+			body = binary.LittleEndian.AppendUint32(body, uint32(from.Shard))
+			body = binary.LittleEndian.AppendUint32(body, from.Row)
 			flag := byte(0)
 			if changed {
 				flag = 1
@@ -652,16 +660,16 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 			if err != nil {
 				return rows, err
 			}
-			if len(resp) < 4 || (len(resp)-4)%rec != 0 {
+			if len(resp) < 8 || (len(resp)-8)%rec != 0 {
 				r.peers.Release(resp)
 				return rows, fmt.Errorf("%w: migration chunk of %d bytes", ErrCorrupt, len(resp))
 			}
-			next := int(binary.LittleEndian.Uint32(resp))
-			if next <= from || next > tb.t.Shards() {
+			next := embedding.Cursor{Shard: int(binary.LittleEndian.Uint32(resp)), Row: binary.LittleEndian.Uint32(resp[4:])}
+			if next.Shard < from.Shard || next.Shard == from.Shard && next.Row <= from.Row || next.Shard > tb.t.Shards() {
 				r.peers.Release(resp)
-				return rows, fmt.Errorf("%w: migration chunk goes from shard %d to %d", ErrCorrupt, from, next)
+				return rows, fmt.Errorf("%w: migration chunk goes from %v to %v", ErrCorrupt, from, next)
 			}
-			data := resp[4:]
+			data := resp[8:]
 			keep := r.set.Contains
 			if r.s.isDense(tb.name) {
 				keep = nil

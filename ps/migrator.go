@@ -30,7 +30,7 @@ type MigratorConfig struct {
 	// between one pair of servers. Default 4.
 	Concurrency int
 	// GroupSlots is the most slots one migration moves: they are copied, fenced and handed over
-	// together, and each group costs its source one pass over its rows. Default 256.
+	// together, and each group costs its source one pass over its rows. Default 1024.
 	GroupSlots int
 	// Bandwidth caps the bytes per second each migration copies; 0 means no cap.
 	Bandwidth int64
@@ -45,7 +45,7 @@ func (c MigratorConfig) withDefaults() MigratorConfig {
 		c.Concurrency = 4
 	}
 	if c.GroupSlots == 0 {
-		c.GroupSlots = 256
+		c.GroupSlots = 1024
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -102,8 +102,9 @@ type MigrationProgress struct {
 	// Groups and GroupsDone count the migrations planned and finished; GroupsFailed those that
 	// failed (their slots stayed with their source).
 	Groups, GroupsDone, GroupsFailed int
-	// Rows and Bytes count the records copied so far.
-	Rows, Bytes int64
+	// Rows and Bytes count the records copied so far (a row changed during a move is copied
+	// again); BaseRows counts only the base copies: the rows moved.
+	Rows, Bytes, BaseRows int64
 	// Version is the newest owner table published.
 	Version uint64
 	// MaxFenced is the longest a group's slots were fenced before their table went out.
@@ -227,6 +228,7 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 				p.SlotsDone += len(moves)
 				p.GroupsDone++
 				p.Rows += st.Rows
+				p.BaseRows += st.BaseRows
 				p.Bytes += st.Bytes
 				p.Version = t.Version
 				p.MaxFenced = max(p.MaxFenced, fenced)

@@ -37,9 +37,10 @@ type options struct {
 // allSuites lists the suites by name. Each suite lives in its own file.
 func allSuites() map[string]suite {
 	return map[string]suite{
-		"embedding": {about: "embedding table lookups and updates vs a flat gather and a Go map", run: runEmbedding},
-		"ps":        {about: "pulls and pushes over TCP vs in-process lookups and Redis MGET", run: runPS},
-		"shard":     {about: "data-shard dispatcher round trips over TCP vs in process, report cost per record", run: runShard},
+		"embedding":   {about: "embedding table lookups and updates vs a flat gather and a Go map", run: runEmbedding},
+		"ps":          {about: "pulls and pushes over TCP vs in-process lookups and Redis MGET", run: runPS},
+		"repartition": {about: "live scale-out 2 -> 3 parameter servers under training vs stop, restore and restart", run: runRepartition},
+		"shard":       {about: "data-shard dispatcher round trips over TCP vs in process, report cost per record", run: runShard},
 
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
 		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers, with checkpoint pauses", run: runDLRM},

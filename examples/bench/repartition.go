@@ -1,0 +1,593 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// runRepartition measures a live scale-out from 2 to 3 parameter servers while 4 workers pull
+// and push continuously over loopback TCP, against the same change made the DLRover way in the
+// same run (checkpoint, stop everything, start 3 servers, restore, train). It reports:
+//
+//   - moved_rows_fraction: rows copied by the base copies over the rows of the job (ideal 1/3);
+//   - migration_s: from the start of the move to the last owner table published;
+//   - throughput_during_vs_before: training rows/s during the move over rows/s before it;
+//   - max_request_stall_ms: the longest single pull or push that overlapped the move (and
+//     max_request_ms_before, the same for as long a time before, for scale);
+//   - migrate_vs_pull: rows/s moved over the rows/s the same workers pull from the servers;
+//   - stop_restart_s and stop_restart_vs_live: the DLRover way, to every worker's first batch
+//     on the new layout, and its time over the live move's;
+//   - scale-in back to 2 servers, live, as scale_in_s.
+func runRepartition(ctx context.Context, opt options, r *report) error {
+	rp := repParams{perServer: 4 << 20, batch: 1024, workers: 4, phase: 4 * time.Second}
+	if opt.quick {
+		rp = repParams{perServer: 1 << 15, batch: 256, workers: 4, phase: 300 * time.Millisecond}
+	}
+	dir, err := os.MkdirTemp(opt.dir, "bench-repartition-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	shm, err := os.MkdirTemp("/dev/shm", "bench-repartition-")
+	if err != nil {
+		shm = filepath.Join(dir, "shm")
+	}
+	defer os.RemoveAll(shm)
+	rp.dir, rp.shm = dir, shm
+	rp.secret = make([]byte, 32)
+	rand.Read(rp.secret)
+
+	job, err := rp.start(ctx, []string{"ps-0", "ps-1"})
+	if err != nil {
+		return err
+	}
+	defer job.close()
+	fmt.Printf("repartition: filling %d rows of dim %d (Adagrad, %d B per row) on 2 servers...\n", 2*rp.perServer, repDim, 16+2*4*repDim)
+	if err := job.fill(rp.perServer * 2); err != nil {
+		return err
+	}
+	ws, err := job.startWorkers(ctx, rp.workers, rp.batch, rp.perServer*2)
+	if err != nil {
+		return err
+	}
+	// The servers' pull rate with these workers, then training (pull and push) before the move.
+	ws.set(repPull)
+	t0 := time.Now()
+	sleepCtx(ctx, rp.phase)
+	pullRate := ws.rate(t0, time.Now())
+	ws.set(repTrain)
+	sleepCtx(ctx, rp.phase/4) // let the push traffic settle
+	t1 := time.Now()
+	sleepCtx(ctx, rp.phase)
+	t2 := time.Now()
+	before := ws.rate(t1, t2)
+	maxBefore := ws.maxLatency(t1, t2)
+
+	m, err := ps.NewMigrator(ps.MigratorConfig{Secret: rp.secret})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := job.add("ps-2"); err != nil {
+		return err
+	}
+	cur := job.holder.Get()
+	next, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
+	if err != nil {
+		return err
+	}
+	ms := time.Now()
+	cur, err = m.Migrate(ctx, cur, next, job.publish)
+	me := time.Now()
+	if err != nil {
+		return fmt.Errorf("scale out: %w", err)
+	}
+	prog := m.Progress()
+	during := ws.rate(ms, me)
+	stall := ws.maxLatency(ms, me)
+	migS := me.Sub(ms).Seconds()
+	sleepCtx(ctx, rp.phase/2)
+	after := ws.rate(me, time.Now())
+
+	r.add("moved_rows_fraction", float64(prog.BaseRows)/float64(2*rp.perServer), "rows copied by the base copies over the job's rows (ideal 1/3 for 2 -> 3 servers)")
+	r.add("migration_s", migS, fmt.Sprintf("s to move %d of %d slots, %d groups, live", prog.SlotsDone, cur.Slots, prog.Groups))
+	r.add("throughput_during_vs_before", during/before, fmt.Sprintf("training rows/s during the move (%.0f) over before it (%.0f)", during, before))
+	r.add("throughput_after_vs_before", after/before, "training rows/s on 3 servers over on 2")
+	r.add("max_request_stall_ms", ms2(stall), "ms, the longest single pull or push that overlapped the move")
+	r.add("max_request_ms_before", ms2(maxBefore), "ms, the same for as long a time before the move")
+	r.add("max_fenced_ms", ms2(prog.MaxFenced), "ms, the longest a group's slots were fenced before their table went out")
+	r.add("pull_rows_per_s", pullRate, "rows/s the same workers pull from the servers (the PS pull rate)")
+	r.add("migrate_vs_pull", float64(prog.BaseRows)/migS/pullRate, fmt.Sprintf("rows/s moved (%.0f, with optimizer state: %d B per row) over the pull rate", float64(prog.BaseRows)/migS, 16+2*4*repDim))
+	r.add("migrated_bytes_per_s", float64(prog.Bytes)/migS, "bytes/s copied, catch-up rounds included")
+
+	// Scale in, live: back to 2 servers.
+	cur = job.holder.Get()
+	two, err := ps.NewOwnerTable(0, cur.Slots, job.nodes("ps-0", "ps-1"), cur)
+	if err != nil {
+		return err
+	}
+	si := time.Now()
+	if _, err := m.Migrate(ctx, cur, two, job.publish); err != nil {
+		return fmt.Errorf("scale in: %w", err)
+	}
+	r.add("scale_in_s", time.Since(si).Seconds(), "s to drain ps-2 back onto 2 servers, live")
+
+	// The same scale-out with each migration's copying capped, so it takes less of the CPU the
+	// servers and workers share here (2 of them move at once, one per source).
+	const capBW = 48 << 20
+	mc, err := ps.NewMigrator(ps.MigratorConfig{Secret: rp.secret, Bandwidth: capBW})
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	cur = job.holder.Get()
+	three, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
+	if err != nil {
+		return err
+	}
+	cs := time.Now()
+	if cur, err = mc.Migrate(ctx, cur, three, job.publish); err != nil {
+		return fmt.Errorf("capped scale out: %w", err)
+	}
+	ce := time.Now()
+	r.add("capped_migration_s", ce.Sub(cs).Seconds(), fmt.Sprintf("s for the same scale-out with every migration capped at %d MiB/s", capBW>>20))
+	r.add("capped_throughput_during_vs_before", ws.rate(cs, ce)/before, "training rows/s during the capped move over before any move")
+	r.add("capped_max_request_stall_ms", ms2(ws.maxLatency(cs, ce)), "ms, the longest single pull or push that overlapped the capped move")
+	if _, err := m.Migrate(ctx, cur, two, job.publish); err != nil {
+		return fmt.Errorf("scale in: %w", err)
+	}
+	if err := ws.stop(); err != nil {
+		return err
+	}
+	if err := job.drop("ps-2"); err != nil {
+		return err
+	}
+
+	// The DLRover way: checkpoint, stop everything, start 3 servers, restore, train.
+	stop, err := rp.stopRestart(ctx, job)
+	if err != nil {
+		return fmt.Errorf("stop and restart: %w", err)
+	}
+	r.add("stop_restart_s", stop.Seconds(), "s: checkpoint to storage, stop every server and worker, start 3 servers, restore from storage, every worker's first batch (in process: no process start-up counted)")
+	r.add("stop_restart_vs_live", stop.Seconds()/migS, "stop-and-restart time over the live move's (training went on during the live move)")
+	return nil
+}
+
+const repDim = 64
+
+type repParams struct {
+	perServer, batch, workers int
+	phase                     time.Duration
+	dir, shm                  string
+	secret                    []byte
+}
+
+// repJob is a set of servers over loopback TCP and the table they serve.
+type repJob struct {
+	p      repParams
+	mu     sync.Mutex
+	srvs   map[string]*ps.Server
+	addrs  map[string]string
+	holder ps.TableHolder
+	wg     sync.WaitGroup
+}
+
+func repTableConfig() embedding.Config {
+	return embedding.Config{Dim: repDim, Seed: 1, Optimizer: embedding.Optimizer{Kind: embedding.Adagrad}}
+}
+
+func (p repParams) start(ctx context.Context, ids []string) (*repJob, error) {
+	j := &repJob{p: p, srvs: map[string]*ps.Server{}, addrs: map[string]string{}}
+	for _, id := range ids {
+		if err := j.add(id); err != nil {
+			j.close()
+			return nil, err
+		}
+	}
+	t, err := ps.NewOwnerTable(1, ps.DefaultSlots, j.nodes(), nil)
+	if err != nil {
+		j.close()
+		return nil, err
+	}
+	return j, j.publish(ctx, t)
+}
+
+func (j *repJob) add(id string) error {
+	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.p.secret, Tables: []ps.TableSpec{{Name: "emb", Config: repTableConfig()}}})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	j.wg.Add(1)
+	go func() { defer j.wg.Done(); srv.Serve(l) }()
+	j.mu.Lock()
+	j.srvs[id], j.addrs[id] = srv, l.Addr().String()
+	j.mu.Unlock()
+	return nil
+}
+
+// drop stops server id.
+func (j *repJob) drop(id string) error {
+	j.mu.Lock()
+	s := j.srvs[id]
+	delete(j.srvs, id)
+	delete(j.addrs, id)
+	j.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("no server %s", id)
+	}
+	return s.Close()
+}
+
+// nodes returns the nodes of the given servers (none given: all of them).
+func (j *repJob) nodes(ids ...string) []ps.Node {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(ids) == 0 {
+		for id := range j.srvs {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	var out []ps.Node
+	for _, id := range ids {
+		out = append(out, ps.Node{ID: id, Addr: j.addrs[id]})
+	}
+	return out
+}
+
+// publish installs t on every running server, then gives it to clients.
+func (j *repJob) publish(ctx context.Context, t *ps.OwnerTable) error {
+	j.mu.Lock()
+	srvs := make([]*ps.Server, 0, len(j.srvs))
+	for _, s := range j.srvs {
+		srvs = append(srvs, s)
+	}
+	j.mu.Unlock()
+	for _, s := range srvs {
+		if _, err := s.SetOwnerTable(t); err != nil {
+			return err
+		}
+	}
+	j.holder.Set(t)
+	return nil
+}
+
+func (j *repJob) close() {
+	j.mu.Lock()
+	for _, s := range j.srvs {
+		s.Close()
+	}
+	j.srvs = map[string]*ps.Server{}
+	j.mu.Unlock()
+	j.wg.Wait()
+}
+
+// fill creates rows ids 0..n-1 (as rankID) on their owners, in parallel.
+func (j *repJob) fill(n int) error {
+	t := j.holder.Get()
+	j.mu.Lock()
+	tabs := map[string]*embedding.Table{}
+	for id, s := range j.srvs {
+		tabs[id], _ = s.Table("emb")
+	}
+	j.mu.Unlock()
+	const chunk = 1 << 14
+	var wg sync.WaitGroup
+	errs := make(chan error, runtime.GOMAXPROCS(0))
+	next := make(chan int)
+	for range cap(errs) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			byOwner := map[string][]uint64{}
+			buf := make([]float32, chunk*repDim)
+			for base := range next {
+				clear(byOwner)
+				for i := base; i < min(base+chunk, n); i++ {
+					id := rankID(uint64(i))
+					o := t.Owner(embedding.Slot(id, t.Slots)).ID
+					byOwner[o] = append(byOwner[o], id)
+				}
+				for o, ids := range byOwner {
+					if err := tabs[o].Lookup(ids, buf[:len(ids)*repDim]); err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+						return
+					}
+				}
+			}
+		}()
+	}
+	for base := 0; base < n; base += chunk {
+		next <- base
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// What the bench workers do.
+const (
+	repPull  = iota // pull only
+	repTrain        // pull, then push gradients
+)
+
+// repWorkers are the workers' goroutines and their timed requests.
+type repWorkers struct {
+	mode   chan int // closed to stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	events []repEvent
+	err    error
+	modeMu sync.Mutex
+	cur    int
+	ready  atomic.Int64 // workers that have pushed at least once
+}
+
+// repEvent is one request.
+type repEvent struct {
+	start, end time.Time
+	rows       int
+	push       bool
+}
+
+func (j *repJob) startWorkers(ctx context.Context, n, batch, rows int) (*repWorkers, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ws := &repWorkers{cancel: cancel, mode: make(chan int)}
+	for w := range n {
+		cl, err := ps.NewClient(ps.ClientConfig{Secret: j.p.secret, Resolver: &j.holder})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		ws.wg.Add(1)
+		go func() {
+			defer ws.wg.Done()
+			defer cl.Close()
+			rng := mrand.New(mrand.NewPCG(uint64(w), 77))
+			ids := make([]uint64, batch)
+			vals := make([]float32, batch*repDim)
+			grads := make([]float32, batch*repDim)
+			for i := range grads {
+				grads[i] = float32(rng.NormFloat64()) * 1e-3
+			}
+			var local []repEvent
+			pushed := false
+			flush := func() {
+				ws.mu.Lock()
+				ws.events = append(ws.events, local...)
+				ws.mu.Unlock()
+				local = local[:0]
+			}
+			defer flush()
+			for step := uint64(1); ctx.Err() == nil; step++ {
+				seen := map[uint64]bool{}
+				for i := range ids {
+					id := rankID(uint64(rng.IntN(rows)))
+					for seen[id] {
+						id = rankID(uint64(rng.IntN(rows)))
+					}
+					seen[id] = true
+					ids[i] = id
+				}
+				s := time.Now()
+				if err := cl.Pull(ctx, "emb", ids, vals); err != nil {
+					ws.fail(ctx, err)
+					return
+				}
+				e := time.Now()
+				local = append(local, repEvent{start: s, end: e, rows: batch})
+				if ws.modeNow() == repTrain {
+					if err := cl.Push(ctx, "emb", ids, grads, step); err != nil {
+						ws.fail(ctx, err)
+						return
+					}
+					local = append(local, repEvent{start: e, end: time.Now(), rows: batch, push: true})
+					if !pushed {
+						pushed = true
+						ws.ready.Add(1)
+					}
+				}
+				if len(local) >= 64 {
+					flush()
+				}
+			}
+		}()
+	}
+	return ws, nil
+}
+
+func (ws *repWorkers) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	ws.mu.Lock()
+	if ws.err == nil {
+		ws.err = err
+	}
+	ws.mu.Unlock()
+}
+
+func (ws *repWorkers) set(mode int) {
+	ws.modeMu.Lock()
+	ws.cur = mode
+	ws.modeMu.Unlock()
+}
+
+func (ws *repWorkers) modeNow() int {
+	ws.modeMu.Lock()
+	defer ws.modeMu.Unlock()
+	return ws.cur
+}
+
+func (ws *repWorkers) stop() error {
+	ws.cancel()
+	ws.wg.Wait()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.err
+}
+
+// rate is the rows per second of the batches (pulls) that ended in [from, to).
+func (ws *repWorkers) rate(from, to time.Time) float64 {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	rows := 0
+	for _, e := range ws.events {
+		if !e.push && !e.end.Before(from) && e.end.Before(to) {
+			rows += e.rows
+		}
+	}
+	return float64(rows) / to.Sub(from).Seconds()
+}
+
+// maxLatency is the longest request that overlapped [from, to).
+func (ws *repWorkers) maxLatency(from, to time.Time) time.Duration {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var m time.Duration
+	for _, e := range ws.events {
+		if e.end.After(from) && e.start.Before(to) {
+			m = max(m, e.end.Sub(e.start))
+		}
+	}
+	return m
+}
+
+// stopRestart checkpoints the job's servers to storage, stops them, starts 3 servers that
+// restore the checkpoint from storage, and times until every worker has trained one batch on
+// them.
+func (p repParams) stopRestart(ctx context.Context, job *repJob) (time.Duration, error) {
+	store, err := checkpoint.NewFSStorage(filepath.Join(p.dir, "store"))
+	if err != nil {
+		return 0, err
+	}
+	committer, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "rep", Storage: store})
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	old := job.holder.Get()
+	var refs []checkpoint.ManifestRef
+	for _, n := range job.nodes() {
+		job.mu.Lock()
+		srv := job.srvs[n.ID]
+		job.mu.Unlock()
+		tab, _ := srv.Table("emb")
+		ck, err := checkpoint.New(checkpoint.Config{Job: "rep", Node: n.ID, Tables: map[string]checkpoint.Table{"emb": tab}, Storage: store, ShmDir: p.shm, FullEvery: 1})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := ck.Snapshot(ctx, 1, checkpoint.SnapshotSlots(old.SlotsOf(n.ID).Members())); err != nil {
+			ck.Close()
+			return 0, err
+		}
+		ref, err := ck.WaitPersisted(ctx, 1)
+		ck.Close()
+		if err != nil {
+			return 0, err
+		}
+		refs = append(refs, ref)
+	}
+	if _, err := committer.Commit(ctx, 1, refs); err != nil {
+		return 0, err
+	}
+	job.close()
+	// New servers on new hosts: the shared memory is gone.
+	if err := os.RemoveAll(filepath.Join(p.shm, "rep")); err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	fresh := &repJob{p: p, srvs: map[string]*ps.Server{}, addrs: map[string]string{}}
+	defer fresh.close()
+	ids := []string{"ps-a", "ps-b", "ps-c"}
+	for _, id := range ids {
+		if err := fresh.add(id); err != nil {
+			return 0, err
+		}
+	}
+	t, err := ps.NewOwnerTable(old.Version+1, old.Slots, fresh.nodes(), nil)
+	if err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tab, _ := fresh.srvs[id].Table("emb")
+			ck, err := checkpoint.New(checkpoint.Config{Job: "rep", Node: id, Tables: map[string]checkpoint.Table{"emb": tab}, Storage: store, ShmDir: p.shm})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer ck.Close()
+			_, errs[i] = ck.Load(ctx, 1, checkpoint.RestoreSlots(t.SlotsOf(id).Members()), checkpoint.RestoreFromStorage())
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	if err := fresh.publish(ctx, t); err != nil {
+		return 0, err
+	}
+	ws, err := fresh.startWorkers(ctx, p.workers, p.batch, p.perServer*2)
+	if err != nil {
+		return 0, err
+	}
+	ws.set(repTrain)
+	for {
+		if err := ctx.Err(); err != nil {
+			ws.stop()
+			return 0, err
+		}
+		if ws.ready.Load() >= int64(p.workers) {
+			break
+		}
+		sleepCtx(ctx, time.Millisecond)
+	}
+	d := time.Since(t0)
+	return d, ws.stop()
+}
+
+func ms2(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
