@@ -42,6 +42,10 @@ var (
 	// the source or already owned by the destination, tables that differ between the two, an
 	// unknown migration, or a transfer that broke off. The slots then stay with their source.
 	ErrMigration = errors.New("ps: migration failed")
+	// ErrNotPublished is returned by a Publish (see Migrator) that installed its owner table
+	// nowhere, typically because the job's table changed meanwhile (a recovery): the Migrator
+	// then calls the group off, as if its copy had failed, and stops.
+	ErrNotPublished = errors.New("ps: owner table not published")
 )
 
 // MovedError is a server's refusal of a slot it is handing over. It matches ErrMoved.

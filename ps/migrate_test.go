@@ -352,3 +352,26 @@ func TestRequestRoutedByAnOlderTableIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, cur.Version, now.Version, "the refusal made the client refresh")
 }
+
+// TestMigratePublishRefusedCallsTheGroupOff: a Publish that answers ErrNotPublished (the job's
+// table changed meanwhile) makes the Migrator lift the source's fence and stop; the source
+// serves the slots again and the destination keeps none of their rows.
+func TestMigratePublishRefusedCallsTheGroupOff(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 1, pstest.Options{Tables: migTables()})
+	m := c.Migrator(ps.MigratorConfig{})
+	d := &detWorker{w: 0, n: 1, rows: 100, cl: c.Client("w", ps.ClientConfig{FenceWait: 500 * time.Millisecond})}
+	require.NoError(t, d.batch(ctx, 0))
+	cur := c.Holder.Get()
+	_, node := c.AddServer("ps-1")
+	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
+	require.NoError(t, err)
+	got, err := m.Migrate(ctx, cur, next, func(ctx context.Context, t *ps.OwnerTable) error {
+		return fmt.Errorf("the table changed: %w", ps.ErrNotPublished)
+	})
+	require.ErrorIs(t, err, ps.ErrNotPublished)
+	assert.Same(t, cur, got)
+	require.NoError(t, d.batch(ctx, 1), "the source serves its slots again")
+	tab, _ := c.Server("ps-1").Table("emb")
+	assert.Zero(t, tab.Len(), "the destination keeps nothing of a called-off group")
+}

@@ -168,8 +168,9 @@ type Publish func(ctx context.Context, t *OwnerTable) error
 // A group that fails leaves its slots with their source, fence lifted, and the other groups
 // go on; Migrate then returns the last table published with an error wrapping ErrMigration,
 // and nodes of cur that are not in next stay in it while they own slots. A Publish error stops
-// Migrate at once and is returned with the table Publish was given: that table is the job's
-// from then on.
+// Migrate at once and is returned with the table Publish was given, which is the job's from
+// then on, unless the error wraps ErrNotPublished: then the group is called off and the table
+// returned is the one before.
 func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish Publish) (*OwnerTable, error) {
 	m.run.Lock()
 	defer m.run.Unlock()
@@ -216,13 +217,19 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 			}
 			t, err := published.WithMoves(published.Version+1, nodes, moves)
 			if err != nil {
+				m.callOff(gctx, nodes, moves, st.id)
 				return err
 			}
-			published = t
 			if err := publish(gctx, t); err != nil {
 				pubErr = fmt.Errorf("publish owner table %d: %w", t.Version, err)
+				if errors.Is(err, ErrNotPublished) {
+					m.callOff(gctx, nodes, moves, st.id)
+				} else {
+					published = t
+				}
 				return pubErr
 			}
+			published = t
 			fenced := st.Fenced
 			m.update(func(p *MigrationProgress) {
 				p.SlotsDone += len(moves)
@@ -309,6 +316,25 @@ func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (g
 		return st, fmt.Errorf("%w: migration stats from %s: %w", ErrCorrupt, to, err)
 	}
 	return st, nil
+}
+
+// callOff ends a group whose copy succeeded but whose table was not published: the source lifts
+// its fence and keeps the slots, the destination forgets them.
+func (m *Migrator) callOff(ctx context.Context, nodes []Node, moves []Move, id uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	from, to := moves[0].From, moves[0].To
+	if err := m.call(ctx, nodeAddr(nodes, from), opAbort, id, nil); err != nil {
+		m.log.Warn("could not lift the fence of a called-off migration", "server", from, "err", err)
+	}
+	slots := make([]int, len(moves))
+	for i, mv := range moves {
+		slots[i] = mv.Slot
+	}
+	if err := m.call(ctx, nodeAddr(nodes, to), opDiscard, id, appendSlots(nil, slots)); err != nil {
+		m.log.Warn("could not discard the slots of a called-off migration", "server", to, "err", err)
+	}
+	m.update(func(p *MigrationProgress) { p.GroupsFailed++ })
 }
 
 func migHeader(op byte, id uint64) []byte {
