@@ -66,7 +66,8 @@
 // Storage is a small interface (create-then-commit writer, open, list, delete) with an atomic,
 // durable Commit; FSStorage (temporary file, fsync, rename, fsync of the directory), MemStorage and
 // FaultStorage (failing chosen operations, short writes, a full disk, operations held mid-way) are
-// provided. The layout of a job in storage:
+// provided, and CrashFS, a file system in memory to put under FSStorage (NewFSStorageOn) that keeps
+// across Crash only the bytes and directory entries that were synced. The layout of a job in storage:
 //
 //	JOB/commits/STEP                      commit record (phase two, by the coordinator)
 //	JOB/data/STEP/NODE/ID/manifest        a node's manifest (phase one ends by writing it)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,15 +16,22 @@ import (
 // Each object is a file under the root directory. Create writes a temporary file ".tmp-*" in the
 // object's directory; Commit fsyncs it, renames it over the name and fsyncs the directory, so a
 // committed object survives a crash and a torn one is never visible under its name. Directories it
-// creates are fsynced into their parents. It is safe for concurrent use.
+// creates are fsynced into their parents. It is safe for concurrent use. It works on the host's
+// file system, or on any FS (NewFSStorageOn), such as a CrashFS that keeps only what was made
+// durable.
 type FSStorage struct {
+	fs   FS
 	root string
 }
 
 var _ Storage = (*FSStorage)(nil)
 
-// NewFSStorage returns a Storage rooted at dir, creating dir if needed.
-func NewFSStorage(dir string) (*FSStorage, error) {
+// NewFSStorage returns a Storage rooted at dir on the host's file system, creating dir if needed.
+func NewFSStorage(dir string) (*FSStorage, error) { return NewFSStorageOn(OSFS{}, dir) }
+
+// NewFSStorageOn returns a Storage rooted at dir on fsys, creating dir if needed (and making its
+// entry in its parent durable).
+func NewFSStorageOn(fsys FS, dir string) (*FSStorage, error) {
 	if dir == "" {
 		return nil, errors.New("checkpoint: FSStorage needs a directory")
 	}
@@ -33,10 +39,15 @@ func NewFSStorage(dir string) (*FSStorage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: storage dir: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("checkpoint: storage dir: %w", err)
+	if _, err := fsys.Stat(abs); err != nil {
+		if err := fsys.MkdirAll(abs); err != nil {
+			return nil, fmt.Errorf("checkpoint: storage dir: %w", err)
+		}
+		if err := fsys.SyncDir(filepath.Dir(abs)); err != nil {
+			return nil, fmt.Errorf("checkpoint: storage dir: %w", err)
+		}
 	}
-	return &FSStorage{root: abs}, nil
+	return &FSStorage{fs: fsys, root: abs}, nil
 }
 
 // Root returns the storage's root directory.
@@ -64,9 +75,9 @@ func (s *FSStorage) Create(ctx context.Context, name string) (Writer, error) {
 		if err := s.mkdirAll(dir); err != nil {
 			return nil, err
 		}
-		f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(p)+"-*")
+		f, err := s.fs.CreateTemp(dir, ".tmp-"+filepath.Base(p)+"-*")
 		if err == nil {
-			return &fsWriter{f: f, final: p, dir: dir}, nil
+			return &fsWriter{fs: s.fs, f: f, final: p, dir: dir}, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
 			return nil, err
@@ -76,7 +87,7 @@ func (s *FSStorage) Create(ctx context.Context, name string) (Writer, error) {
 
 // mkdirAll creates dir and its missing parents below the root, fsyncing each parent that gained an entry.
 func (s *FSStorage) mkdirAll(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	if _, err := s.fs.Stat(dir); err == nil {
 		return nil
 	}
 	rel, err := filepath.Rel(s.root, dir)
@@ -86,10 +97,10 @@ func (s *FSStorage) mkdirAll(dir string) error {
 	cur := s.root
 	for _, c := range strings.Split(rel, string(filepath.Separator)) {
 		next := filepath.Join(cur, c)
-		err := os.Mkdir(next, 0o755)
+		err := s.fs.Mkdir(next)
 		switch {
 		case err == nil:
-			if err := syncDir(cur); err != nil {
+			if err := s.fs.SyncDir(cur); err != nil {
 				return err
 			}
 		case !errors.Is(err, fs.ErrExist):
@@ -100,20 +111,9 @@ func (s *FSStorage) mkdirAll(dir string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 type fsWriter struct {
-	f     *os.File
+	fs    FS
+	f     File
 	final string
 	dir   string
 	done  bool
@@ -121,31 +121,34 @@ type fsWriter struct {
 
 func (w *fsWriter) Write(p []byte) (int, error) {
 	if w.done {
-		return 0, os.ErrClosed
+		return 0, fs.ErrClosed
 	}
 	return w.f.Write(p)
 }
 
+// Commit makes the bytes durable before the name points to them: fsync, rename, fsync of the
+// directory. (A rename before the fsync could leave the name pointing to a file whose bytes a
+// crash lost.)
 func (w *fsWriter) Commit() error {
 	if w.done {
-		return os.ErrClosed
+		return fs.ErrClosed
 	}
 	w.done = true
 	tmp := w.f.Name()
 	if err := w.f.Sync(); err != nil {
 		w.f.Close()
-		os.Remove(tmp)
+		w.fs.Remove(tmp)
 		return err
 	}
 	if err := w.f.Close(); err != nil {
-		os.Remove(tmp)
+		w.fs.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, w.final); err != nil {
-		os.Remove(tmp)
+	if err := w.fs.Rename(tmp, w.final); err != nil {
+		w.fs.Remove(tmp)
 		return err
 	}
-	return syncDir(w.dir)
+	return w.fs.SyncDir(w.dir)
 }
 
 func (w *fsWriter) Abort() error {
@@ -154,7 +157,7 @@ func (w *fsWriter) Abort() error {
 	}
 	w.done = true
 	w.f.Close()
-	return os.Remove(w.f.Name())
+	return w.fs.Remove(w.f.Name())
 }
 
 // Open implements Storage.
@@ -166,7 +169,7 @@ func (s *FSStorage) Open(ctx context.Context, name string) (io.ReadCloser, error
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
+	f, err := s.fs.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
@@ -186,7 +189,7 @@ func (s *FSStorage) List(ctx context.Context, prefix string) ([]string, error) {
 		start = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
 	}
 	var names []string
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	err := s.walk(start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -224,18 +227,40 @@ func (s *FSStorage) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	dir := filepath.Dir(p)
-	if err := syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := s.fs.SyncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	for dir != s.root && strings.HasPrefix(dir, s.root) {
-		if os.Remove(dir) != nil {
+		if s.fs.Remove(dir) != nil {
 			break
 		}
 		dir = filepath.Dir(dir)
+	}
+	return nil
+}
+
+// walk calls fn for start and everything below it, in lexical order, as filepath.WalkDir does
+// (fn's error for start itself when it cannot be read; fs.SkipDir is not used here).
+func (s *FSStorage) walk(start string, fn func(p string, d fs.DirEntry, err error) error) error {
+	entries, err := s.fs.ReadDir(start)
+	if err != nil {
+		return fn(start, nil, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(start, e.Name())
+		if e.IsDir() {
+			if err := s.walk(p, fn); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(p, e, nil); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -255,7 +280,7 @@ func (s *FSStorage) RemoveTemp(ctx context.Context, prefix string, cutoff time.T
 		start = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
 	}
 	n := 0
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	err := s.walk(start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -272,7 +297,7 @@ func (s *FSStorage) RemoveTemp(ctx context.Context, prefix string, cutoff time.T
 		if err != nil {
 			return nil
 		}
-		if info.ModTime().Before(cutoff) && os.Remove(p) == nil {
+		if info.ModTime().Before(cutoff) && s.fs.Remove(p) == nil {
 			n++
 		}
 		return nil
@@ -291,7 +316,7 @@ func (s *FSStorage) PutNew(ctx context.Context, name string, data []byte) error 
 	}
 	fw := w.(*fsWriter)
 	tmp := fw.f.Name()
-	defer os.Remove(tmp)
+	defer s.fs.Remove(tmp)
 	fw.done = true
 	if _, err := fw.f.Write(data); err != nil {
 		fw.f.Close()
@@ -304,11 +329,11 @@ func (s *FSStorage) PutNew(ctx context.Context, name string, data []byte) error 
 	if err := fw.f.Close(); err != nil {
 		return err
 	}
-	if err := os.Link(tmp, fw.final); err != nil {
+	if err := s.fs.Link(tmp, fw.final); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("checkpoint: %s: %w", name, fs.ErrExist)
 		}
 		return err
 	}
-	return syncDir(fw.dir)
+	return s.fs.SyncDir(fw.dir)
 }
