@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,6 +22,7 @@ type Client struct {
 	tr          transport.Transport
 	perAddr     int
 	dialTimeout time.Duration
+	tls         *tls.Config // nil: no TLS of our own
 	pool        wire.Pool
 	calls       sync.Pool // of *call
 
@@ -67,6 +69,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		tr:          cfg.Transport,
 		perAddr:     cfg.ConnsPerAddr,
 		dialTimeout: cfg.DialTimeout,
+		tls:         tls13(cfg.TLS),
 		conns:       make(map[*clientConn]struct{}),
 	}
 	if c.tr == nil {
@@ -246,12 +249,15 @@ func (c *Client) dial(addr string) (*clientConn, error) {
 		c.cfg.log.Debug("rpc: dial failed", "addr", addr, "err", err)
 		return nil, fmt.Errorf("rpc: dial %s: %w: %w", addr, ErrUnavailable, err)
 	}
+	if c.tls != nil {
+		nc = tls.Client(nc, clientTLS(c.tls, addr))
+	}
 	sess, err := clientHandshake(ctx, nc, &c.cfg)
 	if err != nil {
 		if errors.Is(err, ErrAuth) {
 			c.stats.authFailures.Add(1)
 		}
-		_ = nc.Close()
+		_ = closeConn(nc)
 		c.cfg.log.Warn("rpc: handshake failed", "addr", addr, "err", err)
 		return nil, fmt.Errorf("rpc: connect %s: %w", addr, err)
 	}
@@ -259,7 +265,7 @@ func (c *Client) dial(addr string) (*clientConn, error) {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
-		_ = nc.Close()
+		_ = closeConn(nc)
 		return nil, ErrClosed
 	}
 	c.conns[cc] = struct{}{}

@@ -55,7 +55,7 @@ func (cc *clientConn) fail(err error) {
 	}
 	cc.mu.Unlock()
 	cc.broken.Store(true)
-	_ = cc.nc.Close()
+	_ = closeConn(cc.nc)
 }
 
 func (cc *clientConn) notSent(err error) error {
@@ -178,7 +178,7 @@ func (cc *clientConn) readLoop() {
 	cc.pending = nil
 	cc.mu.Unlock()
 	cc.broken.Store(true)
-	_ = cc.nc.Close()
+	_ = closeConn(cc.nc)
 	cc.w.stop()
 	c.forget(cc)
 	for _, cl := range pending {

@@ -124,6 +124,29 @@
 // Verdict Version (ErrHandshake); version 1 peers (server proves first, no
 // frame protection) are refused.
 //
+// # TLS
+//
+// Where operators require TLS, ServerConfig.TLS and ClientConfig.TLS (made
+// from PEM files by TLSFiles.LoadTLS) run every connection over mutual TLS
+// 1.3: each end presents a certificate that must chain to the cluster's
+// CA, the server's valid for the name dialed (or TLSFiles.ServerName). A
+// connection that is already TLS, because the listener or Transport wraps
+// its connections, is handled the same way. Whatever made the TLS
+// configuration, a peer whose certificate was not verified is refused
+// (ErrAuth; Verdict AuthFailed when TLS let it that far).
+//
+// The secret handshake above still runs, inside TLS: its hellos negotiate
+// limits and compression, and its proofs keep out a node that holds a
+// certificate from the CA but not the cluster secret, so one CA can serve
+// several clusters. Each hello says whether its end runs TLS (HelloTLS);
+// if both do, frames carry no tags of this package, TLS authenticating,
+// ordering and encrypting them, and Protection is ignored. If only one end
+// does (TLS terminated by something in between), the handshake fails with
+// ErrHandshake (Verdict TLS) rather than run with one leg unprotected. The
+// TLS handshake counts against HandshakeTimeout and the handshake limits.
+// Connections are closed without a TLS close-notify, which would wait for
+// a peer that stopped reading.
+//
 // What this does not do: anyone holding the cluster secret is trusted
 // completely (there are no per-node identities or roles); headers (sizes,
 // method numbers, request ids) and, without ProtectEncrypt, payloads

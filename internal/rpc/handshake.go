@@ -27,7 +27,8 @@ const (
 type session struct {
 	compress   bool       // both hellos offered s2
 	peerMax    int        // the largest payload the peer accepts
-	protection Protection // what the frames carry
+	tls        bool       // both ends run TLS, which protects the frames
+	protection Protection // what the frames carry otherwise
 	// send and recv protect the frames this side sends and receives; nil
 	// when protection is ProtectNone.
 	send, recv *wire.Protector
@@ -75,11 +76,15 @@ func negotiate(client, server wire.HelloFlags) Protection {
 	}
 }
 
-// helloFlags are the flags this side puts in its hello.
-func helloFlags(cfg *common) wire.HelloFlags {
+// helloFlags are the flags this side puts in its hello; onTLS says that
+// its connection runs TLS.
+func helloFlags(cfg *common, onTLS bool) wire.HelloFlags {
 	var f wire.HelloFlags
 	if cfg.compression {
 		f |= wire.HelloCompress
+	}
+	if onTLS {
+		return f | wire.HelloTLS
 	}
 	switch cfg.protection {
 	case ProtectEncrypt:
@@ -116,6 +121,11 @@ func newSession(cfg *common, ch, sh wire.Handshake, isClient bool) (session, err
 		compress:   cfg.compression && peer.Flags&wire.HelloCompress != 0,
 		peerMax:    peerLimit(peer.MaxFrame),
 		protection: negotiate(ch.Flags, sh.Flags),
+	}
+	if ch.Flags&sh.Flags&wire.HelloTLS != 0 {
+		// TLS authenticates, orders and encrypts every frame already.
+		s.tls, s.protection = true, ProtectNone
+		return s, nil
 	}
 	if s.protection == ProtectNone {
 		return s, nil
@@ -181,6 +191,14 @@ func serverHandshake(nc net.Conn, cfg *common, timeout time.Duration) (session, 
 	if err := nc.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return session{}, &refusal{"set deadline", err}
 	}
+	onTLS, err := handshakeTLS(context.Background(), nc)
+	if err != nil {
+		if errors.Is(err, errUnverifiedPeer) {
+			// TLS let it in, so it can read why it is refused.
+			_, _ = writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictAuthFailed})
+		}
+		return session{}, &refusal{"TLS handshake", err}
+	}
 	hello, rawHello, err := wire.ReadHandshake(nc)
 	if err != nil {
 		return session{}, &refusal{"reading client hello", err}
@@ -192,7 +210,11 @@ func serverHandshake(nc net.Conn, cfg *common, timeout time.Duration) (session, 
 		_, _ = writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictVersion})
 		return session{}, &refusal{fmt.Sprintf("unsupported protocol version %d", hello.Version), nil}
 	}
-	sh := wire.Handshake{Type: wire.MsgServerHello, Version: wire.Version, Flags: helloFlags(cfg), MaxFrame: uint32(cfg.maxFrame)}
+	if err := tlsAgree(onTLS, hello.Flags, "client"); err != nil {
+		_, _ = writeMsg(nc, wire.Handshake{Type: wire.MsgVerdict, Verdict: wire.VerdictTLS})
+		return session{}, &refusal{"client hello", err}
+	}
+	sh := wire.Handshake{Type: wire.MsgServerHello, Version: wire.Version, Flags: helloFlags(cfg, onTLS), MaxFrame: uint32(cfg.maxFrame)}
 	if _, err := rand.Read(sh.Nonce[:]); err != nil {
 		return session{}, &refusal{"reading random nonce", err}
 	}
@@ -234,13 +256,23 @@ func clientHandshake(ctx context.Context, nc net.Conn, cfg *common) (session, er
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	s, err := clientExchange(nc, cfg)
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ErrAuth) && !errors.Is(err, ErrHandshake) {
-			return session{}, fmt.Errorf("%w: handshake: %w", ErrUnavailable, ctxErr)
+	onTLS, err := handshakeTLS(ctx, nc)
+	if err == nil {
+		var s session
+		s, err = clientExchange(nc, cfg, onTLS)
+		if err == nil {
+			return finishClient(ctx, nc, stop, s)
 		}
-		return session{}, err
 	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ErrAuth) && !errors.Is(err, ErrHandshake) {
+		return session{}, fmt.Errorf("%w: handshake: %w", ErrUnavailable, ctxErr)
+	}
+	return session{}, err
+}
+
+// finishClient ends a successful client handshake: it fails if ctx ended
+// meanwhile, else it clears the deadlines.
+func finishClient(ctx context.Context, nc net.Conn, stop func() bool, s session) (session, error) {
 	if !stop() {
 		return session{}, fmt.Errorf("%w: handshake: %w", ErrUnavailable, context.Cause(ctx))
 	}
@@ -250,8 +282,8 @@ func clientHandshake(ctx context.Context, nc net.Conn, cfg *common) (session, er
 	return s, nil
 }
 
-func clientExchange(nc net.Conn, cfg *common) (session, error) {
-	ch := wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version, Flags: helloFlags(cfg), MaxFrame: uint32(cfg.maxFrame)}
+func clientExchange(nc net.Conn, cfg *common, onTLS bool) (session, error) {
+	ch := wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version, Flags: helloFlags(cfg, onTLS), MaxFrame: uint32(cfg.maxFrame)}
 	if _, err := rand.Read(ch.Nonce[:]); err != nil {
 		return session{}, fmt.Errorf("%w: reading random nonce: %w", ErrUnavailable, err)
 	}
@@ -268,6 +300,9 @@ func clientExchange(nc net.Conn, cfg *common) (session, error) {
 	}
 	if sh.Version != wire.Version {
 		return session{}, fmt.Errorf("%w: server speaks protocol version %d", ErrHandshake, sh.Version)
+	}
+	if err := tlsAgree(onTLS, sh.Flags, "server"); err != nil {
+		return session{}, err
 	}
 	rawProof, err := writeMsg(nc, wire.Handshake{Type: wire.MsgClientProof, Proof: clientProof(cfg.secret, rawHello, rawServer)})
 	if err != nil {
@@ -290,6 +325,19 @@ func clientExchange(nc net.Conn, cfg *common) (session, error) {
 	return sess, nil
 }
 
+// tlsAgree checks that a peer's hello and this side agree on whether the
+// connection runs TLS. They differ when something between the two ends
+// terminates TLS; the frames would then travel unprotected on one side.
+func tlsAgree(onTLS bool, peer wire.HelloFlags, peerName string) error {
+	switch peerTLS := peer&wire.HelloTLS != 0; {
+	case peerTLS && !onTLS:
+		return fmt.Errorf("%w: the %s is on TLS and this end is not", ErrHandshake, peerName)
+	case !peerTLS && onTLS:
+		return fmt.Errorf("%w: this end is on TLS and the %s is not", ErrHandshake, peerName)
+	}
+	return nil
+}
+
 // readServerMsg reads one handshake message from the server, turning a
 // refusal verdict into its error.
 func readServerMsg(nc net.Conn) (wire.Handshake, []byte, error) {
@@ -297,6 +345,11 @@ func readServerMsg(nc net.Conn) (wire.Handshake, []byte, error) {
 	if err != nil {
 		if errors.Is(err, wire.ErrMalformed) {
 			return m, nil, fmt.Errorf("%w: %w", ErrHandshake, err)
+		}
+		if _, ok := peerAlert(err); ok {
+			// Under TLS 1.3 a server refuses a client's certificate
+			// after the client's side of the TLS handshake is done.
+			return m, nil, tlsFailure(err)
 		}
 		return m, nil, fmt.Errorf("%w: handshake: %w", ErrUnavailable, err)
 	}
@@ -312,6 +365,8 @@ func verdictError(v wire.Verdict) error {
 		return fmt.Errorf("%w: server refused the cluster secret", ErrAuth)
 	case wire.VerdictVersion:
 		return fmt.Errorf("%w: server does not support protocol version %d", ErrHandshake, wire.Version)
+	case wire.VerdictTLS:
+		return fmt.Errorf("%w: one end of the connection runs TLS and the other does not (is TLS terminated on the way?)", ErrHandshake)
 	default:
 		return fmt.Errorf("%w: verdict %d", ErrHandshake, v)
 	}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +33,9 @@ type Server struct {
 	cfg              common
 	handshakeTimeout time.Duration
 	maxInFlight      int
-	gate             *gate    // connections not yet authenticated
-	plog             *rateLog // warnings a peer can cause, rate-limited
+	tls              *tls.Config // nil: no TLS of our own
+	gate             *gate       // connections not yet authenticated
+	plog             *rateLog    // warnings a peer can cause, rate-limited
 	pool             wire.Pool
 	sem              chan struct{} // one slot per running handler
 	jobs             chan job      // to idle workers; unbuffered
@@ -70,6 +72,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg:              newCommon(cfg.Secret, cfg.Protection, cfg.Logger, cfg.MaxFrameSize, cfg.Compression, cfg.CompressThreshold, cfg.WriteTimeout),
 		handshakeTimeout: cfg.HandshakeTimeout,
 		maxInFlight:      cmp.Or(cfg.MaxConnInFlight, DefaultMaxConnInFlight),
+		tls:              tls13(cfg.TLS),
 		stopping:         make(chan struct{}),
 		drained:          make(chan struct{}),
 		listeners:        make(map[net.Listener]struct{}),
@@ -173,8 +176,11 @@ func (s *Server) Serve(l net.Listener) error {
 				limit = "MaxHandshakesPerHost"
 			}
 			s.plog.Warn("rpc: connection refused: too many connections authenticating", "remote", nc.RemoteAddr().String(), "limit", limit)
-			_ = nc.Close()
+			_ = closeConn(nc)
 			continue
+		}
+		if s.tls != nil {
+			nc = tls.Server(nc, s.tls)
 		}
 		sc := &serverConn{s: s, nc: nc, host: host}
 		sc.inflight.limit = s.maxInFlight
@@ -182,7 +188,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if s.state.Load() != stateRunning {
 			s.mu.Unlock()
 			s.gate.leave(host)
-			_ = nc.Close()
+			_ = closeConn(nc)
 			return ErrClosed
 		}
 		s.conns[sc] = struct{}{}
@@ -231,7 +237,7 @@ func (s *Server) Close() error {
 		// Connections first: a handler that returns once cancelled must
 		// find its connection gone, not answer as if it had finished.
 		for sc := range s.conns {
-			_ = sc.nc.Close()
+			_ = closeConn(sc.nc)
 		}
 		s.cancel()
 	}
@@ -303,11 +309,11 @@ func (sc *serverConn) serve() {
 			}
 			s.plog.Warn("rpc: connection refused", "remote", sc.nc.RemoteAddr().String(), "reason", err.Error())
 		}
-		_ = sc.nc.Close()
+		_ = closeConn(sc.nc)
 		return
 	}
 	sc.sess = sess
-	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, sess.send, &s.pool, func(error) { _ = sc.nc.Close() })
+	sc.w = newFrameWriter(sc.nc, s.cfg.writeTimeout, sess.send, &s.pool, func(error) { _ = closeConn(sc.nc) })
 	sc.w.release = sc.inflight.sub
 	defer sc.w.stop()
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -319,11 +325,11 @@ func (sc *serverConn) serve() {
 		// finish and write their answers, then close.
 		_ = sc.w.send(nil, wire.Header{Kind: wire.KindGoAway, ID: sc.lastID}, nil, nil, 0)
 		sc.handlers.Wait()
-		_ = sc.nc.Close()
+		_ = closeConn(sc.nc)
 		log.Debug("rpc: connection closed by shutdown")
 		return
 	}
-	_ = sc.nc.Close()
+	_ = closeConn(sc.nc)
 	cancel()
 	sc.handlers.Wait()
 	if reason != nil {

@@ -88,14 +88,17 @@
 //	ClientHello (1)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32)
 //	ServerHello (2)  version(1) flags(1) reserved(2)=0 maxFrame(4) nonce(32)
 //	ClientProof (3)  proof(32)
-//	Verdict     (4)  verdict(1) reserved(3)=0      verdict: 1 auth failed, 2 bad version
+//	Verdict     (4)  verdict(1) reserved(3)=0      verdict: 1 auth failed, 2 bad version, 3 TLS on one end only
 //	ServerProof (5)  proof(32)
 //
 // Hello flags: bit 0 (HelloCompress) offers s2 compression, used on a
 // connection only if both hellos set it; bit 1 (HelloEncrypt) asks for
 // encrypted frames, used if either hello sets it; bit 2 (HelloUnprotected)
 // accepts frames without tags, used only if both hellos set it and neither
-// asks for encryption (a hello with both bits is malformed). maxFrame is the
+// asks for encryption (a hello with both bits is malformed); bit 3
+// (HelloTLS) says the sender's end runs mutual TLS: if both hellos set it
+// frames carry no tags, TLS protecting them, and a hello with it and bit 1
+// or 2 is malformed. maxFrame is the
 // largest payload the sender accepts, so a peer can refuse an oversized call
 // locally instead of having the connection closed. The exchange, its proofs,
 // the key derivation and the rules that use them are described in package

@@ -47,9 +47,14 @@ const (
 	// HelloUnprotected accepts frames without tags; only if both sides set
 	// it are frames unprotected. For measuring the cost of protection.
 	HelloUnprotected HelloFlags = 1 << 2
+	// HelloTLS says the sender's end of the connection runs mutual TLS.
+	// If both hellos set it, frames carry no tags (TLS protects them);
+	// if only one does, the handshake fails. It excludes HelloEncrypt and
+	// HelloUnprotected.
+	HelloTLS HelloFlags = 1 << 3
 )
 
-const knownHelloFlags = HelloCompress | HelloEncrypt | HelloUnprotected
+const knownHelloFlags = HelloCompress | HelloEncrypt | HelloUnprotected | HelloTLS
 
 // Verdict is why the server refuses a client. A client the server accepts
 // gets a MsgServerProof instead.
@@ -59,6 +64,7 @@ type Verdict uint8
 const (
 	VerdictAuthFailed Verdict = 1 // the client's proof is wrong
 	VerdictVersion    Verdict = 2 // the server does not speak the client's version
+	VerdictTLS        Verdict = 3 // one end runs TLS and the other does not
 )
 
 const (
@@ -151,6 +157,9 @@ func DecodeHandshake(src []byte) (Handshake, []byte, error) {
 		if m.Flags&HelloEncrypt != 0 && m.Flags&HelloUnprotected != 0 {
 			return Handshake{}, src, fmt.Errorf("%w: hello asks for encryption and no protection at once", ErrMalformed)
 		}
+		if m.Flags&HelloTLS != 0 && m.Flags&(HelloEncrypt|HelloUnprotected) != 0 {
+			return Handshake{}, src, fmt.Errorf("%w: hello on TLS asks for a frame protection", ErrMalformed)
+		}
 		if body[2] != 0 || body[3] != 0 {
 			return Handshake{}, src, fmt.Errorf("%w: reserved hello bytes are not zero", ErrMalformed)
 		}
@@ -160,7 +169,7 @@ func DecodeHandshake(src []byte) (Handshake, []byte, error) {
 		copy(m.Proof[:], body)
 	case MsgVerdict:
 		m.Verdict = Verdict(body[0])
-		if m.Verdict < VerdictAuthFailed || m.Verdict > VerdictVersion {
+		if m.Verdict < VerdictAuthFailed || m.Verdict > VerdictTLS {
 			return Handshake{}, src, fmt.Errorf("%w: unknown verdict %d", ErrMalformed, body[0])
 		}
 		if body[1] != 0 || body[2] != 0 || body[3] != 0 {

@@ -18,9 +18,11 @@ func sampleHandshakes() []Handshake {
 	return []Handshake{
 		{Type: MsgClientHello, Version: Version, Flags: HelloCompress | HelloEncrypt, MaxFrame: 1 << 20, Nonce: nonce},
 		{Type: MsgServerHello, Version: Version, Flags: HelloUnprotected, MaxFrame: 64 << 20, Nonce: nonce},
+		{Type: MsgServerHello, Version: Version, Flags: HelloTLS | HelloCompress, MaxFrame: 64 << 20, Nonce: nonce},
 		{Type: MsgClientProof, Proof: proof},
 		{Type: MsgVerdict, Verdict: VerdictAuthFailed},
 		{Type: MsgVerdict, Verdict: VerdictVersion},
+		{Type: MsgVerdict, Verdict: VerdictTLS},
 		{Type: MsgServerProof, Proof: proof},
 	}
 }
@@ -73,10 +75,12 @@ func TestHandshakeRejects(t *testing.T) {
 		{"unknown type", mut(4, 9), ErrMalformed},
 		{"unknown flags", mut(6, 0x80), ErrMalformed},
 		{"encrypt and unprotected", mut(6, byte(HelloEncrypt|HelloUnprotected)), ErrMalformed},
+		{"TLS and encrypt", mut(6, byte(HelloTLS|HelloEncrypt)), ErrMalformed},
+		{"TLS and unprotected", mut(6, byte(HelloTLS|HelloUnprotected)), ErrMalformed},
 		{"reserved", mut(7, 1), ErrMalformed},
 		{"short", hello[:44], ErrTruncated},
 		{"prefix only", hello[:3], ErrTruncated},
-		{"bad verdict", append([]byte(Magic), 4, 3, 0, 0, 0), ErrMalformed},
+		{"bad verdict", append([]byte(Magic), 4, 4, 0, 0, 0), ErrMalformed},
 		{"verdict zero", append([]byte(Magic), 4, 0, 0, 0, 0), ErrMalformed},
 		{"verdict reserved", append([]byte(Magic), 4, 1, 0, 1, 0), ErrMalformed},
 	}
