@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
@@ -83,6 +84,15 @@ type Config struct {
 	// Scaler, if set, runs the job's processes: SetParallelism hands it the new plan. Nil:
 	// the program starts and stops processes itself, and SetParallelism fails.
 	Scaler Scaler
+	// Secret is the cluster secret (the servers'). Changing the number of servers needs it:
+	// the coordinator moves slots between servers over their RPC port. Nil: the server count
+	// is fixed.
+	Secret []byte
+	// Transport dials the servers' RPC ports when slots move. Nil: TCP.
+	Transport ps.Transport
+	// Migration tunes how slots move when the server count changes (concurrency, slots per
+	// group, a bandwidth cap); its Secret, Logger and (if nil) Transport are the coordinator's.
+	Migration ps.MigratorConfig
 
 	// Logger receives the coordinator's events. Nil discards.
 	Logger *slog.Logger
@@ -110,6 +120,11 @@ func (c Config) Validate() error {
 	for name, v := range map[string]int{"CheckpointEvery": c.CheckpointEvery, "KeepLast": c.KeepLast, "CommitBacklog": c.CommitBacklog} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
+		}
+	}
+	if len(c.Secret) > 0 {
+		if err := rpc.ValidateSecret(c.Secret); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.Recovery > Partial {

@@ -60,6 +60,16 @@ type Coordinator struct {
 	// finds every later position in their applied sets.
 	committedDone Progress
 
+	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
+	// new table and each table of a live repartition hold it, so a commit never mixes tables.
+	tableMu   sync.Mutex
+	repMu     sync.Mutex   // one change of the server count at a time
+	migrator  *ps.Migrator // made by the first repartition (guarded by mu)
+	repStatus struct {
+		sync.Mutex
+		s *RepartitionStatus
+	}
+
 	pending    []action        // for the executor, in order (guarded by mu)
 	queued     uint64          // actions handed to the executor (guarded by mu)
 	executed   uint64          // actions it carried out (guarded by mu)
@@ -648,6 +658,8 @@ func (c *Coordinator) fenceEach(ctx context.Context, servers []ParameterServer, 
 // snapshot takes the checkpoint of step at a barrier: the job state, the dispatcher, every
 // server; it returns the job that commits it in the background.
 func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, error) {
+	c.tableMu.Lock() // every server snapshots under the one owner table
+	defer c.tableMu.Unlock()
 	c.mu.Lock()
 	var err error
 	if ids := c.failedLocked(); len(ids) > 0 {
@@ -831,5 +843,11 @@ func (c *Coordinator) Close() error {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.clock.resume()
+	c.mu.Lock()
+	m := c.migrator
+	c.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
 	return nil
 }

@@ -102,6 +102,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	}
 	cc := cfg.Coordinator
 	cc.Job, cc.Servers, cc.Slots = cfg.Job, servers, cfg.Slots
+	if cc.Secret == nil {
+		cc.Secret = cfg.Secret // the coordinator moves slots when the server count changes
+	}
 	c, err := NewCoordinator(ctx, cc)
 	if err != nil {
 		j.Close()
@@ -287,6 +290,64 @@ func (j *LocalJob) RestartServer(ctx context.Context, i int) error {
 		}
 		return nil
 	}
+}
+
+// StartServers starts n more parameter servers, ps-k .. ps-(k+n-1) after the job's k, serving
+// and with no owner table, and adds them to Servers; the coordinator moves slots onto them
+// (Coordinator.SetParallelism, through a LocalScaler).
+func (j *LocalJob) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil, ErrClosed
+	}
+	var out []ParameterServer
+	for range n {
+		srv, l, ls, err := j.newServer(ServerID(len(j.Servers)), j.listen)
+		if err != nil {
+			return out, fmt.Errorf("elastic: start server %s: %w", ServerID(len(j.Servers)), err)
+		}
+		j.serve(srv, l)
+		j.Servers = append(j.Servers, ls)
+		j.cfg.Servers = append(slices.Clone(j.cfg.Servers), ls)
+		out = append(out, ls)
+	}
+	return out, nil
+}
+
+// StopServers stops the parameter servers with the given ids, which must be the
+// highest-numbered ones and own no slot (the coordinator drained them), and drops them from
+// Servers.
+func (j *LocalJob) StopServers(ctx context.Context, ids []string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := len(j.Servers) - len(ids)
+	if k < 0 {
+		return fmt.Errorf("%w: stop %d of %d servers", ErrInvalidConfig, len(ids), len(j.Servers))
+	}
+	for _, id := range ids {
+		i := slices.IndexFunc(j.Servers, func(s *LocalServer) bool { return s.Node().ID == id })
+		if i < k {
+			return fmt.Errorf("%w: server %q is not among the highest-numbered %d", ErrInvalidConfig, id, len(ids))
+		}
+	}
+	var errs []error
+	for i := k; i < len(j.Servers); i++ {
+		if !j.down[i] {
+			errs = append(errs, j.Servers[i].Server().Close())
+		}
+		errs = append(errs, j.Servers[i].Close())
+		delete(j.down, i)
+	}
+	j.Servers = j.Servers[:k]
+	j.cfg.Servers = slices.DeleteFunc(slices.Clone(j.cfg.Servers), func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
+	return errors.Join(errs...)
+}
+
+func (j *LocalJob) serverCount() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.Servers)
 }
 
 // serverIndexLocked checks that i names a server of the job.

@@ -109,8 +109,8 @@ func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
 	if err := plan.validate(); err != nil {
 		return err
 	}
-	if plan.Servers != len(s.cfg.Job.Servers) {
-		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, len(s.cfg.Job.Servers), errors.ErrUnsupported)
+	if have := s.cfg.Job.serverCount(); plan.Servers != have {
+		return fmt.Errorf("%w: %d parameter servers asked for, the job has %d: change the number through the coordinator (SetParallelism), which moves the slots", ErrInvalidConfig, plan.Servers, have)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -205,6 +205,18 @@ func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
 		}
 	}
 }
+
+// StartServers implements ServerScaler: the job starts the servers (LocalJob.StartServers).
+func (s *LocalScaler) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+	return s.cfg.Job.StartServers(ctx, n)
+}
+
+// StopServers implements ServerScaler: the job stops the servers (LocalJob.StopServers).
+func (s *LocalScaler) StopServers(ctx context.Context, ids []string) error {
+	return s.cfg.Job.StopServers(ctx, ids)
+}
+
+var _ ServerScaler = (*LocalScaler)(nil)
 
 // Plan implements Scaler.
 func (s *LocalScaler) Plan() Plan {

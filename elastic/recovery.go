@@ -344,7 +344,9 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	}
 	ev.Replacement = time.Since(waitStart)
 
-	// The new server list and owner table.
+	// The new server list and owner table; no table of a live repartition goes out meanwhile.
+	c.tableMu.Lock()
+	defer c.tableMu.Unlock()
 	old := c.holder.Get()
 	c.mu.Lock()
 	var servers, survivors []ParameterServer

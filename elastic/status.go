@@ -50,6 +50,8 @@ type Status struct {
 	ServerFailures int             `json:"server_failures"`
 	Recoveries     int             `json:"recoveries"`
 	LastRecovery   *RecoveryStatus `json:"last_recovery,omitempty"`
+	// Repartition describes the newest change of the server count, under way or done.
+	Repartition *RepartitionStatus `json:"repartition,omitempty"`
 }
 
 // ServerStatus is one parameter server of a Status.
@@ -150,6 +152,7 @@ func (c *Coordinator) Status() Status {
 		m := k.members[id]
 		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen))})
 	}
+	st.Repartition = c.Repartition()
 	s := c.stats
 	st.LastCommit, st.Snapshots, st.Commits, st.CheckpointFailures = s.LastCommitted, s.Snapshots, s.Committed, s.Failed
 	if s.LastErr != nil {
@@ -205,6 +208,17 @@ func (st Status) WriteText(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	if r := st.Repartition; r != nil {
+		state := "done in " + r.Duration.Round(time.Millisecond).String()
+		switch {
+		case r.Running:
+			state = "moving"
+		case r.Err != "":
+			state = "failed: " + r.Err
+		}
+		fmt.Fprintf(&b, "servers %d -> %d: %s; %d of %d slots moved (%d rows, %.1f MiB), longest fence %v\n",
+			r.From, r.To, state, r.SlotsDone, r.SlotsTotal, r.MovedRows, float64(r.Bytes)/(1<<20), r.MaxFenced.Round(time.Microsecond))
+	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nSERVER\tADDRESS\tINCARNATION\tSTATE\tLAST ANSWER\n")
 	for _, s := range st.Servers {
@@ -241,11 +255,13 @@ func (c *Coordinator) SetScaler(s Scaler) {
 var ErrNoScaler = errors.New("elastic: the coordinator has no scaler")
 
 // SetParallelism asks for workers workers and servers parameter servers, of the sizes of the
-// current plan (SetPlan), the call a cluster scheduler makes: the coordinator hands the plan to its Config.Scaler, whose new workers join
-// while the others train, and whose workers beyond the plan are stopped (their shards go back
-// to the dispatcher at their last reported offsets). servers must be the number of servers
-// the job has: changing it needs live repartition, which this version does not do
-// (errors.ErrUnsupported).
+// current plan (SetPlan), the call a cluster scheduler makes: the coordinator hands the plan to
+// its Config.Scaler, whose new workers join while the others train, and whose workers beyond
+// the plan are stopped (their shards go back to the dispatcher at their last reported
+// offsets). A new server count is reached while training goes on (live repartition): the
+// scaler (a ServerScaler; otherwise errors.ErrUnsupported) starts the new servers, the
+// coordinator moves onto them, or off the highest-numbered ones, only the slots whose owner
+// changes, and the scaler stops the drained servers. It returns once the slots have moved.
 func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) error {
 	c.mu.Lock()
 	plan := c.plan
@@ -266,7 +282,13 @@ func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
 		return ErrNoScaler
 	}
 	if plan.Servers != have {
-		return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: changing the number needs live repartition (%w)", plan.Servers, have, errors.ErrUnsupported)
+		ss, ok := scaler.(ServerScaler)
+		if !ok {
+			return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: %w (%w)", plan.Servers, have, errNoServerScaler, errors.ErrUnsupported)
+		}
+		if err := c.repartition(ctx, ss, plan.Servers); err != nil {
+			return err
+		}
 	}
 	if err := scaler.Scale(ctx, plan); err != nil {
 		return fmt.Errorf("elastic: scale to %s: %w", plan, err)

@@ -101,7 +101,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
 	assert.Equal(t, sized, scaler.Plan(), "SetParallelism keeps the sizes")
 	assert.Equal(t, "3 servers (2 CPUs, 8.0 GiB), 4 workers (1 CPUs)", sized.String())
-	assert.ErrorIs(t, ctl.SetParallelism(ctx, 4, 5), errors.ErrUnsupported, "changing the server count needs live repartition")
+	assert.ErrorIs(t, ctl.SetParallelism(ctx, 4, 5), errors.ErrUnsupported, "changing the server count needs a scaler that runs servers")
 	assert.ErrorIs(t, ctl.SetParallelism(ctx, -1, 3), elastic.ErrInvalidConfig)
 	scaler.mu.Lock()
 	scaler.err = errors.New("quota exceeded")

@@ -340,10 +340,12 @@ func (s *Server) LoadApplied(states [][]byte, owned func(slot int) bool) error {
 			if len(slots) == 0 {
 				continue
 			}
-			m := a.stripes[a.stripe(p)].m
-			slots = append(slots, m[p]...)
+			st := &a.stripes[a.stripe(p)]
+			st.Lock() // ClearSlots and PruneApplied hold only the stripe's lock
+			slots = append(slots, st.m[p]...)
 			slices.Sort(slots)
-			m[p] = slices.Compact(slots)
+			st.m[p] = slices.Compact(slots)
+			st.Unlock()
 		}
 	}
 	return nil

@@ -1,0 +1,251 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/elasticps/elasticps/ps"
+)
+
+// ServerScaler is a Scaler that also starts and stops parameter servers: what a change of the
+// job's server count needs. The coordinator starts servers before it moves slots onto them, and
+// stops servers once it has moved every slot off them (live repartition).
+type ServerScaler interface {
+	Scaler
+	// StartServers starts n more parameter servers, numbered on from the job's (ps-k, ps-k+1,
+	// ...), serving and without an owner table, and returns them.
+	StartServers(ctx context.Context, n int) ([]ParameterServer, error)
+	// StopServers stops the servers with the given ids, which own no slot any more: the
+	// highest-numbered ones.
+	StopServers(ctx context.Context, ids []string) error
+}
+
+// RepartitionStatus describes the newest change of the server count.
+type RepartitionStatus struct {
+	// Running is true while slots move.
+	Running bool `json:"running"`
+	// From and To are the server counts before and after.
+	From int `json:"from"`
+	To   int `json:"to"`
+	// SlotsDone of SlotsTotal slots have moved; Groups of them moved together.
+	SlotsDone  int `json:"slots_done"`
+	SlotsTotal int `json:"slots_total"`
+	Groups     int `json:"groups"`
+	Failed     int `json:"failed_groups,omitempty"`
+	// Rows and Bytes count what was copied (a row changed during its move is copied again);
+	// MovedRows only the rows moved.
+	Rows      int64 `json:"rows"`
+	MovedRows int64 `json:"moved_rows"`
+	Bytes     int64 `json:"bytes"`
+	// MaxFenced is the longest a group's slots were refused (handed over) before their new
+	// owner served them.
+	MaxFenced time.Duration `json:"max_fenced_ns"`
+	Duration  time.Duration `json:"duration_ns"`
+	// Err is the failure, empty on success.
+	Err string `json:"error,omitempty"`
+}
+
+// repartition changes the number of servers to n while training goes on: it starts the new
+// servers, moves only the slots whose owner changes (ps.Migrator), one owner table per group
+// of slots, and stops the servers it drained.
+func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (err error) {
+	c.repMu.Lock()
+	defer c.repMu.Unlock()
+	if len(c.cfg.Secret) == 0 {
+		return fmt.Errorf("%w: Config.Secret is needed to move slots between servers", ErrInvalidConfig)
+	}
+	c.mu.Lock()
+	servers := slices.Clone(c.servers)
+	failed := c.failedLocked()
+	c.mu.Unlock()
+	if len(failed) > 0 {
+		return fmt.Errorf("elastic: parameter servers %v failed and are not recovered yet: try again after the recovery", failed)
+	}
+	have := len(servers)
+	if n < 1 {
+		return fmt.Errorf("%w: %d parameter servers", ErrInvalidConfig, n)
+	}
+	start := time.Now()
+	c.setRepartition(RepartitionStatus{Running: true, From: have, To: n})
+	defer func() {
+		c.repStatus.Lock()
+		c.repStatus.s.Running = false
+		c.repStatus.s.Duration = time.Since(start)
+		if err != nil {
+			c.repStatus.s.Err = err.Error()
+		}
+		c.repStatus.Unlock()
+	}()
+	c.log.Info("changing the number of parameter servers", "from", have, "to", n)
+
+	keep, drained := servers, []ParameterServer(nil)
+	if n < have {
+		keep, drained = servers[:n], servers[n:]
+	} else if n > have {
+		added, err := ss.StartServers(ctx, n-have)
+		if err != nil {
+			return fmt.Errorf("elastic: start %d parameter servers: %w", n-have, err)
+		}
+		if err := c.enlist(ctx, added); err != nil {
+			return err
+		}
+		keep = append(slices.Clone(servers), added...)
+	}
+	nodes := make([]ps.Node, len(keep))
+	for i, s := range keep {
+		nodes[i] = s.Node()
+	}
+	cur := c.holder.Get()
+	next, err := ps.NewOwnerTable(0, cur.Slots, nodes, cur)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	m, err := c.migratorFor()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { // progress for Status while the slots move
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c.noteProgress(m.Progress())
+			}
+		}
+	}()
+	final, err := m.Migrate(ctx, cur, next, c.publishMove)
+	close(done)
+	c.noteProgress(m.Progress())
+	if err != nil {
+		return fmt.Errorf("elastic: move slots to %d servers (owner table now %d): %w", n, final.Version, err)
+	}
+	if len(drained) > 0 {
+		ids := make([]string, len(drained))
+		for i, s := range drained {
+			ids[i] = s.Node().ID
+		}
+		c.mu.Lock()
+		c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
+		for _, id := range ids {
+			delete(c.srvs, id)
+		}
+		c.mu.Unlock()
+		// A commit under way may still wait for a drained server's persist.
+		if err := c.WaitCommits(ctx); err != nil {
+			return err
+		}
+		if err := ss.StopServers(ctx, ids); err != nil {
+			return fmt.Errorf("elastic: stop drained parameter servers %v: %w", ids, err)
+		}
+	}
+	p := m.Progress()
+	c.log.Info("parameter servers changed", "from", have, "to", n, "slots_moved", p.SlotsDone, "rows", p.BaseRows,
+		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// enlist brings new servers into the job: it learns their incarnations, leads and fences them
+// as the others, gives them the current owner table (they own nothing in it) and watches their
+// health.
+func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error {
+	if _, err := c.admit(ctx, added); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	floor, fenced, inc := c.core.floor(), slices.Clone(c.fenced), c.core.incarnation
+	c.mu.Unlock()
+	if err := c.lead(ctx, added, inc); err != nil {
+		return err
+	}
+	if err := c.fence(ctx, added, floor, fenced); err != nil {
+		return err
+	}
+	c.tableMu.Lock()
+	defer c.tableMu.Unlock()
+	t := c.holder.Get()
+	for _, s := range added {
+		if err := s.InstallTable(ctx, t); err != nil {
+			return fmt.Errorf("elastic: install owner table %d on %s: %w", t.Version, s.Node().ID, err)
+		}
+	}
+	c.mu.Lock()
+	c.servers = append(c.servers, added...)
+	c.mu.Unlock()
+	return nil
+}
+
+// publishMove is the Migrator's Publish: under the table lock (no snapshot or recovery
+// meanwhile) it makes t the job's table and installs it on every server. A table that does not
+// follow the job's (a recovery replaced it meanwhile) is refused with ps.ErrNotPublished.
+func (c *Coordinator) publishMove(ctx context.Context, t *ps.OwnerTable) error {
+	c.tableMu.Lock()
+	defer c.tableMu.Unlock()
+	if cur := c.holder.Get(); cur.Version+1 != t.Version {
+		return fmt.Errorf("owner table %d follows %d, the job has %d: %w", t.Version, t.Version-1, cur.Version, ps.ErrNotPublished)
+	}
+	c.mu.Lock()
+	servers := slices.Clone(c.servers)
+	c.mu.Unlock()
+	// The job's table from now on, even if a server cannot install it: a server that did
+	// serves the moved slots, so a recovery must start from t.
+	c.holder.Set(t)
+	return c.install(ctx, servers, t)
+}
+
+// migratorFor returns the coordinator's migrator, made on first use.
+func (c *Coordinator) migratorFor() (*ps.Migrator, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.migrator != nil {
+		return c.migrator, nil
+	}
+	mc := c.cfg.Migration
+	mc.Secret, mc.Logger = c.cfg.Secret, c.log
+	if mc.Transport == nil {
+		mc.Transport = c.cfg.Transport
+	}
+	m, err := ps.NewMigrator(mc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c.migrator = m
+	return m, nil
+}
+
+func (c *Coordinator) setRepartition(s RepartitionStatus) {
+	c.repStatus.Lock()
+	c.repStatus.s = &s
+	c.repStatus.Unlock()
+}
+
+func (c *Coordinator) noteProgress(p ps.MigrationProgress) {
+	c.repStatus.Lock()
+	defer c.repStatus.Unlock()
+	s := c.repStatus.s
+	if s == nil {
+		return
+	}
+	s.SlotsDone, s.SlotsTotal, s.Groups, s.Failed = p.SlotsDone, p.SlotsTotal, p.Groups, p.GroupsFailed
+	s.Rows, s.MovedRows, s.Bytes, s.MaxFenced = p.Rows, p.BaseRows, p.Bytes, p.MaxFenced
+}
+
+// Repartition returns the newest change of the server count (nil: none yet).
+func (c *Coordinator) Repartition() *RepartitionStatus {
+	c.repStatus.Lock()
+	defer c.repStatus.Unlock()
+	if c.repStatus.s == nil {
+		return nil
+	}
+	s := *c.repStatus.s
+	return &s
+}
+
+// errNoServerScaler is returned by SetPlan for a server count the scaler cannot provide.
+var errNoServerScaler = errors.New("the scaler does not start or stop parameter servers")

@@ -1,0 +1,86 @@
+package elastic_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A local job on 2 servers trains with 3 workers, checkpointing every 8 steps, while the
+// coordinator takes it to 3 servers, then 4, then back to 2 (SetParallelism). Training never
+// stops; every position is trained exactly once per epoch; every row equals the failure-free
+// result bit for bit and lives only on its owner; the drained servers are stopped; checkpoints
+// go on committing between and after the moves.
+func TestLiveRepartitionWhileTraining(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	job := localFaultJob(t, 2, store, func(c *elastic.Config) {
+		c.Migration.GroupSlots = 4 // many groups, many owner tables
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var batches atomic.Int64
+	reached := map[int64]chan struct{}{15: make(chan struct{}), 60: make(chan struct{}), 110: make(chan struct{})}
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		if ch, ok := reached[batches.Add(1)]; ok {
+			close(ch)
+		}
+		return trainStep(ctx, b)
+	}
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:    job,
+		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
+	})
+	require.NoError(t, err)
+	defer scaler.Close()
+	job.SetScaler(scaler)
+	c := job.Coordinator()
+	require.NoError(t, c.SetParallelism(ctx, 3, 2))
+
+	for _, move := range []struct {
+		at      int64
+		servers int
+	}{{15, 3}, {60, 4}, {110, 2}} {
+		<-reached[move.at]
+		require.NoError(t, c.SetParallelism(ctx, 3, move.servers), "to %d servers", move.servers)
+		r := c.Repartition()
+		require.NotNil(t, r)
+		assert.False(t, r.Running)
+		assert.Equal(t, move.servers, r.To)
+		assert.Positive(t, r.SlotsTotal)
+		assert.Equal(t, r.SlotsTotal, r.SlotsDone)
+		assert.Empty(t, r.Err)
+		assert.Len(t, job.Servers, move.servers)
+		table, err := c.OwnerTable(ctx, 0)
+		require.NoError(t, err)
+		assert.Len(t, table.Nodes, move.servers)
+	}
+	require.NoError(t, scaler.Wait(ctx))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, c.Stats().Committed, 3, "checkpoints went on around the moves")
+	assertEveryEpochOnce(t, c)
+	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+	table, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	for _, s := range job.Servers {
+		tab, _ := s.Server().Table("emb")
+		tab.Range(func(v embedding.RowView) bool {
+			assert.Equal(t, s.Node().ID, table.Owner(embedding.Slot(v.ID, table.Slots)).ID, "row %d on a server that does not own it", v.ID)
+			return true
+		})
+	}
+	st := c.Status()
+	require.NotNil(t, st.Repartition)
+	assert.Equal(t, 4, st.Repartition.From)
+	assert.Equal(t, 2, st.Repartition.To)
+	assert.Len(t, st.Servers, 2)
+}
