@@ -370,8 +370,12 @@ const checkpointBusyTries = 3
 // refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
 // taken again once the commits before it are written.
 func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
+	return c.checkpointTries(ctx, false)
+}
+
+func (c *Coordinator) checkpointTries(ctx context.Context, final bool) (uint64, error) {
 	for try := 1; ; try++ {
-		step, err := c.checkpoint(ctx)
+		step, err := c.checkpoint(ctx, final)
 		if !errors.Is(err, checkpoint.ErrBusy) || try == checkpointBusyTries {
 			return step, err
 		}
@@ -389,20 +393,26 @@ func (c *Coordinator) WaitCommits(ctx context.Context) error {
 	})
 }
 
-func (c *Coordinator) checkpoint(ctx context.Context) (uint64, error) {
+// checkpoint takes a checkpoint of every step counted now; with final, training stops as the
+// snapshot ends, so no batch trains after it.
+func (c *Coordinator) checkpoint(ctx context.Context, final bool) (uint64, error) {
 	if c.committer == nil {
 		return 0, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
 	c.mu.Lock()
-	if c.core.step == c.core.snapStep {
+	if c.core.step == c.core.snapStep && (!final || c.core.phase == phaseIdle) {
 		step := c.core.snapStep
+		if final {
+			c.core.stop()
+			c.applyLocked(nil)
+		}
 		c.mu.Unlock()
 		return step, c.waitCommitted(ctx, step)
 	}
 	// Every snapshot attempt that ends after this request covers every step counted now: the
 	// step only grows, and no batch runs during a snapshot.
 	after := c.snapSeq
-	c.applyLocked(c.core.request(c.clock.now()))
+	c.applyLocked(c.core.request(c.clock.now(), final))
 	c.mu.Unlock()
 	var res CheckpointEvent
 	err := c.await(ctx, func() (bool, error) {
@@ -481,14 +491,16 @@ func (c *Coordinator) WaitMembers(ctx context.Context) error {
 }
 
 // Finish ends training the way a job ends: with final set, a last checkpoint of everything
-// trained (Checkpoint); then no more barriers and every worker's next batch refused (Stop); it
+// trained, at whose end training stops (no batch trains after it); then no more barriers and every worker's next batch refused (Stop); it
 // waits for the commits under way and, for at most linger, for the workers to leave (remote ones
 // learn that the job is over only while the coordinator still answers). It returns the final
 // checkpoint's error, or the commits'.
 func (c *Coordinator) Finish(ctx context.Context, final bool, linger time.Duration) error {
 	var err error
 	if final {
-		if _, cerr := c.Checkpoint(ctx); cerr != nil {
+		// Training stops as the final snapshot ends: workers of other processes would
+		// otherwise train on between it and Stop, and the commit would miss their batches.
+		if _, cerr := c.checkpointTries(ctx, true); cerr != nil {
 			err = fmt.Errorf("final checkpoint: %w", cerr)
 		}
 	}

@@ -122,6 +122,9 @@ type core struct {
 	tryStep     uint64    // step at which the last barrier went up: the schedule counts from it
 	want        bool      // a checkpoint was asked for (final, or by the program)
 	stopped     bool      // no more checkpoints; arriving workers are told to stop
+	// stopAtSnapshot stops training at the end of the next snapshot, before its barrier comes
+	// down, so the final checkpoint holds every batch trained (a final request).
+	stopAtSnapshot bool
 	members     map[string]*member
 	snapshots   []uint64 // snapshots taken and not yet committed, in step order
 	committed   uint64   // step of the newest commit
@@ -278,10 +281,12 @@ func (c *core) gossipFailed(now time.Time, id string, quiet time.Duration) []act
 	return append(acts, c.advance()...)
 }
 
-// request asks for a checkpoint at the next chance (the final one, or the program's).
-func (c *core) request(now time.Time) []action {
+// request asks for a checkpoint at the next chance (the final one, or the program's); with
+// final, training stops at the end of that snapshot.
+func (c *core) request(now time.Time, final bool) []action {
 	c.tick(now)
 	c.want = true
+	c.stopAtSnapshot = c.stopAtSnapshot || final
 	return c.advance()
 }
 
@@ -312,7 +317,8 @@ func (c *core) advance() []action {
 	var acts []action
 	// The schedule counts from the last barrier, taken or failed, so a failing snapshot is
 	// retried a whole interval later, not at every step.
-	if c.phase == phaseIdle && !c.stopped && !c.recovering && c.step > c.snapStep &&
+	// After a stop only a request raises one (a final checkpoint tried again).
+	if c.phase == phaseIdle && (!c.stopped || c.want) && !c.recovering && c.step > c.snapStep &&
 		(c.want || (c.cfg.every > 0 && c.step-max(c.snapStep, c.tryStep) >= c.cfg.every)) {
 		c.gen++
 		c.tryStep = c.step
@@ -356,6 +362,9 @@ func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
 	}
 	c.gen++
 	c.phase = phaseIdle
+	if c.stopAtSnapshot {
+		c.stopped, c.stopAtSnapshot = true, false // the released workers' next Begin is refused
+	}
 	acts := []action{{kind: actRelease, gen: c.gen, reason: errReason(err)}}
 	if err == nil {
 		c.snapStep = c.step

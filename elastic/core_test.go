@@ -147,7 +147,9 @@ func runTrace(t *testing.T, src string) string {
 			}
 			acts = get().arrive(now, arg(1), epochOf(arg(1), f[2:]), gen)
 		case "request":
-			acts = get().request(now)
+			acts = get().request(now, false)
+		case "final":
+			acts = get().request(now, true)
 		case "timers":
 			acts = get().timers(now)
 		case "stop":
