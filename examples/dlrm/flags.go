@@ -50,14 +50,14 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		fs.PrintDefaults()
 	}
 	var (
-		o                       options
-		ckDirSet                bool
-		data, test, bottom, top string
-		embOpt, denseOpt        string
-		embLR, denseLR, embInit float64
-		testFraction, skew      float64
-		seed                    uint64
-		vocabCap                int
+		o                                options
+		ckDirSet                         bool
+		data, test, bottom, top, scaleAt string
+		embOpt, denseOpt                 string
+		embLR, denseLR, embInit          float64
+		testFraction, skew               float64
+		seed                             uint64
+		vocabCap                         int
 	)
 	c := &o.cfg
 	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...] or movielens:DIR")
@@ -79,6 +79,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long (0: when the epochs are done)")
 	fs.IntVar(&c.Servers, "ps", train.DefaultServers, "parameter servers")
 	fs.IntVar(&c.Workers, "workers", train.DefaultWorkers, "workers")
+	fs.StringVar(&scaleAt, "scale-at", "", "change the cluster while it trains: TIME:ps=N[,workers=M], steps separated by ';' (e.g. 20s:ps=3;40s:ps=2): servers are added or drained with their slots moved live")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(os.TempDir(), "elasticps-dlrm"), "where checkpoints are persisted")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps (0: only at the end)")
 	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")
@@ -120,6 +121,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	o.defaultDir = !ckDirSet
 	var errs []error
 	var err error
+	if c.ScaleAt, err = train.ParseScaleAt(scaleAt); err != nil {
+		errs = append(errs, fmt.Errorf("-scale-at: %w", err))
+	}
+	if len(c.ScaleAt) > 0 && o.role != "" {
+		errs = append(errs, errors.New("-scale-at is for the embedded cluster (no -role): a multi-process job is scaled through its coordinator (the status sub-command's control port)"))
+	}
 	if c.Data, err = train.ParseDataSpec(data); err != nil {
 		errs = append(errs, fmt.Errorf("-data: %w", err))
 	}

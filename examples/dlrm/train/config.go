@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -64,6 +66,10 @@ type Config struct {
 	Duration time.Duration
 	// Servers is the number of parameter servers. Default 2.
 	Servers int
+	// ScaleAt changes the cluster while it trains: at each step's time after the start, the
+	// coordinator is asked for its servers and workers (SetParallelism); a new server count
+	// moves the slots live. Steps in time order.
+	ScaleAt []ScaleStep
 	// Workers is the number of workers. Default 2.
 	Workers int
 	// Slots is the job's slot count. Default 4096.
@@ -221,6 +227,14 @@ func (c Config) Validate() error {
 	c.fill()
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for i, st := range c.ScaleAt {
+		if st.At <= 0 || (i > 0 && st.At <= c.ScaleAt[i-1].At) {
+			bad("scale step %d at %v: times must be positive and increasing", i+1, st.At)
+		}
+		if st.Servers < 0 || st.Workers < 0 || st.Servers == 0 && st.Workers == 0 {
+			bad("scale step %d asks for %d servers and %d workers", i+1, st.Servers, st.Workers)
+		}
+	}
 	if c.Data.Kind > MovieLens {
 		bad("unknown data kind %d", c.Data.Kind)
 	}
@@ -305,4 +319,50 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return errors.Join(append([]error{ErrConfig}, errs...)...)
+}
+
+// ScaleStep is one change of the cluster while it trains (Config.ScaleAt).
+type ScaleStep struct {
+	// At is the time after the start of training.
+	At time.Duration
+	// Servers and Workers are the counts asked for; 0 keeps the current one.
+	Servers, Workers int
+}
+
+// ParseScaleAt reads steps written TIME:ps=N[,workers=M] and separated by ';', such as
+// "20s:ps=3;40s:ps=2,workers=4".
+func ParseScaleAt(s string) ([]ScaleStep, error) {
+	var out []ScaleStep
+	for _, part := range strings.Split(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		at, rest, ok := strings.Cut(part, ":")
+		if !ok {
+			return nil, fmt.Errorf("scale step %q: want TIME:ps=N[,workers=M]", part)
+		}
+		d, err := time.ParseDuration(at)
+		if err != nil {
+			return nil, fmt.Errorf("scale step %q: %w", part, err)
+		}
+		st := ScaleStep{At: d}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil || n < 1 {
+				return nil, fmt.Errorf("scale step %q: %q is not ps=N or workers=N with N >= 1", part, kv)
+			}
+			switch k {
+			case "ps":
+				st.Servers = n
+			case "workers":
+				st.Workers = n
+			default:
+				return nil, fmt.Errorf("scale step %q: unknown %q (ps or workers)", part, k)
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }

@@ -104,6 +104,8 @@ type Summary struct {
 
 	Tables      []TableRows
 	Checkpoints CheckpointStats
+	// Repartitions are the changes of the server count made while training (Config.ScaleAt).
+	Repartitions []elastic.RepartitionStatus
 }
 
 // String formats the summary for people, several lines.
@@ -124,6 +126,9 @@ func (s *Summary) String() string {
 			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
 	} else {
 		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+	}
+	for _, rp := range s.Repartitions {
+		p("  servers:     %s", repartitionLine(rp))
 	}
 	verdict := "every position trained exactly once per epoch"
 	if !s.ExactlyOnce {

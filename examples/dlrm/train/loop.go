@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,13 +34,14 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.job.SetScaler(r.scaler) // the coordinator's: SetParallelism goes through it
 	r.emit(Event{Kind: EventStart, Message: r.describe()})
 
 	r.start = time.Now()
 	r.lastTick, r.lastSamp = r.start, r.samples.Load()
 	wctx, stopEval := context.WithCancel(context.Background())
 	defer stopEval()
-	if err := r.scaler.Scale(ctx, elastic.Plan{Servers: len(r.job.Servers), Workers: cfg.Workers}); err != nil {
+	if err := r.job.Coordinator().SetParallelism(ctx, cfg.Workers, len(r.job.Servers)); err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
@@ -62,6 +64,20 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	evalDone := make(chan evalResult, 1)
 	evaluating := false
+	// The cluster changes of ScaleAt, one at a time.
+	scales := cfg.ScaleAt
+	var scaleTick <-chan time.Time
+	nextScale := func() {
+		if len(scales) > 0 {
+			t := time.NewTimer(time.Until(r.start.Add(scales[0].At)))
+			scaleTick = t.C
+		} else {
+			scaleTick = nil
+		}
+	}
+	nextScale()
+	scaleDone := make(chan error, 1)
+	scaling := false
 
 	var failure error
 	reason := ""
@@ -78,6 +94,19 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 			}
 		case <-progress.C:
 			r.emit(Event{Kind: EventProgress})
+		case <-scaleTick:
+			scaleTick = nil
+			st := scales[0]
+			scales = scales[1:]
+			scaling = true
+			go func() { scaleDone <- r.scale(ctx, st) }()
+		case err := <-scaleDone:
+			scaling = false
+			if err != nil {
+				failure, reason = err, "changing the cluster failed"
+				break
+			}
+			nextScale()
 		case <-evalTick:
 			if !evaluating {
 				evaluating = true
@@ -102,6 +131,9 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	if reason == "" {
 		reason = "every epoch done"
+		if !r.job.Coordinator().Status().Data.Finished {
+			reason = "every worker ended before the data was done"
+		}
 	}
 	// Workers finish the batch in hand and leave; the coordinator takes no more checkpoints
 	// of its own.
@@ -114,6 +146,11 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	if evaluating {
 		<-evalDone
+	}
+	if scaling {
+		if err := <-scaleDone; err != nil && failure == nil {
+			failure, reason = err, "changing the cluster failed"
+		}
 	}
 	trainedFor := time.Since(r.start)
 	r.emit(Event{Kind: EventNote, Message: "training stopped: " + reason})
@@ -258,6 +295,37 @@ func (r *run) progress(tick bool) Progress {
 }
 
 // summary builds the run's summary (the final evaluation is added by the caller).
+// scale asks the coordinator for the cluster of st, and reports the move of slots a new server
+// count made.
+func (r *run) scale(ctx context.Context, st ScaleStep) error {
+	c := r.job.Coordinator()
+	plan := r.scaler.Plan()
+	if st.Servers > 0 {
+		plan.Servers = st.Servers
+	}
+	if st.Workers > 0 {
+		plan.Workers = st.Workers
+	}
+	r.emit(Event{Kind: EventNote, Message: fmt.Sprintf("scaling to %s", plan)})
+	before := c.Repartition()
+	if err := c.SetParallelism(ctx, plan.Workers, plan.Servers); err != nil {
+		return fmt.Errorf("scale to %s: %w", plan, err)
+	}
+	if rp := c.Repartition(); rp != nil && (before == nil || *rp != *before) {
+		r.mu.Lock()
+		r.repartitions = append(r.repartitions, *rp)
+		r.mu.Unlock()
+		r.emit(Event{Kind: EventNote, Message: repartitionLine(*rp)})
+	}
+	return nil
+}
+
+// repartitionLine describes a change of the server count.
+func repartitionLine(rp elastic.RepartitionStatus) string {
+	return fmt.Sprintf("%d -> %d parameter servers in %v, training on: %d of %d slots moved (%d rows, %.1f MiB copied), longest fence %v",
+		rp.From, rp.To, rp.Duration.Round(time.Millisecond), rp.SlotsDone, rp.SlotsTotal, rp.MovedRows, float64(rp.Bytes)/(1<<20), rp.MaxFenced.Round(time.Microsecond))
+}
+
 func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 	ck := r.ck.get()
 	ck.Dir, ck.ShmDir = r.cfg.CheckpointDir, r.shmDir
@@ -265,11 +333,14 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		ck.Stored += int64(srv.CheckpointStats().PersistedStored)
 	}
 	s := &Summary{
-		Data: r.data.desc, HeldOut: r.data.heldOut, Servers: r.cfg.Servers, Workers: r.cfg.Workers,
+		Data: r.data.desc, HeldOut: r.data.heldOut, Servers: len(r.job.Servers), Workers: r.scaler.Plan().Workers,
 		StopReason: reason, Resumed: r.cfg.Resume, ResumedStep: r.restoredStep, ResumedSamples: r.baseSamp,
 		ResumedFrom: r.restoredFrom, TotalSamples: r.samples.Load(), Steps: r.steps(),
 		Elapsed: trainedFor, Ceiling: r.data.ceiling, Checkpoints: ck,
 	}
+	r.mu.Lock()
+	s.Repartitions = slices.Clone(r.repartitions)
+	r.mu.Unlock()
 	s.Samples = s.TotalSamples - r.baseSamp
 	if sec := trainedFor.Seconds(); sec > 0 {
 		s.SamplesPerSec = float64(s.Samples) / sec

@@ -51,11 +51,13 @@ type run struct {
 	samples  atomic.Int64 // the model's samples
 	baseSamp int64        // restored
 
-	mu       sync.Mutex // interval figures
-	lossSum  float64
-	lossN    int
-	lastSamp int64
-	lastTick time.Time
+	mu sync.Mutex // interval figures, repartitions
+	// repartitions are the changes of the server count made so far.
+	repartitions []elastic.RepartitionStatus
+	lossSum      float64
+	lossN        int
+	lastSamp     int64
+	lastTick     time.Time
 
 	restoredStep uint64
 	restoredFrom string

@@ -265,3 +265,51 @@ func TestMissingData(t *testing.T) {
 		assert.True(t, errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "no such file"), "%s: %v", spec, err)
 	}
 }
+
+// TestScaleAtMovesServersWhileTraining grows the cluster to 3 servers and shrinks it to 2 while
+// it trains; every position is trained exactly once, the summary reports both moves, and a
+// resume from the final commit (taken after the moves) continues exactly once.
+func TestScaleAtMovesServersWhileTraining(t *testing.T) {
+	cfg := smallConfig(t, 400000, 1)
+	cfg.CheckpointEvery = 200
+	cfg.Duration = 2500 * time.Millisecond
+	cfg.ScaleAt = []train.ScaleStep{{At: 300 * time.Millisecond, Servers: 3}, {At: 1200 * time.Millisecond, Servers: 2, Workers: 3}}
+	s, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, s.Repartitions, 2, "both moves made while training")
+	for i, want := range [][2]int{{2, 3}, {3, 2}} {
+		rp := s.Repartitions[i]
+		assert.Equal(t, want, [2]int{rp.From, rp.To})
+		assert.Positive(t, rp.SlotsTotal)
+		assert.Equal(t, rp.SlotsTotal, rp.SlotsDone)
+		assert.Empty(t, rp.Err)
+	}
+	assert.Equal(t, 2, s.Servers)
+	assert.Equal(t, 3, s.Workers)
+	assert.Contains(t, s.String(), "2 -> 3 parameter servers")
+	require.Len(t, s.Epochs, 1)
+	assert.True(t, s.Epochs[0].OK(), "%s", s.Epochs[0])
+	assert.True(t, s.ExactlyOnce)
+	assert.Equal(t, uint64(s.Steps), s.Checkpoints.LastCommitted)
+
+	cfg.Resume, cfg.ScaleAt, cfg.Duration = true, nil, 500*time.Millisecond
+	r, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(s.Steps), r.ResumedStep)
+	require.Len(t, r.Epochs, 1)
+	assert.True(t, r.Epochs[0].OK(), "%s", r.Epochs[0])
+	assert.Greater(t, r.TotalSamples, s.TotalSamples)
+}
+
+func TestParseScaleAt(t *testing.T) {
+	got, err := train.ParseScaleAt("20s:ps=3; 1m:ps=2,workers=4;")
+	require.NoError(t, err)
+	assert.Equal(t, []train.ScaleStep{{At: 20 * time.Second, Servers: 3}, {At: time.Minute, Servers: 2, Workers: 4}}, got)
+	for _, bad := range []string{"20s", "x:ps=3", "20s:ps=0", "20s:gpus=2", "20s:ps=three"} {
+		_, err := train.ParseScaleAt(bad)
+		assert.Error(t, err, bad)
+	}
+	cfg := smallConfig(t, 1000, 1)
+	cfg.ScaleAt = []train.ScaleStep{{At: 2 * time.Second, Servers: 3}, {At: time.Second, Servers: 2}}
+	assert.Error(t, cfg.Validate(), "steps out of order")
+}
