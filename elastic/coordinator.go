@@ -62,10 +62,14 @@ type Coordinator struct {
 
 	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
 	// new table and each table of a live repartition hold it, so a commit never mixes tables.
-	tableMu   sync.Mutex
-	repMu     sync.Mutex   // one change of the server count at a time
-	migrator  *ps.Migrator // made by the first repartition (guarded by mu)
-	repStatus struct {
+	tableMu  sync.Mutex
+	repMu    sync.Mutex   // one change of the server count at a time
+	migrator *ps.Migrator // made by the first repartition (guarded by mu)
+	// repIncomplete is set when a repartition failed part of the way: the next plan moves
+	// the slots still to move, whatever its server count (guarded by mu).
+	repIncomplete bool
+	repTarget     *ps.OwnerTable // the placement it aimed at (guarded by mu)
+	repStatus     struct {
 		sync.Mutex
 		s *RepartitionStatus
 	}

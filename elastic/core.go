@@ -125,11 +125,11 @@ type core struct {
 	// stopAtSnapshot stops training at the end of the next snapshot, before its barrier comes
 	// down, so the final checkpoint holds every batch trained (a final request).
 	stopAtSnapshot bool
-	members     map[string]*member
-	snapshots   []uint64 // snapshots taken and not yet committed, in step order
-	committed   uint64   // step of the newest commit
-	recovering  bool     // a parameter server failed and is not recovered yet: no barrier
-	hold        bool     // and no worker may begin a batch meanwhile (Rollback)
+	members        map[string]*member
+	snapshots      []uint64 // snapshots taken and not yet committed, in step order
+	committed      uint64   // step of the newest commit
+	recovering     bool     // a parameter server failed and is not recovered yet: no barrier
+	hold           bool     // and no worker may begin a batch meanwhile (Rollback)
 }
 
 // newCore returns the core of a fresh job: incarnation 1.

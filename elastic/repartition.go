@@ -103,6 +103,11 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	c.mu.Lock()
+	if t := c.repTarget; t != nil && sameNodeIDs(t.Nodes, next.Nodes) {
+		next = t // finish the move that failed part of the way, to the placement it aimed at
+	}
+	c.mu.Unlock()
 	m, err := c.migratorFor()
 	if err != nil {
 		return err
@@ -123,8 +128,15 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 	final, err := m.Migrate(ctx, cur, next, c.publishMove)
 	close(done)
 	c.noteProgress(m.Progress())
+	c.mu.Lock()
+	c.repIncomplete = err != nil // the next SetPlan finishes the move
+	c.repTarget = nil
 	if err != nil {
-		return fmt.Errorf("elastic: move slots to %d servers (owner table now %d): %w", n, final.Version, err)
+		c.repTarget = next
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("elastic: move slots to %d servers (owner table now %d; set the plan again to finish): %w", n, final.Version, err)
 	}
 	if len(drained) > 0 {
 		ids := make([]string, len(drained))
@@ -245,6 +257,11 @@ func (c *Coordinator) Repartition() *RepartitionStatus {
 	}
 	s := *c.repStatus.s
 	return &s
+}
+
+// sameNodeIDs reports whether a and b (sorted by ID) name the same servers.
+func sameNodeIDs(a, b []ps.Node) bool {
+	return slices.EqualFunc(a, b, func(x, y ps.Node) bool { return x.ID == y.ID })
 }
 
 // errNoServerScaler is returned by SetPlan for a server count the scaler cannot provide.

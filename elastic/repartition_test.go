@@ -84,3 +84,65 @@ func TestLiveRepartitionWhileTraining(t *testing.T) {
 	assert.Equal(t, 2, st.Repartition.To)
 	assert.Len(t, st.Servers, 2)
 }
+
+// A source of the slots moving to a new server is killed in the middle of the move: the move
+// fails part of the way, the job recovers (Rollback) once the server restarts, the same plan
+// set again finishes the move, and at the end every position was trained exactly once and
+// every row equals the failure-free result.
+func TestRepartitionSurvivesASourceKilledMidway(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	recovered := make(chan elastic.RecoveryEvent, 4)
+	job := localFaultJob(t, 2, store, func(c *elastic.Config) {
+		c.Migration.Bandwidth = 1500 // bytes/s: each group's copy takes a good part of a second
+		c.OnRecovery = func(ev elastic.RecoveryEvent) { recovered <- ev }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var batches atomic.Int64
+	reached := make(chan struct{})
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		if batches.Add(1) == 20 {
+			close(reached)
+		}
+		return trainStep(ctx, b)
+	}
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:    job,
+		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
+	})
+	require.NoError(t, err)
+	defer scaler.Close()
+	job.SetScaler(scaler)
+	c := job.Coordinator()
+	require.NoError(t, c.SetParallelism(ctx, 2, 2))
+	<-reached
+
+	moved := make(chan error, 1)
+	go func() { moved <- c.SetParallelism(ctx, 2, 3) }()
+	for {
+		if r := c.Repartition(); r != nil && r.Running && c.Status().TableVersion > 0 && len(c.Status().Servers) == 3 {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling the status, as an operator would
+	}
+	require.NoError(t, job.KillServer(0))
+	require.Error(t, <-moved, "a move whose source died fails")
+	require.NoError(t, job.RestartServer(ctx, 0))
+	ev := <-recovered
+	require.NoError(t, ev.Err)
+	require.NoError(t, c.SetParallelism(ctx, 2, 3), "the same plan again finishes the move")
+	r := c.Repartition()
+	assert.Equal(t, r.SlotsTotal, r.SlotsDone)
+	require.NoError(t, scaler.Wait(ctx))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c)
+	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+	table, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, table.Nodes, 3)
+	for i, n := range table.Loads() {
+		assert.InDelta(t, faultSlots/3, n, float64(faultSlots)/3*0.15, "server %s's share of the slots", table.Nodes[i].ID)
+	}
+}

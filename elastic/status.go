@@ -276,12 +276,12 @@ func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
 		return err
 	}
 	c.mu.Lock()
-	have, scaler := len(c.servers), c.scaler
+	have, scaler, incomplete := len(c.servers), c.scaler, c.repIncomplete
 	c.mu.Unlock()
 	if scaler == nil {
 		return ErrNoScaler
 	}
-	if plan.Servers != have {
+	if plan.Servers != have || incomplete {
 		ss, ok := scaler.(ServerScaler)
 		if !ok {
 			return fmt.Errorf("elastic: %d parameter servers asked for, the job has %d: %w (%w)", plan.Servers, have, errNoServerScaler, errors.ErrUnsupported)

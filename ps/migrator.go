@@ -226,6 +226,9 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 					m.callOff(gctx, nodes, moves, st.id)
 				} else {
 					published = t
+					// The source may have installed t: then it drops the slots and its
+					// tracking now (it refuses while it still owns them).
+					m.release(gctx, nodes, moves[0].From, st.id)
 				}
 				return pubErr
 			}
@@ -243,9 +246,7 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 			m.log.Info("slots moved", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "rows", st.Rows, "bytes", st.Bytes, "rounds", st.Rounds, "fenced", st.Fenced, "version", t.Version)
 			// The source no longer owns the slots once it has installed t; if it has not (it
 			// failed meanwhile), it keeps them fenced until it does or is recovered.
-			if err := m.call(gctx, nodeAddr(nodes, moves[0].From), opRelease, st.id, nil); err != nil {
-				m.log.Warn("source could not drop the moved slots", "server", moves[0].From, "err", err)
-			}
+			m.release(gctx, nodes, moves[0].From, st.id)
 			return nil
 		})
 	}
@@ -316,6 +317,15 @@ func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (g
 		return st, fmt.Errorf("%w: migration stats from %s: %w", ErrCorrupt, to, err)
 	}
 	return st, nil
+}
+
+// release ends a published group on its source, which drops the slots' rows.
+func (m *Migrator) release(ctx context.Context, nodes []Node, from string, id uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := m.call(ctx, nodeAddr(nodes, from), opRelease, id, nil); err != nil {
+		m.log.Warn("source could not drop the moved slots", "server", from, "err", err)
+	}
 }
 
 // callOff ends a group whose copy succeeded but whose table was not published: the source lifts
