@@ -163,6 +163,79 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 	return nil
 }
 
+// Rebalance moves the hottest slots off the servers whose share of the load is above over
+// times the average (over > 1): it measures every server's per-slot load for window (the CPU
+// each slot cost, from the servers' own counters), plans the moves (ps.PlanRebalance, at most
+// maxMoves, 0: no limit) and carries them out while training goes on, as a change of the
+// server count does. It returns the moves made (none when the load is balanced). A hot server
+// is what an autoscaler calls it for.
+func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) ([]ps.Move, error) {
+	c.repMu.Lock()
+	defer c.repMu.Unlock()
+	if len(c.cfg.Secret) == 0 {
+		return nil, fmt.Errorf("%w: Config.Secret is needed to move slots between servers", ErrInvalidConfig)
+	}
+	m, err := c.migratorFor()
+	if err != nil {
+		return nil, err
+	}
+	cur := c.holder.Get()
+	stats := func() ([]ps.ServerStats, error) {
+		out := make([]ps.ServerStats, len(cur.Nodes))
+		for i, n := range cur.Nodes {
+			st, err := m.ServerStats(ctx, n.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("elastic: load of %s: %w", n.ID, err)
+			}
+			out[i] = st
+		}
+		return out, nil
+	}
+	before, err := stats()
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(window)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return nil, ctx.Err()
+	}
+	after, err := stats()
+	if err != nil {
+		return nil, err
+	}
+	rates := make([][]ps.SlotRate, len(after))
+	for i := range after {
+		rates[i] = after[i].Since(before[i])
+	}
+	moves, err := ps.PlanRebalance(cur, ps.SlotLoads(cur.Slots, rates...), over, maxMoves)
+	if err != nil || len(moves) == 0 {
+		return nil, err
+	}
+	next, err := cur.WithMoves(cur.Version+1, cur.Nodes, moves)
+	if err != nil {
+		return nil, err
+	}
+	n := len(cur.Nodes)
+	start := time.Now()
+	c.setRepartition(RepartitionStatus{Running: true, From: n, To: n})
+	final, err := m.Migrate(ctx, cur, next, c.publishMove)
+	c.noteProgress(m.Progress())
+	c.repStatus.Lock()
+	c.repStatus.s.Running, c.repStatus.s.Duration = false, time.Since(start)
+	if err != nil {
+		c.repStatus.s.Err = err.Error()
+	}
+	c.repStatus.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("elastic: rebalance (owner table now %d): %w", final.Version, err)
+	}
+	c.log.Info("rebalanced by load", "slots_moved", len(moves), "over", over, "table", final.Version)
+	return moves, nil
+}
+
 // enlist brings new servers into the job: it learns their incarnations, leads and fences them
 // as the others, gives them the current owner table (they own nothing in it) and watches their
 // health.

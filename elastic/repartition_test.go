@@ -9,6 +9,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -145,4 +146,69 @@ func TestRepartitionSurvivesASourceKilledMidway(t *testing.T) {
 	for i, n := range table.Loads() {
 		assert.InDelta(t, faultSlots/3, n, float64(faultSlots)/3*0.15, "server %s's share of the slots", table.Nodes[i].ID)
 	}
+}
+
+// Workers read a few slots of ps-0 far more than the rest while they train: Rebalance measures
+// the servers' per-slot load, moves hot slots from ps-0 to ps-1 while training goes on, and
+// the job stays exact.
+func TestRebalanceMovesHotSlotsOffTheHotServer(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	job := localFaultJob(t, 2, store, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := job.Coordinator()
+	table, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	var hot []uint64 // ids in 6 slots of ps-0
+	hotSlots := map[int]bool{}
+	for id := uint64(1); len(hot) < 600; id++ {
+		sl := embedding.Slot(id, table.Slots)
+		if table.Owner(sl).ID != "ps-0" || (!hotSlots[sl] && len(hotSlots) == 6) {
+			continue
+		}
+		hotSlots[sl] = true
+		hot = append(hot, id)
+	}
+	var batches atomic.Int64
+	reached := make(chan struct{})
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		if batches.Add(1) == 20 {
+			close(reached)
+		}
+		vals := make([]float32, len(hot)*faultDim)
+		if err := b.Pull(ctx, "emb", hot, vals, ps.ReadOnly()); err != nil {
+			return err
+		}
+		return trainStep(ctx, b)
+	}
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:    job,
+		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
+	})
+	require.NoError(t, err)
+	defer scaler.Close()
+	job.SetScaler(scaler)
+	require.NoError(t, c.SetParallelism(ctx, 2, 2))
+	<-reached
+	moves, err := c.Rebalance(ctx, 1.2, 150*time.Millisecond, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, moves, "ps-0 carries the hot slots")
+	movedHot := 0
+	for _, m := range moves {
+		assert.Equal(t, "ps-0", m.From)
+		assert.Equal(t, "ps-1", m.To)
+		if hotSlots[m.Slot] {
+			movedHot++
+		}
+	}
+	assert.Positive(t, movedHot, "hot slots moved")
+	now, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	assert.Greater(t, now.Version, table.Version)
+	require.NoError(t, scaler.Wait(ctx))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c)
+	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 }

@@ -144,9 +144,9 @@ func (b *Batch) Position() ps.Position {
 	return ps.Position{Epoch: uint32(b.Epoch), Shard: uint32(b.Shard.Index), Start: b.Start, End: b.End}
 }
 
-// Pull reads rows of an embedding table into dst (ps.Client.Pull).
-func (b *Batch) Pull(ctx context.Context, table string, ids []uint64, dst []float32) error {
-	return b.s.cfg.Client.Pull(ctx, table, ids, dst)
+// Pull reads rows of an embedding table into dst (ps.Client.Pull, with its options).
+func (b *Batch) Pull(ctx context.Context, table string, ids []uint64, dst []float32, opts ...ps.PullOption) error {
+	return b.s.cfg.Client.Pull(ctx, table, ids, dst, opts...)
 }
 
 // PullDense reads a dense tensor into dst (ps.Client.PullDense).
