@@ -113,6 +113,7 @@ type Stats struct {
 	Committed     int           // commits written
 	Failed        int           // snapshots or commits that failed
 	LastCommitted uint64        // step of the newest commit
+	LastSnapshot  uint64        // step of the newest snapshot taken (committed or not yet)
 	TotalBlocked  time.Duration // training paused at barriers, summed
 	MaxBlocked    time.Duration // the longest pause
 	Fenced        int           // epochs fenced
@@ -738,6 +739,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		return commitJob{}, err
 	}
 	c.stats.Snapshots++
+	c.stats.LastSnapshot = step // before the barrier comes down
 	return job, nil
 }
 
