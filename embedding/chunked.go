@@ -52,6 +52,9 @@ func (t *Table) AppendRawShards(dst []byte, from, budget int, opt ExportOptions)
 	return dst, i, nil
 }
 
+// holdRows is the most rows AppendRawRows visits under one hold of a shard's lock.
+const holdRows = 256
+
 // Cursor is a place in a table's rows, for copies in chunks: a shard, and a row index in it.
 type Cursor struct {
 	Shard int
@@ -61,8 +64,8 @@ type Cursor struct {
 // AppendRawRows appends to dst the raw records of the rows in slots (nil: every row) from cur
 // on, and stops once the appended bytes reach budget, at a row boundary: it returns the
 // extended dst and the cursor to go on from (Shard == Shards() once every row was visited).
-// Each call holds one shard's read lock at a time, for about budget bytes of copying, so
-// writers wait for little longer than that. Rows changed, added or removed behind the cursor
+// It holds one shard's read lock at a time, for a few hundred rows at most, so writers
+// of the shard wait for little longer than that. Rows changed, added or removed behind the cursor
 // are not seen: track changes with a Tracker made before the first call (see AppendRawShards).
 func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet) ([]byte, Cursor) {
 	start := len(dst)
@@ -74,7 +77,10 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 		}
 		s := &t.shards[cur.Shard]
 		s.mu.RLock()
-		for ; cur.Row < s.hi && len(dst)-start < budget; cur.Row++ {
+		// At most holdRows rows per hold of the lock: a writer of this shard waits for that
+		// much copying, not for the whole chunk.
+		stop := cur.Row + holdRows
+		for ; cur.Row < s.hi && cur.Row < stop && len(dst)-start < budget; cur.Row++ {
 			w := s.rowWords(cur.Row, stride)
 			if w[wordStep] == freeMark || (slots != nil && !slots.Contains(uint64(w[0])|uint64(w[1])<<32)) {
 				continue

@@ -103,7 +103,10 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 	w.rt.split(w.bb.Keys())
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fanOut)
-	w.rt.pull(gctx, g, b.Pull, w.tables, w.bb.Rows())
+	pull := func(ctx context.Context, table string, ids []uint64, dst []float32) error {
+		return b.Pull(ctx, table, ids, dst)
+	}
+	w.rt.pull(gctx, g, pull, w.tables, w.bb.Rows())
 	pullDense(gctx, g, b.PullDense, w.dense, w.m.Params())
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("pull: %w", err)
