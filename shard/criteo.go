@@ -2,6 +2,7 @@ package shard
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 )
@@ -16,7 +17,7 @@ const (
 // integer columns and 26 categorical columns of hexadecimal strings, tab separated. Any
 // feature column may be empty.
 //
-// Records get Label = the label column, Dense = the 13 integers (empty = 0), by default
+// Records get Label = the label column read by ParseLabel (0/1 or -1/+1), Dense = the 13 integers (empty = 0), by default
 // transformed as log(1 + max(x, 0)) as DLRM does, and one sparse field per categorical column
 // holding FeatureID(field, hex) or no id when the column is empty. The zero value is ready.
 type Criteo struct {
@@ -47,9 +48,12 @@ func (p Criteo) Parse(line []byte, rec *Record) error {
 		}
 		switch {
 		case col == 0:
-			v, err := parseFloat32(field)
+			if i < 0 && bytes.IndexByte(line, ',') >= 0 {
+				return errCommaSeparated
+			}
+			v, err := ParseLabel(field)
 			if err != nil {
-				return fmt.Errorf("label %q: %w", field, err)
+				return fmt.Errorf("label %q: %w", clip(field), err)
 			}
 			rec.Label = v
 		case col <= CriteoDense:
@@ -88,6 +92,18 @@ func (p Criteo) Parse(line []byte, rec *Record) error {
 		return fmt.Errorf("%d columns, want %d", col, 1+CriteoDense+CriteoFields)
 	}
 	return nil
+}
+
+// errCommaSeparated is the reason given for a line with commas and no tab: a CSV file given as
+// Criteo TSV fails on its first line with a reason that says so.
+var errCommaSeparated = errors.New("no tab but commas: a comma-separated line, and Criteo columns are tab-separated")
+
+// clip shortens a field quoted in an error to 32 bytes.
+func clip(b []byte) []byte {
+	if len(b) > 32 {
+		return b[:32]
+	}
+	return b
 }
 
 func isHex(b []byte) bool {

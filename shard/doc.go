@@ -14,8 +14,12 @@
 // source), hands batches to the training loop (Next) and reports progress as batches are
 // trained (Done): every position it reports lies in a batch passed to Done, skipped lines
 // included (a batch of only skipped lines has no records). Parsers turn text lines into
-// Records: Criteo (TSV), LibSVM (libSVM/libFM) and MovieLensRatings (MovieLens CSV joined with
-// its movies); LoadMovieLens holds a MovieLens set in memory as an Indexed data set.
+// Records: Criteo (TSV), LibSVM (plain libSVM, one field or the fields of a FieldMap), LibFM
+// (field-aware libFM) and MovieLensRatings (MovieLens CSV joined with its movies), all reading
+// labels by ParseLabel (0/1 and -1/+1 alike) and refusing NaN and infinite values;
+// LoadMovieLens holds a MovieLens set in memory as an Indexed data set. A BadLines shared by a
+// job's TextSources counts the malformed lines per file, each once, with the first few by file
+// and line, and stops the reading when there are too many.
 //
 // # Datasets and shards
 //

@@ -2,12 +2,13 @@ package shard
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"unsafe"
 )
 
-// Parser decodes one text line into a Record. Implementations in this package: Criteo, LibSVM
-// and MovieLensRatings. Parsers are safe for concurrent use (they hold no per-call state).
+// Parser decodes one text line into a Record. Implementations in this package: Criteo, LibSVM,
+// LibFM and MovieLensRatings. Parsers are safe for concurrent use (they hold no per-call state).
 type Parser interface {
 	// Parse decodes line (without its line ending) into rec, which the caller has Reset. An error
 	// describes what is wrong with the line; the caller adds the file and line number.
@@ -30,6 +31,7 @@ const (
 var (
 	errEmptyNumber = errors.New("empty number")
 	errBadNumber   = errors.New("bad number")
+	errNonFinite   = errors.New("not a finite number")
 )
 
 // bytesString views b as a string without copying; the string must not outlive the call that
@@ -41,7 +43,8 @@ func bytesString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// parseFloat32 parses a decimal or scientific float.
+// parseFloat32 parses a finite decimal or scientific float: NaN, ±Inf and values beyond
+// float32's range are errors (a feature value or label that is not a number is a bad line).
 func parseFloat32(b []byte) (float32, error) {
 	if len(b) == 0 {
 		return 0, errEmptyNumber
@@ -50,8 +53,36 @@ func parseFloat32(b []byte) (float32, error) {
 	if err != nil {
 		return 0, errBadNumber
 	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, errNonFinite
+	}
 	return float32(v), nil
 }
+
+// ParseLabel reads a click label the one way every parser of this package does: "1", "+1" (or
+// any number equal to 1) is a click, "0" and "-1" are not, so 0/1 files and -1/+1 files mean the
+// same; a value strictly between 0 and 1 is kept as a soft label. Anything else — another
+// number, NaN, ±Inf, a word — is an error: the line is malformed.
+func ParseLabel(b []byte) (float32, error) {
+	switch string(b) { // the common spellings without a float parse
+	case "0", "-1":
+		return 0, nil
+	case "1", "+1":
+		return 1, nil
+	}
+	v, err := parseFloat32(b)
+	switch {
+	case err != nil:
+		return 0, err
+	case v == -1 || v == 0:
+		return 0, nil
+	case v >= 0 && v <= 1:
+		return v, nil
+	}
+	return 0, errLabelRange
+}
+
+var errLabelRange = errors.New("not a click label (want 0 or 1, -1 or +1, or a probability in between)")
 
 // parseInt64 parses an optionally signed decimal integer.
 func parseInt64(b []byte) (int64, error) {

@@ -47,6 +47,10 @@ func TestCriteoParse(t *testing.T) {
 		"hex":       criteoLine("1", ints, append([]string{"zz"}, cats[1:]...)),
 		"empty":     "",
 		"hexlength": criteoLine("1", ints, append([]string{"0123456789abcdef0"}, cats[1:]...)),
+		"labelonly": "1",
+		"nanlabel":  criteoLine("NaN", ints, cats),
+		"inflabel":  criteoLine("+Inf", ints, cats),
+		"label2":    criteoLine("2", ints, cats),
 	} {
 		rec.Reset()
 		if err := (shard.Criteo{}).Parse([]byte(line), &rec); err == nil {
@@ -73,17 +77,14 @@ func TestFeatureIDFieldsDoNotCollide(t *testing.T) {
 
 func TestLibSVMParse(t *testing.T) {
 	var rec shard.Record
-	if err := (shard.LibSVM{Binarize: true}).Parse([]byte("-1 qid:3 7:0.5\t12:1  # comment 9:9"), &rec); err != nil {
+	if err := (shard.LibSVM{}).Parse([]byte("-1 qid:3 7:0.5\t12:1  # comment 9:9"), &rec); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Label != 0 || rec.NumFields() != 1 || len(rec.IDs) != 2 || rec.IDs[0] != 7 || rec.Values[0] != 0.5 || rec.IDs[1] != 12 {
 		t.Fatalf("%+v", rec)
 	}
-	rec.Reset()
-	if err := (shard.LibSVM{}).Parse([]byte("2.5"), &rec); err != nil || rec.Label != 2.5 || len(rec.IDs) != 0 || rec.NumFields() != 1 {
-		t.Fatalf("%v %+v", err, rec)
-	}
-	for _, line := range []string{"", "  ", "x 1:1", "1 1", "1 a:1", "1 1:b", "1 99999999999999999999:1"} {
+	for _, line := range []string{"", "  ", "x 1:1", "1 1", "1 a:1", "1 1:b", "1 99999999999999999999:1",
+		"1", "+1 # a label and no feature", "2.5 1:1", "nan 1:1", "1 1:nan", "1 1:inf", "1 1:-Inf", "1 1:1e39"} {
 		rec.Reset()
 		if err := (shard.LibSVM{}).Parse([]byte(line), &rec); err == nil {
 			t.Errorf("%q accepted", line)

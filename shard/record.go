@@ -15,14 +15,22 @@ type Record struct {
 	// IDs (field f is IDs[FieldEnds[f-1]:FieldEnds[f]]). A field may hold zero, one or many ids.
 	IDs       []uint64
 	FieldEnds []int32
-	// Values optionally weighs each id (libSVM values); empty means every weight is 1.
+	// Values optionally weighs each id (libSVM and libFM values); empty means every weight is 1.
 	Values []float32
+
+	// Scratch of the parsers that group ids by field (LibFM, LibSVM with a FieldMap): the field
+	// of each id, per-field counts, and the reordered ids and values.
+	fieldOf  []int32
+	counts   []int32
+	sortIDs  []uint64
+	sortVals []float32
 }
 
 // Reset empties the record, keeping its slices' capacity.
 func (r *Record) Reset() {
 	r.Offset, r.Label = 0, 0
 	r.Dense, r.IDs, r.FieldEnds, r.Values = r.Dense[:0], r.IDs[:0], r.FieldEnds[:0], r.Values[:0]
+	r.fieldOf = r.fieldOf[:0]
 }
 
 // NumFields returns the number of sparse fields.
@@ -39,6 +47,46 @@ func (r *Record) Field(f int) []uint64 {
 
 // EndField closes the field being filled: the ids appended since the previous EndField form it.
 func (r *Record) EndField() { r.FieldEnds = append(r.FieldEnds, int32(len(r.IDs))) }
+
+// groupFields closes nf fields from ids appended in any field order: IDs and Values (parallel,
+// with fieldOf giving each id's field in [0, nf)) are reordered stably by field (a counting
+// sort, linear in ids + nf) and FieldEnds gets one end per field.
+func (r *Record) groupFields(nf int) {
+	f := r.fieldOf
+	sorted := true
+	for i := 1; i < len(f); i++ {
+		if f[i] < f[i-1] {
+			sorted = false
+			break
+		}
+	}
+	c := r.counts[:0]
+	for range nf + 1 {
+		c = append(c, 0)
+	}
+	r.counts = c
+	for _, x := range f {
+		c[x+1]++
+	}
+	for i := 1; i <= nf; i++ {
+		c[i] += c[i-1]
+	}
+	if sorted {
+		r.FieldEnds = append(r.FieldEnds, c[1:]...)
+		return
+	}
+	n := len(f)
+	r.sortIDs = append(r.sortIDs[:0], make([]uint64, n)...)
+	r.sortVals = append(r.sortVals[:0], make([]float32, n)...)
+	for i, x := range f {
+		j := c[x]
+		c[x]++
+		r.sortIDs[j], r.sortVals[j] = r.IDs[i], r.Values[i]
+	}
+	copy(r.IDs, r.sortIDs)
+	copy(r.Values, r.sortVals)
+	r.FieldEnds = append(r.FieldEnds, c[:nf]...) // each cursor stopped at its field's end
+}
 
 // Schema is the shape of the records a parser or data set produces.
 type Schema struct {

@@ -113,10 +113,16 @@ func (c *indexedCursor) Close() error { return nil }
 // TextSource serves KindText shards: it reads the shard's byte range of its file from FS and
 // parses each line. Files that implement io.Seeker (os and testing/fstest files do) are seeked
 // to the range; others are read from their start.
+//
+// With Bad set, every malformed line is counted there (per file, each line once) and Bad's
+// policy may stop the reading: the cursor, and every cursor and Open of every source sharing
+// Bad after it, then fails with its *BadLinesError. Under FailOnMalformed the first malformed
+// line stops it so. Without Bad, skipped lines are only counted by the Reader (Batch.Skipped).
 type TextSource struct {
 	FS      fs.FS
 	Parser  Parser
 	OnError ErrorPolicy
+	Bad     *BadLines
 }
 
 var _ Source = TextSource{}
@@ -145,6 +151,12 @@ func (s TextSource) Open(ctx context.Context, l Lease) (Cursor, error) {
 		return nil, fmt.Errorf("shard: seek %s to %d: %w", sh.File, sh.Start, err)
 	}
 	c := &textCursor{src: s, shard: sh, f: f, pos: l.Offset}
+	if s.Bad != nil {
+		if _, err := s.Bad.open(sh); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
 	r := io.LimitReader(f, sh.End-sh.Start)
 	if l.ShuffleSeed == 0 {
 		c.br = bufio.NewReaderSize(r, 64<<10)
@@ -189,6 +201,7 @@ type textCursor struct {
 	data   []byte
 	starts []int32
 	order  []int32
+	good   bool // a well-formed line was read (and told to src.Bad)
 }
 
 // readLine returns the next line of the range in streaming mode.
@@ -245,10 +258,26 @@ func (c *textCursor) Next(rec *Record) error {
 		c.pos++
 		rec.Reset()
 		if err := c.src.Parser.Parse(line, rec); err != nil {
-			if c.src.OnError == SkipMalformed {
+			perr := &ParseError{File: c.shard.File, Line: lineNo, Err: err}
+			fail := c.src.OnError != SkipMalformed
+			if bad := c.src.Bad; bad != nil {
+				if err := bad.bad(c.shard, pos, perr, fail); err != nil {
+					return err
+				}
+			}
+			if !fail {
 				continue
 			}
-			return &ParseError{File: c.shard.File, Line: lineNo, Err: err}
+			return perr
+		}
+		if bad := c.src.Bad; bad != nil {
+			if bad.stop.Load() {
+				return bad.Err()
+			}
+			if !c.good {
+				c.good = true
+				bad.good(c.shard.File)
+			}
 		}
 		rec.Offset = pos
 		return nil
@@ -262,6 +291,9 @@ func (c *textCursor) Next(rec *Record) error {
 }
 
 func (c *textCursor) Close() error {
+	if c.src.Bad != nil {
+		c.src.Bad.examinedTo(c.shard, c.pos)
+	}
 	if c.f == nil {
 		return nil
 	}

@@ -41,7 +41,7 @@ func loadData(ctx context.Context, cfg *Config) (*dataSet, error) {
 	case Criteo:
 		return loadText(ctx, cfg, shard.Criteo{}, nil)
 	case LibSVM:
-		return loadText(ctx, cfg, shard.LibSVM{Binarize: true}, []model.Pooling{model.PoolMean})
+		return loadText(ctx, cfg, shard.LibSVM{}, []model.Pooling{model.PoolMean})
 	}
 	return nil, fmt.Errorf("%w: unknown data kind %v", ErrConfig, cfg.Data.Kind)
 }
