@@ -21,8 +21,8 @@ type Gradients struct {
 	Dense []float32
 	// Rows holds ∂Loss/∂Batch.Rows: one gradient row per embedding row, in
 	// the same layout as Batch.Rows, summed over every bag that references
-	// the row (with the 1/bag-size factor of mean pooling). Rows that no bag
-	// references get zeros.
+	// the row (with the reference's weight and the 1/bag-size factor of mean
+	// pooling). Rows that no bag references get zeros.
 	Rows []float32
 }
 
@@ -126,7 +126,7 @@ func (m *Model) ComputeGradients(b *Batch, g *Gradients) error {
 			}
 			for q := lo; q < hi; q++ {
 				r := b.row(q)
-				axpy(g.Rows[r*d:r*d+d], scale, gv)
+				axpy(g.Rows[r*d:r*d+d], scale*b.weight(q), gv)
 			}
 		}
 	}

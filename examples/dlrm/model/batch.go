@@ -54,6 +54,11 @@ type Batch struct {
 	Bags []int32
 	// Index optionally maps references to rows; see above.
 	Index []int32
+	// Weights optionally multiplies each reference's row before pooling
+	// (value × row, as libSVM and libFM values weigh their features):
+	// one finite weight per reference, or nil for weight 1 everywhere. Mean
+	// pooling divides the weighted sum by the number of references of the bag.
+	Weights []float32
 }
 
 // check validates b against the model shape. labels says whether Labels is
@@ -102,6 +107,14 @@ func (m *Model) check(b *Batch, labels bool) error {
 			return fmt.Errorf("%w: bags cover %d references, have %d", ErrBatch, last, refs)
 		}
 	}
+	if b.Weights != nil {
+		if len(b.Weights) != refs {
+			return fmt.Errorf("%w: %d weights for %d references", ErrBatch, len(b.Weights), refs)
+		}
+		if i, ok := firstNonFinite(b.Weights); !ok {
+			return fmt.Errorf("%w: weight %d is %v", ErrNonFinite, i, b.Weights[i])
+		}
+	}
 	if i, ok := firstNonFinite(b.Dense); !ok {
 		return fmt.Errorf("%w: dense value %d is %v", ErrNonFinite, i, b.Dense[i])
 	}
@@ -138,6 +151,14 @@ func (b *Batch) bag(k int) (lo, hi int) {
 		return k, k + 1
 	}
 	return int(b.Bags[k]), int(b.Bags[k+1])
+}
+
+// weight returns the weight of reference q.
+func (b *Batch) weight(q int) float32 {
+	if b.Weights == nil {
+		return 1
+	}
+	return b.Weights[q]
 }
 
 // row returns the row number of reference q.

@@ -15,6 +15,9 @@ type Sample struct {
 	// Label is 1 for a click, 0 otherwise (values in between are soft
 	// labels).
 	Label float32
+	// Values optionally weighs each id (value × its embedding row): one
+	// finite value per id, or empty for 1 everywhere.
+	Values []float32
 }
 
 // Key identifies one embedding row: an id of one field. Fields normally have
@@ -44,6 +47,8 @@ type BatchBuilder struct {
 	batch              Batch
 	keys               []Key
 	index              map[Key]int32
+	weights            []float32 // per reference, kept once a sample had values
+	weighted           bool
 }
 
 // NewBatchBuilder returns a builder for models of shape cfg (only
@@ -66,6 +71,8 @@ func (bb *BatchBuilder) Reset() {
 	b.Labels = b.Labels[:0]
 	b.Bags = append(b.Bags[:0], 0)
 	b.Index = b.Index[:0]
+	bb.weights, b.Weights = bb.weights[:0], nil
+	bb.weighted = false
 	b.Rows = b.Rows[:0]
 	bb.keys = bb.keys[:0]
 	clear(bb.index)
@@ -97,7 +104,31 @@ func (bb *BatchBuilder) Add(s *Sample) error {
 	if i, ok := firstNonFinite(s.Dense); !ok {
 		return fmt.Errorf("%w: sample dense value %d is %v", ErrNonFinite, i, s.Dense[i])
 	}
+	if len(s.Values) != 0 {
+		if len(s.Values) != len(s.IDs) {
+			return fmt.Errorf("%w: sample has %d values for %d ids", ErrBatch, len(s.Values), len(s.IDs))
+		}
+		if i, ok := firstNonFinite(s.Values); !ok {
+			return fmt.Errorf("%w: sample value %d is %v", ErrNonFinite, i, s.Values[i])
+		}
+	}
 	b := &bb.batch
+	if len(s.Values) != 0 && !bb.weighted { // earlier samples had weight 1
+		bb.weighted = true
+		for range b.Index {
+			bb.weights = append(bb.weights, 1)
+		}
+	}
+	if bb.weighted {
+		if len(s.Values) != 0 {
+			bb.weights = append(bb.weights, s.Values...)
+		} else {
+			for range s.IDs {
+				bb.weights = append(bb.weights, 1)
+			}
+		}
+		b.Weights = bb.weights
+	}
 	b.Size++
 	b.Dense = append(b.Dense, s.Dense...)
 	b.Labels = append(b.Labels, s.Label)

@@ -127,3 +127,41 @@ func TestBatchBuilderDoesNotAllocate(t *testing.T) {
 		t.Errorf("%v allocations per refilled batch, want 0", allocs)
 	}
 }
+
+// TestBatchBuilderCarriesValues checks that sample values become reference weights (1 for the
+// ids of samples without values), that a batch without values has no weights, and that bad
+// values are refused.
+func TestBatchBuilderCarriesValues(t *testing.T) {
+	cfg := model.Config{DenseFeatures: 1, Fields: 2, EmbeddingDim: 2, BottomHidden: []int{}, TopHidden: []int{}}
+	bb, err := model.NewBatchBuilder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := model.Sample{Dense: []float32{1}, IDs: []uint64{7, 9}, Offsets: []int32{0, 1, 2}, Label: 1}
+	valued := model.Sample{Dense: []float32{1}, IDs: []uint64{7, 9, 9}, Offsets: []int32{0, 1, 3}, Values: []float32{0.5, -2, 3}}
+	for _, s := range []*model.Sample{&plain, &valued, &plain} {
+		if err := bb.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := bb.Batch().Weights, []float32{1, 1, 0.5, -2, 3, 1, 1}; !slices.Equal(got, want) {
+		t.Fatalf("weights %v, want %v", got, want)
+	}
+	bb.Reset()
+	if err := bb.Add(&plain); err != nil {
+		t.Fatal(err)
+	}
+	if w := bb.Batch().Weights; w != nil {
+		t.Fatalf("a batch without values has weights %v", w)
+	}
+	for _, vals := range [][]float32{{1}, {1, float32(math.NaN()), 1}, {1, 1, float32(math.Inf(-1))}} {
+		s := valued
+		s.Values = vals
+		if err := bb.Add(&s); err == nil {
+			t.Errorf("values %v accepted", vals)
+		}
+	}
+	if bb.Len() != 1 {
+		t.Fatalf("refused samples were added: %d", bb.Len())
+	}
+}

@@ -96,7 +96,7 @@ func (m *Model) forward(b *Batch) []float32 {
 			lo, hi := b.bag(s*f + fi)
 			for q := lo; q < hi; q++ {
 				r := b.row(q)
-				axpy(v, 1, b.Rows[r*d:r*d+d])
+				axpy(v, b.weight(q), b.Rows[r*d:r*d+d])
 			}
 			if m.pooling[fi] == PoolMean && hi-lo > 1 {
 				inv := 1 / float32(hi-lo)

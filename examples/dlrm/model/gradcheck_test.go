@@ -81,8 +81,12 @@ func (r *refNet) logits(params []float64, b *model.Batch, rows []float64) []floa
 				if b.Index != nil {
 					row = int(b.Index[q])
 				}
+				w := 1.0
+				if b.Weights != nil {
+					w = float64(b.Weights[q])
+				}
 				for c := range d {
-					v[c] += rows[row*d+c]
+					v[c] += w * rows[row*d+c]
 				}
 			}
 			if r.pool[fi] == model.PoolMean && hi > lo {
@@ -165,6 +169,19 @@ func gradCheckBatch(t *testing.T, cfg model.Config, n int, r *rand.Rand) *model.
 	return b
 }
 
+// weigh gives every reference of b a weight (libFM values): some negative,
+// one zero, most around 1.
+func weigh(b *model.Batch, r *rand.Rand) {
+	b.Weights = b.Weights[:0]
+	for q := range b.Index {
+		w := float32(1 + r.NormFloat64())
+		if q == 2 {
+			w = 0
+		}
+		b.Weights = append(b.Weights, w)
+	}
+}
+
 func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	cfg := model.Config{
 		DenseFeatures: 3,
@@ -179,8 +196,21 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	b := gradCheckBatch(t, cfg, 5, r)
+	for _, weighted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unweighted", true: "weighted"}[weighted], func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			b := gradCheckBatch(t, cfg, 5, r)
+			if weighted {
+				weigh(b, r)
+			}
+			checkGradients(t, m, b)
+		})
+	}
+}
+
+// checkGradients compares the model's loss, logits and gradients on b with the reference's.
+func checkGradients(t *testing.T, m *model.Model, b *model.Batch) {
+	cfg := m.Config()
 	var g model.Gradients
 	if err := m.ComputeGradients(b, &g); err != nil {
 		t.Fatal(err)

@@ -113,6 +113,7 @@ func sampleFromRecord(s *model.Sample, rec *shard.Record) {
 		s.Dense = append(s.Dense[:0], rec.Dense...)
 	}
 	s.IDs = append(s.IDs[:0], rec.IDs...)
+	s.Values = append(s.Values[:0], rec.Values...)
 	s.Offsets = append(s.Offsets[:0], 0)
 	s.Offsets = append(s.Offsets, rec.FieldEnds...)
 }

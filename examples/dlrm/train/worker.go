@@ -77,6 +77,10 @@ func (w *worker) fill(b *shard.Batch) error {
 		}
 		lo, hi := b.Offsets[i*nf], b.Offsets[(i+1)*nf]
 		s.IDs = b.IDs[lo:hi]
+		s.Values = nil
+		if len(b.Values) != 0 {
+			s.Values = b.Values[lo:hi] // libSVM and libFM values weigh their rows
+		}
 		s.Offsets = s.Offsets[:0]
 		for f := 0; f <= nf; f++ {
 			s.Offsets = append(s.Offsets, b.Offsets[i*nf+f]-lo)
