@@ -86,11 +86,27 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 		keep, drained = servers[:n], servers[n:]
 	} else if n > have {
 		added, err := ss.StartServers(ctx, n-have)
-		if err != nil {
-			return fmt.Errorf("elastic: start %d parameter servers: %w", n-have, err)
+		if err == nil {
+			err = c.enlist(ctx, added)
 		}
-		if err := c.enlist(ctx, added); err != nil {
-			return err
+		if err != nil {
+			// Servers started but not in the job would run on unseen: stop them.
+			ids := make([]string, len(added))
+			for i, s := range added {
+				ids[i] = s.Node().ID
+			}
+			if len(ids) > 0 {
+				c.mu.Lock()
+				for _, id := range ids {
+					delete(c.srvs, id)
+				}
+				c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
+				c.mu.Unlock()
+				if serr := ss.StopServers(context.WithoutCancel(ctx), ids); serr != nil {
+					c.log.Warn("could not stop servers that failed to join", "servers", ids, "err", serr)
+				}
+			}
+			return fmt.Errorf("elastic: start %d parameter servers: %w", n-have, err)
 		}
 		keep = append(slices.Clone(servers), added...)
 	}

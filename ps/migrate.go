@@ -62,6 +62,10 @@ type migrations struct {
 
 	mu    sync.Mutex
 	out   map[uint64]*outMigration // as the source, by migration id
+	// ended remembers the ids of migrations ended here (the newest endedKeep), so that a
+	// late open of one is refused; endedFIFO is their order.
+	ended     map[uint64]bool
+	endedFIFO []uint64
 	peers *rpc.Client              // as the destination: calls to sources, made on first use
 }
 
@@ -219,6 +223,9 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 	if len(slots) == 0 {
 		return nil, migErr("migration %d moves no slot", id)
 	}
+	if s.cfg.SyncWorkers > 0 {
+		return nil, migErr("a synchronous server keeps its owner table, so its slots cannot move")
+	}
 	set := embedding.NewSlotSet(s.cfg.Slots, slots...)
 	s.own.RLock()
 	defer s.own.RUnlock()
@@ -234,6 +241,9 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 	defer s.mig.mu.Unlock()
 	if _, dup := s.mig.out[id]; dup {
 		return nil, migErr("migration %d is open already", id)
+	}
+	if s.mig.ended[id] {
+		return nil, migErr("migration %d has ended", id) // an abort overtook the open
 	}
 	for _, m := range s.mig.out {
 		for _, sl := range slots {
@@ -327,6 +337,12 @@ func (s *Server) fenceMigration(id uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.fenceOf(m)
+}
+
+// fenceOf fences migration m, unless it ended since it was looked up.
+func (s *Server) fenceOf(m *outMigration) ([]byte, error) {
+	id := m.id
 	s.own.Lock()
 	for _, sl := range m.list {
 		if !s.own.slots.Has(sl) {
@@ -334,10 +350,15 @@ func (s *Server) fenceMigration(id uint64) ([]byte, error) {
 			return nil, migErr("server %s no longer owns slot %d", s.cfg.ID, sl)
 		}
 	}
+	s.mig.mu.Lock()
+	if s.mig.out[id] != m { // ended (aborted) since it was looked up
+		s.mig.mu.Unlock()
+		s.own.Unlock()
+		return nil, migErr("migration %d has ended", id)
+	}
 	for _, sl := range m.list {
 		s.own.fenced.Add(sl)
 	}
-	s.mig.mu.Lock()
 	m.fenced = true
 	s.mig.mu.Unlock()
 	s.own.Unlock()
@@ -357,17 +378,28 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 		return 0, nil
 	}
 	s.own.Lock()
-	defer s.own.Unlock()
 	for _, sl := range m.list {
 		if s.own.slots.Has(sl) {
+			s.own.Unlock()
 			return 0, migErr("server %s still owns slot %d of migration %d", s.cfg.ID, sl, id)
 		}
 	}
-	n := 0
+	var tables []*hosted
 	for name, h := range s.own.tables {
-		if _, moved := m.trk[name]; !moved {
-			continue
+		if _, moved := m.trk[name]; moved {
+			tables = append(tables, h)
 		}
+	}
+	sets := make([]*appliedSet, 0, len(s.own.applied))
+	for _, a := range s.own.applied {
+		sets = append(sets, a)
+	}
+	s.endMigrationLocked(m)
+	s.own.Unlock()
+	// No request touches the slots any more (the server does not own them): delete without
+	// holding up the others.
+	n := 0
+	for _, h := range tables {
 		if h.dense {
 			for _, rid := range h.ids {
 				if h.t.Delete(rid) {
@@ -378,10 +410,9 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 		}
 		n += h.t.DeleteSlots(m.slots)
 	}
-	for _, a := range s.own.applied {
+	for _, a := range sets {
 		a.dropSlots(m.slots.Has)
 	}
-	s.endMigrationLocked(m)
 	return n, nil
 }
 
@@ -390,6 +421,9 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 func (s *Server) AbortMigration(id uint64) {
 	s.mig.mu.Lock()
 	m := s.mig.out[id]
+	if m == nil {
+		s.mig.endedLocked(id) // an open still on its way is refused
+	}
 	s.mig.mu.Unlock()
 	if m == nil {
 		return
@@ -405,8 +439,28 @@ func (s *Server) endMigrationLocked(m *outMigration) {
 	}
 	s.mig.mu.Lock()
 	delete(s.mig.out, m.id)
+	s.mig.endedLocked(m.id)
 	s.mig.mu.Unlock()
 	m.close()
+}
+
+// endedKeep is how many ended migration ids a server remembers.
+const endedKeep = 1024
+
+// endedLocked records that migration id ended (ms.mu held).
+func (ms *migrations) endedLocked(id uint64) {
+	if ms.ended == nil {
+		ms.ended = map[uint64]bool{}
+	}
+	if ms.ended[id] {
+		return
+	}
+	ms.ended[id] = true
+	ms.endedFIFO = append(ms.endedFIFO, id)
+	if len(ms.endedFIFO) > endedKeep {
+		delete(ms.ended, ms.endedFIFO[0])
+		ms.endedFIFO = ms.endedFIFO[1:]
+	}
 }
 
 // MigrationSpec describes a migration to the server that receives the slots.
@@ -426,6 +480,27 @@ type MigrationSpec struct {
 	ChunkBytes int
 	// Bandwidth caps the bytes per second this migration copies; 0 means no cap.
 	Bandwidth int64
+}
+
+// maxChunkBytes bounds MigrationSpec.ChunkBytes well below the frame cap.
+const maxChunkBytes = 64 << 20
+
+// validate reports every problem of the tuning fields.
+func (sp MigrationSpec) validate() error {
+	var errs []error
+	if sp.MaxRounds < 0 {
+		errs = append(errs, fmt.Errorf("MaxRounds %d is negative", sp.MaxRounds))
+	}
+	if sp.SmallRound < 0 {
+		errs = append(errs, fmt.Errorf("SmallRound %d is negative", sp.SmallRound))
+	}
+	if sp.ChunkBytes < 0 || sp.ChunkBytes > maxChunkBytes {
+		errs = append(errs, fmt.Errorf("ChunkBytes %d not in 0..%d", sp.ChunkBytes, maxChunkBytes))
+	}
+	if sp.Bandwidth < 0 {
+		errs = append(errs, fmt.Errorf("Bandwidth %d is negative", sp.Bandwidth))
+	}
+	return errors.Join(errs...)
 }
 
 func (sp MigrationSpec) withDefaults() MigrationSpec {
@@ -466,11 +541,17 @@ type MigrationStats struct {
 // source lifts its fence, this server forgets what it received, and the error wraps
 // ErrMigration.
 func (s *Server) ReceiveSlots(ctx context.Context, spec MigrationSpec) (MigrationStats, error) {
-	spec = spec.withDefaults()
 	start := time.Now()
 	var st MigrationStats
+	if err := spec.validate(); err != nil {
+		return st, fmt.Errorf("%w: migration %d: %w", ErrMigration, spec.ID, err)
+	}
+	spec = spec.withDefaults()
 	if len(spec.Slots) == 0 {
 		return st, fmt.Errorf("%w: migration %d moves no slot", ErrMigration, spec.ID)
+	}
+	if s.cfg.SyncWorkers > 0 {
+		return st, fmt.Errorf("%w: a synchronous server keeps its owner table, so its slots cannot move", ErrMigration)
 	}
 	set := embedding.NewSlotSet(s.cfg.Slots)
 	for _, sl := range spec.Slots {
@@ -497,27 +578,32 @@ func (s *Server) ReceiveSlots(ctx context.Context, spec MigrationSpec) (Migratio
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		r.call(actx, opAbort, nil)
-		s.ClearSlots(set.Has)
+		s.DiscardSlots(spec.Slots) // not the slots a table gave this server meanwhile
 		return st, fmt.Errorf("%w: migration %d of %d slots from %s: %w", ErrMigration, spec.ID, len(spec.Slots), spec.From.ID, err)
 	}
 	st.Duration = time.Since(start)
 	return st, nil
 }
 
-// DiscardSlots forgets what this server holds for slots it does not own: what a failed or
-// abandoned migration brought it. It refuses slots it owns, and returns the rows deleted.
+// DiscardSlots forgets what this server holds for those of slots it does not own: what a failed
+// or abandoned migration brought it. Slots it owns are left alone (a table may have given them
+// to it meanwhile). It returns the rows deleted.
 func (s *Server) DiscardSlots(slots []int) (int, error) {
 	set := embedding.NewSlotSet(s.cfg.Slots)
-	s.own.RLock()
 	for _, sl := range slots {
-		if sl < 0 || sl >= s.cfg.Slots || s.own.slots.Has(sl) {
-			s.own.RUnlock()
-			return 0, fmt.Errorf("%w: server %s cannot discard slot %d", ErrMigration, s.cfg.ID, sl)
+		if sl < 0 || sl >= s.cfg.Slots {
+			return 0, fmt.Errorf("%w: server %s has no slot %d", ErrMigration, s.cfg.ID, sl)
 		}
 		set.Add(sl)
 	}
-	s.own.RUnlock()
-	return s.ClearSlots(set.Has), nil
+	return s.ClearSlots(func(sl int) bool { return set.Has(sl) && !s.Owns(sl) }), nil
+}
+
+// Owns reports whether the server's owner table gives it slot.
+func (s *Server) Owns(slot int) bool {
+	s.own.RLock()
+	defer s.own.RUnlock()
+	return s.own.slots.Has(slot)
 }
 
 func (s *Server) peerClient() (*rpc.Client, error) {
@@ -674,7 +760,7 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 			if r.s.isDense(tb.name) {
 				keep = nil
 			}
-			_, err = tb.t.LoadRaw(data, keep)
+			err = r.load(tb.t, data, keep)
 			rows += int64(len(data) / rec)
 			r.st.Rows += int64(len(data) / rec)
 			r.st.Bytes += int64(len(data))
@@ -689,6 +775,21 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 		}
 	}
 	return rows, nil
+}
+
+// load loads records of the migration's slots, none of which this server may own: a table
+// that gave it one meanwhile (a recovery) ends the migration, whose rows would overwrite the
+// ones it serves. The ownership lock is held for reading, so no table is installed meanwhile.
+func (r *receiver) load(t *embedding.Table, data []byte, keep func(uint64) bool) error {
+	r.s.own.RLock()
+	defer r.s.own.RUnlock()
+	for _, sl := range r.spec.Slots {
+		if r.s.own.slots.Has(sl) {
+			return fmt.Errorf("server %s was given slot %d during the migration", r.s.cfg.ID, sl)
+		}
+	}
+	_, err := t.LoadRaw(data, keep)
+	return err
 }
 
 // pace sleeps as long as the bandwidth cap asks after n more bytes.

@@ -375,3 +375,73 @@ func TestMigratePublishRefusedCallsTheGroupOff(t *testing.T) {
 	tab, _ := c.Server("ps-1").Table("emb")
 	assert.Zero(t, tab.Len(), "the destination keeps nothing of a called-off group")
 }
+
+// TestMigratePublishFailureCallsOffEveryGroup: when a group's table cannot go out, the groups
+// that finished their copy meanwhile are called off too, so no source stays fenced.
+func TestMigratePublishFailureCallsOffEveryGroup(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 1, pstest.Options{Tables: migTables()})
+	m := c.Migrator(ps.MigratorConfig{GroupSlots: 4, Concurrency: 2})
+	d := &detWorker{w: 0, n: 1, rows: 100, cl: c.Client("w", ps.ClientConfig{FenceWait: 300 * time.Millisecond})}
+	require.NoError(t, d.batch(ctx, 0))
+	cur := c.Holder.Get()
+	dest, node := c.AddServer("ps-1")
+	var fenced atomic.Int64
+	second := make(chan struct{})
+	ps.SetAfterFenceHook(dest, func(context.Context) {
+		if fenced.Add(1) == 2 {
+			close(second)
+		}
+	})
+	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx, cur, next, func(ctx context.Context, t *ps.OwnerTable) error {
+		<-second // a second group has fenced its slots and queues behind this publish
+		return fmt.Errorf("the table changed: %w", ps.ErrNotPublished)
+	})
+	require.ErrorIs(t, err, ps.ErrNotPublished)
+	for b := 1; b < 4; b++ {
+		require.NoError(t, d.batch(ctx, b), "no slot is left fenced")
+	}
+}
+
+// TestMigrateLeavesSlotsTheDestinationWasGiven: a table gives the destination the slots while
+// they are being copied to it (a recovery): the copy stops, and what the destination serves
+// for them is not wiped.
+func TestMigrateLeavesSlotsTheDestinationWasGiven(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 1, pstest.Options{Tables: migTables()})
+	m := c.Migrator(ps.MigratorConfig{})
+	d := &detWorker{w: 0, n: 1, rows: 100, cl: c.Client("w", ps.ClientConfig{})}
+	require.NoError(t, d.batch(ctx, 0))
+	cur := c.Holder.Get()
+	dest, node := c.AddServer("ps-1")
+	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
+	require.NoError(t, err)
+	var given *ps.OwnerTable
+	ps.SetAfterFenceHook(dest, func(context.Context) {
+		// Everything to the destination, as a recovery might decide; it serves from now on.
+		var moves []ps.Move
+		for s := range cur.Slots {
+			moves = append(moves, ps.Move{Slot: s, From: "ps-0", To: "ps-1"})
+		}
+		g, err := cur.WithMoves(cur.Version+5, next.Nodes, moves)
+		if err == nil {
+			_, err = dest.SetOwnerTable(g)
+		}
+		assert.NoError(t, err)
+		given = g
+	})
+	_, err = m.Migrate(ctx, cur, next, c.PublishTo)
+	require.ErrorIs(t, err, ps.ErrMigration)
+	tab, _ := dest.Table("emb")
+	rows := 0
+	tab.Range(func(v embedding.RowView) bool {
+		if next.Owner(embedding.Slot(v.ID, cur.Slots)).ID == "ps-1" {
+			rows++
+		}
+		return true
+	})
+	require.NotNil(t, given)
+	assert.Positive(t, rows, "the rows the destination was given are still there")
+}

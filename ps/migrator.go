@@ -66,10 +66,11 @@ func (c MigratorConfig) Validate() error {
 	if c.GroupSlots < 1 {
 		errs = append(errs, fmt.Errorf("GroupSlots %d must be positive", c.GroupSlots))
 	}
-	for name, v := range map[string]int64{"Bandwidth": c.Bandwidth, "MaxRounds": int64(c.MaxRounds), "SmallRound": int64(c.SmallRound), "ChunkBytes": int64(c.ChunkBytes)} {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
-		}
+	if c.Bandwidth < 0 {
+		errs = append(errs, fmt.Errorf("Bandwidth %d is negative", c.Bandwidth))
+	}
+	if err := (MigrationSpec{MaxRounds: c.MaxRounds, SmallRound: c.SmallRound, ChunkBytes: c.ChunkBytes}).validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -213,6 +214,8 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 			pubMu.Lock()
 			defer pubMu.Unlock()
 			if pubErr != nil {
+				// An earlier group's table did not go out: this one's never will.
+				m.callOff(gctx, nodes, moves, st.id)
 				return pubErr
 			}
 			t, err := published.WithMoves(published.Version+1, nodes, moves)
@@ -308,6 +311,10 @@ func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (g
 		defer cancel()
 		if aerr := m.call(actx, spec.From.Addr, opAbort, id, nil); aerr != nil {
 			m.log.Warn("could not lift the fence of a failed migration", "server", from, "err", aerr)
+		}
+		// And if it went on and finished, it must not keep rows of slots it does not own.
+		if derr := m.call(actx, nodeAddr(nodes, to), opDiscard, id, appendSlots(nil, spec.Slots)); derr != nil {
+			m.log.Warn("could not discard the slots of a failed migration", "server", to, "err", derr)
 		}
 		return st, fmt.Errorf("%s -> %s: %w", from, to, mapErr(nodeAddr(nodes, to), err))
 	}

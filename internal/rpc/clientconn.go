@@ -181,13 +181,15 @@ func (cc *clientConn) readLoop() {
 	_ = closeConn(cc.nc)
 	cc.w.stop()
 	c.forget(cc)
+	if errors.Is(cause, wire.ErrIntegrity) {
+		c.stats.forgedFrames.Add(1) // counted before the calls fail, so their callers see it
+	}
 	for _, cl := range pending {
 		cc.deliver(cl, result{err: fmt.Errorf("rpc: call %s: %w: %w", cc.addr, ErrConnClosed, cause)})
 	}
 	switch {
 	case errors.Is(cause, ErrClosed):
 	case errors.Is(cause, wire.ErrIntegrity):
-		c.stats.forgedFrames.Add(1)
 		c.cfg.log.Warn("rpc: connection closed", "addr", cc.addr, "reason", cause.Error())
 	case errors.Is(cause, wire.ErrTruncated), errors.Is(cause, wire.ErrTooLarge), errors.Is(cause, wire.ErrMalformed):
 		c.cfg.log.Warn("rpc: connection closed", "addr", cc.addr, "reason", cause.Error())
