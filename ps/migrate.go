@@ -60,13 +60,13 @@ type migrations struct {
 	// afterFence, if set (tests), runs on the destination just after it fenced the source.
 	afterFence atomic.Pointer[func(context.Context)]
 
-	mu    sync.Mutex
-	out   map[uint64]*outMigration // as the source, by migration id
+	mu  sync.Mutex
+	out map[uint64]*outMigration // as the source, by migration id
 	// ended remembers the ids of migrations ended here (the newest endedKeep), so that a
 	// late open of one is refused; endedFIFO is their order.
 	ended     map[uint64]bool
 	endedFIFO []uint64
-	peers *rpc.Client              // as the destination: calls to sources, made on first use
+	peers     *rpc.Client // as the destination: calls to sources, made on first use
 }
 
 // outMigration is a migration of slots away from this server.
