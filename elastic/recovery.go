@@ -369,7 +369,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	for i, s := range servers {
 		nodes[i] = s.Node()
 	}
-	table, err := ps.NewOwnerTable(old.Version+1, old.Slots, nodes, old)
+	table, err := recoveryTable(old, nodes)
 	if err != nil {
 		return ev, err
 	}
@@ -406,6 +406,29 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	ev.Duration = time.Since(ev.Detected)
 	c.applyLocked(c.core.recovered(c.clock.now()))
 	return ev, nil
+}
+
+// recoveryTable is the owner table after a recovery: the slots of old's servers that are not
+// among nodes go where NewOwnerTable (with old as prev) would put them, and every other slot
+// stays with its owner, however old was balanced (a live repartition or a rebalance leaves it
+// so on purpose): a recovery restores only the slots it moves, so it must not move a live
+// server's slots.
+func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) {
+	cand, err := ps.NewOwnerTable(old.Version+1, old.Slots, nodes, old)
+	if err != nil {
+		return nil, err
+	}
+	present := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		present[n.ID] = true
+	}
+	var moves []ps.Move
+	for s := range old.Slots {
+		if o := old.Owner(s).ID; !present[o] {
+			moves = append(moves, ps.Move{Slot: s, From: o, To: cand.Owner(s).ID})
+		}
+	}
+	return old.WithMoves(old.Version+1, nodes, moves)
 }
 
 // rollback returns every server, the dispatcher and the ledger to the commit of step (or to
