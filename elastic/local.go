@@ -245,6 +245,9 @@ func (l *LocalServer) Lead(_ context.Context, inc uint64) error {
 	if inc < l.leader {
 		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, not %d", ErrSuperseded, l.srv.ID(), l.leader, inc)
 	}
+	if inc > l.leader {
+		l.srv.AbortMigrations() // an earlier coordinator's migrations will not be finished
+	}
 	l.leader = inc
 	return nil
 }

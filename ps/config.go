@@ -87,6 +87,10 @@ type ServerConfig struct {
 	// Transport dials the other servers when slots migrate to this one (ReceiveSlots). Nil
 	// means TCP.
 	Transport Transport
+	// MigrationTTL ends a migration of slots away from this server that nobody has used for
+	// this long before its fence (its destination or coordinator died): its change tracking
+	// costs every write. Default 1 minute.
+	MigrationTTL time.Duration
 	// Logger receives refused requests and connection problems. Nil discards.
 	Logger *slog.Logger
 }
@@ -100,6 +104,9 @@ func DefaultServerConfig(id string, secret []byte) ServerConfig {
 func (c ServerConfig) withDefaults() ServerConfig {
 	if c.Slots == 0 {
 		c.Slots = DefaultSlots
+	}
+	if c.MigrationTTL == 0 {
+		c.MigrationTTL = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -128,6 +135,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.MaxConcurrent < 0 {
 		errs = append(errs, fmt.Errorf("MaxConcurrent %d is negative", c.MaxConcurrent))
+	}
+	if c.MigrationTTL < 0 {
+		errs = append(errs, fmt.Errorf("MigrationTTL %v is negative", c.MigrationTTL))
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Tables {

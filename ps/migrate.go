@@ -60,6 +60,7 @@ type migrations struct {
 	// afterFence, if set (tests), runs on the destination just after it fenced the source.
 	afterFence atomic.Pointer[func(context.Context)]
 
+	wg  sync.WaitGroup // background releases
 	mu  sync.Mutex
 	out map[uint64]*outMigration // as the source, by migration id
 	// ended remembers the ids of migrations ended here (the newest endedKeep), so that a
@@ -77,17 +78,102 @@ type outMigration struct {
 	slots  *embedding.SlotSet
 	list   []int
 	trk    map[string]*embedding.Tracker // per table with rows in the slots
-	fenced bool
+	fenced bool                          // guarded by migrations.mu
 	buf    []byte
+	idle   *time.Timer // ends the migration once unused for the TTL, before its fence
 }
 
 func (m *outMigration) close() {
+	if m.idle != nil {
+		m.idle.Stop()
+	}
 	for _, tr := range m.trk {
 		tr.Close()
 	}
 }
 
+// touch restarts the idle timer: the migration is in use.
+func (s *Server) touch(m *outMigration) {
+	if m.idle != nil {
+		m.idle.Reset(s.cfg.MigrationTTL)
+	}
+}
+
+// expire ends migration id if it was never fenced: nobody copied from it for the TTL (its
+// destination or its coordinator died), and its trackers would slow every write forever. A
+// fenced migration is not expired: its destination may hold the final copy, about to be given
+// the slots; it ends by its release, when a table gives the slots away (SetOwnerTable), or by
+// an abort (its coordinator's, or a new coordinator's: AbortMigrations).
+func (s *Server) expire(id uint64) {
+	s.own.Lock()
+	defer s.own.Unlock()
+	s.mig.mu.Lock()
+	m := s.mig.out[id]
+	live := m != nil && !m.fenced
+	s.mig.mu.Unlock()
+	if live {
+		s.log.Warn("migration unused for its time to live: ended", "migration", id, "to", m.to, "ttl", s.cfg.MigrationTTL)
+		s.endMigrationLocked(m)
+	}
+}
+
+// AbortMigrations ends every migration of slots away from this server: those whose slots it
+// still owns are called off (their fence lifted), the others released (their rows dropped). A
+// coordinator that takes the job over calls it: the migrations of its predecessors will not be
+// finished. It returns the migrations ended.
+func (s *Server) AbortMigrations() int {
+	s.mig.mu.Lock()
+	ids := make([]uint64, 0, len(s.mig.out))
+	for id := range s.mig.out {
+		ids = append(ids, id)
+	}
+	s.mig.mu.Unlock()
+	for _, id := range ids {
+		if _, err := s.ReleaseMigration(id); err != nil {
+			s.AbortMigration(id) // it still owns the slots
+		}
+	}
+	if len(ids) > 0 {
+		s.log.Warn("ended the migrations of slots away from this server", "migrations", len(ids))
+	}
+	return len(ids)
+}
+
+// releaseGivenLocked releases, in the background, the migrations whose slots the server's
+// table no longer gives it: a table that gives them away is their success, whoever published
+// it. Call with the ownership lock held.
+func (s *Server) releaseGivenLocked() {
+	s.mig.mu.Lock()
+	var done []uint64
+	for id, m := range s.mig.out {
+		given := true
+		for _, sl := range m.list {
+			if s.own.slots.Has(sl) {
+				given = false
+				break
+			}
+		}
+		if given {
+			done = append(done, id)
+		}
+	}
+	s.mig.mu.Unlock()
+	if len(done) == 0 || s.closed.Load() {
+		return
+	}
+	s.mig.wg.Add(1)
+	go func() {
+		defer s.mig.wg.Done()
+		for _, id := range done {
+			if _, err := s.ReleaseMigration(id); err != nil {
+				s.log.Warn("could not release a migration whose slots went away", "migration", id, "err", err)
+			}
+		}
+	}()
+}
+
 func (s *Server) closeMigrations() {
+	s.mig.wg.Wait()
 	s.mig.mu.Lock()
 	defer s.mig.mu.Unlock()
 	for id, m := range s.mig.out {
@@ -274,6 +360,7 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(schema)))
 		out = append(out, schema...)
 	}
+	m.idle = time.AfterFunc(s.cfg.MigrationTTL, func() { s.expire(id) })
 	s.mig.out[id] = m
 	return out, nil
 }
@@ -295,6 +382,7 @@ func (s *Server) copyMigration(id uint64, table string, from embedding.Cursor, c
 	if err != nil {
 		return err
 	}
+	s.touch(m)
 	s.own.RLock()
 	h := s.own.tables[table]
 	s.own.RUnlock()
@@ -343,6 +431,7 @@ func (s *Server) fenceMigration(id uint64) ([]byte, error) {
 // fenceOf fences migration m, unless it ended since it was looked up.
 func (s *Server) fenceOf(m *outMigration) ([]byte, error) {
 	id := m.id
+	s.touch(m)
 	s.own.Lock()
 	for _, sl := range m.list {
 		if !s.own.slots.Has(sl) {

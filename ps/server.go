@@ -223,6 +223,7 @@ func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 		}
 	}
 	s.own.table, s.own.slots = t, set
+	s.releaseGivenLocked()
 	return true, nil
 }
 
