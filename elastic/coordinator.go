@@ -706,6 +706,9 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		if c.cfg.JobState != nil {
 			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})
 		}
+		err = c.syncTables(ctx, servers, c.holder.Get())
+	}
+	if err == nil {
 		g, gctx := errgroup.WithContext(ctx)
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
 		for i, s := range servers {

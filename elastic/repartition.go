@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/elasticps/elasticps/ps"
@@ -297,7 +298,59 @@ func (c *Coordinator) publishMove(ctx context.Context, t *ps.OwnerTable) error {
 	// The job's table from now on, even if a server cannot install it: a server that did
 	// serves the moved slots, so a recovery must start from t.
 	c.holder.Set(t)
-	return c.install(ctx, servers, t)
+	return c.installAll(ctx, servers, t)
+}
+
+// installAll gives t to every one of servers, each on its own (one failing does not stop the
+// others), trying a failed one again a few times; it returns the failures. A server left on an
+// older table is found by the next snapshot (syncTables) or failed and recovered.
+func (c *Coordinator) installAll(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
+	ctx = context.WithoutCancel(ctx) // a table half installed is worse than a slow one
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			var err error
+			for try, pause := 0, 20*time.Millisecond; try < 4; try, pause = try+1, 2*pause {
+				ictx, cancel := context.WithTimeout(ctx, c.cfg.ServerTimeout)
+				err = s.InstallTable(ictx, t)
+				cancel()
+				if err == nil || errors.Is(err, ErrSuperseded) {
+					break
+				}
+				time.Sleep(pause)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// syncTables makes sure every one of servers has installed the job's table t before they
+// snapshot: a server left on an older one (its install failed) would snapshot slots it gave
+// away, and the commit would hold them twice. It installs t where it is missing.
+func (c *Coordinator) syncTables(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
+	var stale []ParameterServer
+	for _, s := range servers {
+		have, err := s.Table(ctx)
+		if err != nil {
+			return fmt.Errorf("owner table of %s: %w", s.Node().ID, err)
+		}
+		if have == nil || have.Version != t.Version {
+			stale = append(stale, s)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	c.log.Warn("servers behind the job's owner table: installing it before the snapshot", "servers", len(stale), "table", t.Version)
+	return c.installAll(ctx, stale, t)
 }
 
 // migratorFor returns the coordinator's migrator, made on first use.

@@ -1,0 +1,51 @@
+package elastic
+
+import (
+	"context"
+	"testing"
+
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A server left on an older owner table (its install of the job's table failed) gets the
+// job's table before it snapshots: by its own table it would save slots it gave away.
+func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
+	ctx := context.Background()
+	job, err := StartLocal(ctx, LocalConfig{Job: "sync", Servers: 2, Slots: 64,
+		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
+		Coordinator: Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}},
+		Checkpoint:  checkpoint.Config{ShmDir: t.TempDir()},
+	})
+	require.NoError(t, err)
+	defer job.Close()
+	c := job.Coordinator()
+	cur := c.holder.Get()
+	slot := cur.SlotsOf("ps-0").Members()[0]
+	next, err := cur.WithMoves(cur.Version+1, cur.Nodes, []ps.Move{{Slot: slot, From: "ps-0", To: "ps-1"}})
+	require.NoError(t, err)
+	c.holder.Set(next)
+	_, err = job.Servers[1].Server().SetOwnerTable(next) // ps-0's install "failed"
+	require.NoError(t, err)
+
+	// A step to checkpoint: one batch through a session.
+	sess, err := job.NewSession("w", shard.ReaderConfig{Source: shard.IndexedSource{Data: shard.IndexedFunc(100, func(i int64, rec *shard.Record) error {
+		rec.IDs = append(rec.IDs, uint64(i))
+		rec.EndField()
+		return nil
+	})}, BatchSize: 10})
+	require.NoError(t, err)
+	defer sess.Close()
+	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *Batch) error {
+		return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
+	}))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	for _, s := range job.Servers {
+		assert.Equal(t, next.Version, s.Server().OwnerTable().Version, "%s has the job's table", s.Node().ID)
+	}
+}
