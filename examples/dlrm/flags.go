@@ -54,14 +54,21 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		ckDirSet                         bool
 		data, test, bottom, top, scaleAt string
 		embOpt, denseOpt                 string
+		fieldMap, badLines               string
+		maxBad                           float64
 		embLR, denseLR, embInit          float64
 		testFraction, skew               float64
 		seed                             uint64
 		vocabCap                         int
 	)
 	c := &o.cfg
-	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...] or movielens:DIR")
-	fs.StringVar(&test, "test", "", "held-out file(s) for criteo or libsvm data (default: a seeded random split of -data)")
+	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...] or movielens:DIR")
+	fs.StringVar(&test, "test", "", "held-out file(s) for criteo, libsvm or libfm data (default: a seeded random split of -data)")
+	fs.IntVar(&c.Fields, "fields", 0, "libfm data: the number of fields (default: the highest field index in the first MiB of the files, plus one)")
+	fs.StringVar(&fieldMap, "field-map", "", "libsvm data: feature index ranges to fields, NAME=LO-HI[,NAME=LO-HI...], or a file of such entries one per line (default: every feature in one field)")
+	fs.StringVar(&c.Pooling, "pooling", "", "libsvm and libfm data: pooling of the several features of one field, their rows weighted by their values: sum or mean (default sum; mean for libsvm without -field-map)")
+	fs.StringVar(&badLines, "bad-lines", "skip", "a malformed line of text data: skip (count it, report it, stop when there are more than -max-bad) or fail (stop at the first)")
+	fs.Float64Var(&maxBad, "max-bad", 100*train.DefaultMaxBadFraction, "with -bad-lines skip: stop when more than this percentage of a file's lines is malformed (or its first 1000 lines read all are)")
 	fs.Float64Var(&testFraction, "test-fraction", train.DefaultTestFraction, "share of the data held out when there is no -test")
 	fs.IntVar(&c.TestRecords, "test-records", 0, "held-out records evaluated (default 20000 synthetic, 1000000 files)")
 	fs.Int64Var(&c.TrainRecords, "train-records", train.DefaultTrainRecords, "synthetic training records")
@@ -129,6 +136,27 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if c.Data, err = train.ParseDataSpec(data); err != nil {
 		errs = append(errs, fmt.Errorf("-data: %w", err))
+	}
+	if fieldMap != "" {
+		if !strings.Contains(fieldMap, "=") { // a file of entries
+			b, err := os.ReadFile(fieldMap)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("-field-map: %w", err))
+			}
+			fieldMap = string(b)
+		}
+		c.FieldMap = fieldMap
+	}
+	if c.BadLines, err = train.ParseBadLinePolicy(badLines); err != nil {
+		errs = append(errs, fmt.Errorf("-bad-lines: %w", err))
+	}
+	switch {
+	case maxBad < 0 || maxBad > 100 || maxBad != maxBad:
+		errs = append(errs, fmt.Errorf("-max-bad %v outside [0, 100]", maxBad))
+	case maxBad == 0:
+		c.MaxBadFraction = 1e-12 // no bad line allowed: the first stops the run, with the count so far
+	default:
+		c.MaxBadFraction = maxBad / 100
 	}
 	if test != "" {
 		if c.TestFiles, err = train.SplitList(test); err != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +67,7 @@ func TestRunPrintsSummaryWithoutTerminal(t *testing.T) {
 	code := run(strings.Fields("-train-records 3000 -test-records 2000 -duration 0 -dim 4 -bottom 8 -top 8 -batch 100 -checkpoint-every 10 -checkpoint-dir "+t.TempDir()), &out, &errs)
 	require.Equal(t, 0, code, errs.String())
 	s := out.String()
-	for _, want := range []string{"checkpoint at step ", "committed", "summary (every epoch done)", "3000 samples", "exactly once: every position trained exactly once per epoch", "generator's hidden model"} {
+	for _, want := range []string{"checkpoint at step ", "committed", "summary (every epoch done)", "3000 samples", "exactly once: every position of every epoch covered exactly once; 3000 positions covered, 3000 of them trained as samples", "generator's hidden model"} {
 		assert.Contains(t, s, want)
 	}
 	assert.NotContains(t, s, "\x1b[", "no terminal control codes when stdout is not a terminal")
@@ -95,4 +98,48 @@ func TestRecoveryFlag(t *testing.T) {
 	assert.Equal(t, "/tmp/x", o.cfg.ShmDir)
 	_, err = parseFlags(strings.Fields("-recovery sometimes"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "want rollback or partial")
+}
+
+// TestRunFailsOnBadInput: a comma-separated file given as criteo fails with exit status 1 and the
+// reason, instead of "training" nothing and printing the AUC of an untrained model.
+func TestRunFailsOnBadInput(t *testing.T) {
+	var b strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&b, "%d,%d,%d,68fd1e64\n", i%2, i, 3*i)
+	}
+	data := filepath.Join(t.TempDir(), "x.csv")
+	require.NoError(t, os.WriteFile(data, []byte(b.String()), 0o600))
+	var out, errs bytes.Buffer
+	code := run(strings.Fields("-data criteo:"+data+" -duration 0 -checkpoint-dir "+t.TempDir()), &out, &errs)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs.String(), data+":1: no tab but commas")
+	assert.NotContains(t, out.String(), "AUC")
+}
+
+func TestFlagsInput(t *testing.T) {
+	dir := t.TempDir()
+	fm := filepath.Join(dir, "fields.txt")
+	require.NoError(t, os.WriteFile(fm, []byte("user=0-999\nitem=1000-1999\n"), 0o600))
+	o, err := parseFlags(strings.Fields("-data libsvm:x.svm -field-map "+fm+" -pooling mean -bad-lines fail -max-bad 2.5"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, "user=0-999\nitem=1000-1999\n", o.cfg.FieldMap, "a file of entries")
+	assert.Equal(t, "mean", o.cfg.Pooling)
+	assert.Equal(t, train.FailOnBadLine, o.cfg.BadLines)
+	assert.InDelta(t, 0.025, o.cfg.MaxBadFraction, 1e-12)
+	o, err = parseFlags(strings.Fields("-data libfm:x.ffm -fields 39"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, train.DataSpec{Kind: train.LibFM, Paths: []string{"x.ffm"}}, o.cfg.Data)
+	assert.Equal(t, 39, o.cfg.Fields)
+	assert.Equal(t, train.SkipBadLines, o.cfg.BadLines)
+	assert.Equal(t, train.DefaultMaxBadFraction, o.cfg.MaxBadFraction)
+	_, err = parseFlags(strings.Fields("-data criteo:x -field-map a=1-x -fields 3 -pooling max -bad-lines maybe -max-bad 101"), &bytes.Buffer{})
+	require.Error(t, err)
+	for _, want := range []string{"-bad-lines", "-max-bad"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	_, err = parseFlags(strings.Fields("-data criteo:x -field-map a=1-x -fields 3 -pooling max"), &bytes.Buffer{})
+	require.ErrorIs(t, err, train.ErrConfig)
+	for _, want := range []string{"field map is for libsvm", "Fields 3", "Pooling \"max\""} {
+		assert.Contains(t, err.Error(), want)
+	}
 }

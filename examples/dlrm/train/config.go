@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/shard"
 )
 
 // Config describes one training run of the embedded cluster. The zero value of every field but
@@ -19,7 +20,25 @@ import (
 type Config struct {
 	// Data is what to train on. Default (zero value): the synthetic generator.
 	Data DataSpec
-	// TestFiles optionally names held-out files of the same format as Data (Criteo or LibSVM).
+	// Fields is the number of fields of libFM data (field indices 0 to Fields-1). Default: one
+	// more than the highest field index in the first MiB of each data and test file.
+	Fields int
+	// FieldMap maps the feature indices of plain libSVM data to fields: entries NAME=LO-HI or
+	// NAME=IDX separated by commas or newlines (shard.ParseFieldMap). Empty: every feature in one
+	// field, which the summary points out (one pooled vector: a logistic regression in effect).
+	FieldMap string
+	// Pooling pools the several features of one field of libSVM or libFM data (their rows
+	// weighted by their values): "sum" or "mean". Default "sum", except "mean" for libSVM data
+	// without a FieldMap.
+	Pooling string
+	// BadLines is what a malformed line of text data does: SkipBadLines (the default) counts it
+	// per file and goes on, within MaxBadFraction; FailOnBadLine stops the run at the first, with
+	// its file and line.
+	BadLines BadLinePolicy
+	// MaxBadFraction stops the run when more than this share of a file's lines is malformed, or
+	// when the first 1000 lines read of a file all are. Default 0.01 (1 %); 1 never stops.
+	MaxBadFraction float64
+	// TestFiles optionally names held-out files of the same format as Data (Criteo, LibSVM or LibFM).
 	// Without them the held-out set is a seeded random TestFraction of the data.
 	TestFiles []string
 	// TestFraction is the share of records held out for evaluation when there are no TestFiles.
@@ -125,6 +144,28 @@ type Config struct {
 	OnEvent func(Event)
 }
 
+// BadLinePolicy says what a malformed line of text data does (Config.BadLines).
+type BadLinePolicy uint8
+
+const (
+	// SkipBadLines counts the line, reports it in the summary and goes on, unless a file has more
+	// than Config.MaxBadFraction of bad lines or its first 1000 lines read are all bad.
+	SkipBadLines BadLinePolicy = iota
+	// FailOnBadLine stops the run at the first malformed line, naming its file and line.
+	FailOnBadLine
+)
+
+// ParseBadLinePolicy reads "skip" or "fail".
+func ParseBadLinePolicy(s string) (BadLinePolicy, error) {
+	switch s {
+	case "skip":
+		return SkipBadLines, nil
+	case "fail":
+		return FailOnBadLine, nil
+	}
+	return 0, fmt.Errorf("bad-line policy %q: want skip or fail", s)
+}
+
 // Defaults of Config.
 const (
 	DefaultTrainRecords    = 2_000_000
@@ -140,6 +181,7 @@ const (
 	DefaultEvalEvery       = 15 * time.Second
 	DefaultProgressEvery   = 500 * time.Millisecond
 	DefaultLeaseTTL        = 30 * time.Second
+	DefaultMaxBadFraction  = 0.01
 )
 
 // ErrConfig is returned (joined with every problem) by Config.Validate and Run.
@@ -219,6 +261,9 @@ func (c *Config) fill() {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
+	if c.MaxBadFraction == 0 {
+		c.MaxBadFraction = DefaultMaxBadFraction
+	}
 }
 
 // Validate reports every problem of c (after defaults are applied) at once, joined with
@@ -235,8 +280,31 @@ func (c Config) Validate() error {
 			bad("scale step %d asks for %d servers and %d workers", i+1, st.Servers, st.Workers)
 		}
 	}
-	if c.Data.Kind > MovieLens {
+	if c.Data.Kind > LibFM {
 		bad("unknown data kind %d", c.Data.Kind)
+	}
+	text := c.Data.Kind == Criteo || c.Data.Kind == LibSVM || c.Data.Kind == LibFM
+	if c.Fields != 0 && (c.Data.Kind != LibFM || c.Fields < 0 || c.Fields > shard.MaxFields) {
+		bad("Fields %d: a field count of libfm data, at most %d", c.Fields, shard.MaxFields)
+	}
+	if c.FieldMap != "" {
+		if c.Data.Kind != LibSVM {
+			bad("a field map is for libsvm data (libfm lines name their fields)")
+		} else if _, err := shard.ParseFieldMap(c.FieldMap); err != nil {
+			bad("field map: %w", err)
+		}
+	}
+	switch {
+	case c.Pooling != "" && c.Data.Kind != LibSVM && c.Data.Kind != LibFM:
+		bad("Pooling %q is for libsvm and libfm data", c.Pooling)
+	case c.Pooling != "" && c.Pooling != "sum" && c.Pooling != "mean":
+		bad("Pooling %q: want sum or mean", c.Pooling)
+	}
+	if c.BadLines > FailOnBadLine {
+		bad("unknown bad-line policy %d", c.BadLines)
+	}
+	if c.MaxBadFraction < 0 || c.MaxBadFraction > 1 || c.MaxBadFraction != c.MaxBadFraction {
+		bad("MaxBadFraction %v outside [0, 1]", c.MaxBadFraction)
 	}
 	if c.Data.Kind == Synthetic && len(c.Data.Paths) > 0 {
 		bad("synthetic data takes no paths")
@@ -244,8 +312,8 @@ func (c Config) Validate() error {
 	if c.Data.Kind != Synthetic && len(c.Data.Paths) == 0 {
 		bad("%s data needs at least one path", c.Data.Kind)
 	}
-	if len(c.TestFiles) > 0 && c.Data.Kind != Criteo && c.Data.Kind != LibSVM {
-		bad("held-out test files work with criteo and libsvm data; %s is split by the test fraction", c.Data.Kind)
+	if len(c.TestFiles) > 0 && !text {
+		bad("held-out test files work with criteo, libsvm and libfm data; %s is split by the test fraction", c.Data.Kind)
 	}
 	if c.TestFraction <= 0 || c.TestFraction >= 1 {
 		bad("TestFraction %v outside (0, 1)", c.TestFraction)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/elasticps/elasticps/examples/dlrm/model"
@@ -29,6 +30,10 @@ type dataSet struct {
 	ceiling  *model.Ceiling // synthetic data: the hidden model on the test records
 	heldOut  string         // how the held-out set was made
 	synth    *model.Synth
+	// Text data: the malformed lines of the data and test files, and what the summary should
+	// point out about the input (such as every feature landing in one field).
+	bad   *shard.BadLines
+	notes []string
 }
 
 // loadData builds the dataSet of cfg (defaults filled in).
@@ -38,10 +43,8 @@ func loadData(ctx context.Context, cfg *Config) (*dataSet, error) {
 		return loadSynthetic(cfg)
 	case MovieLens:
 		return loadMovieLens(cfg)
-	case Criteo:
-		return loadText(ctx, cfg, shard.Criteo{}, nil)
-	case LibSVM:
-		return loadText(ctx, cfg, shard.LibSVM{}, []model.Pooling{model.PoolMean})
+	case Criteo, LibSVM, LibFM:
+		return loadText(ctx, cfg)
 	}
 	return nil, fmt.Errorf("%w: unknown data kind %v", ErrConfig, cfg.Data.Kind)
 }
@@ -201,7 +204,92 @@ func fsNames(paths []string) (osFS, []string, error) {
 	return osFS{root: root}, names, nil
 }
 
-func loadText(ctx context.Context, cfg *Config, parser shard.Parser, pooling []model.Pooling) (*dataSet, error) {
+// textInput is how a run reads its text files: the parser, the pooling of its fields and what
+// the summary should point out about them.
+type textInput struct {
+	parser  shard.Parser
+	pooling []model.Pooling
+	note    string
+}
+
+// textParser chooses the parser of cfg's text data (defaults filled in). For libFM data without
+// a field count it reads the count from the first MiB of every file.
+func textParser(cfg *Config) (textInput, error) {
+	var in textInput
+	pool := model.PoolSum
+	switch cfg.Data.Kind {
+	case Criteo:
+		in.parser = shard.Criteo{}
+	case LibSVM:
+		if cfg.FieldMap == "" {
+			pool = model.PoolMean
+			in.parser = shard.LibSVM{}
+			in.note = `every libSVM feature lands in one field ("features"): the model pools them into one vector and has no pair of fields to interact, a logistic regression in effect; give -field-map NAME=LO-HI,... (or a file of such lines), or write the data as libfm`
+			break
+		}
+		fm, err := shard.ParseFieldMap(cfg.FieldMap)
+		if err != nil {
+			return in, err
+		}
+		in.parser = shard.LibSVM{Fields: fm}
+		in.note = fmt.Sprintf("libSVM features in %d fields by the field map %s", len(fm.Names()), fm)
+	case LibFM:
+		n := cfg.Fields
+		if n == 0 {
+			var err error
+			if n, err = libfmFields(append(append([]string(nil), cfg.Data.Paths...), cfg.TestFiles...)); err != nil {
+				return in, err
+			}
+			in.note = fmt.Sprintf("%d libFM fields: the highest field index in the first MiB of the files, plus one (-fields sets the count; a line with a field beyond it is malformed)", n)
+		}
+		in.parser = shard.LibFM{Fields: n}
+	default:
+		return in, fmt.Errorf("%w: %s is not text data", ErrConfig, cfg.Data.Kind)
+	}
+	switch cfg.Pooling {
+	case "sum":
+		pool = model.PoolSum
+	case "mean":
+		pool = model.PoolMean
+	}
+	in.pooling = make([]model.Pooling, len(in.parser.Schema().Fields))
+	if cfg.Data.Kind != Criteo {
+		for i := range in.pooling {
+			in.pooling[i] = pool
+		}
+	}
+	return in, nil
+}
+
+// libfmFields returns the field count the first MiB of each file uses (shard.LibFMFields).
+func libfmFields(paths []string) (int, error) {
+	n := 0
+	buf := make([]byte, 1<<20)
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return 0, fmt.Errorf("libfm: %w", err)
+		}
+		k, err := io.ReadFull(f, buf)
+		f.Close()
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return 0, fmt.Errorf("libfm: %s: %w", p, err)
+		}
+		m := shard.LibFMFields(buf[:k])
+		if m == 0 {
+			return 0, fmt.Errorf("libfm: %s has no field:feature:value in its first lines: not libFM data (plain libSVM is libsvm:, with -field-map for its fields)", p)
+		}
+		n = max(n, m)
+	}
+	return n, nil
+}
+
+func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
+	in, err := textParser(cfg)
+	if err != nil {
+		return nil, err
+	}
+	parser := in.parser
 	fsys, names, err := fsNames(cfg.Data.Paths)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Data.Kind, err)
@@ -210,29 +298,42 @@ func loadText(ctx context.Context, cfg *Config, parser shard.Parser, pooling []m
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Data.Kind, err)
 	}
-	src := shard.TextSource{FS: fsys, Parser: parser, OnError: shard.SkipMalformed}
-	schema := parser.Schema()
-	if pooling == nil {
-		pooling = make([]model.Pooling, len(schema.Fields))
-	}
 	var lines int64
 	for _, s := range shards {
 		lines += s.Records
 	}
+	if lines == 0 {
+		return nil, fmt.Errorf("%s %v: %w: the files hold no line", cfg.Data.Kind, cfg.Data.Paths, ErrNothingTrained)
+	}
+	var tfs osFS
+	var tshards []shard.Shard
+	if len(cfg.TestFiles) > 0 {
+		var tnames []string
+		if tfs, tnames, err = fsNames(cfg.TestFiles); err != nil {
+			return nil, fmt.Errorf("test files: %w", err)
+		}
+		if tshards, err = shard.SplitText(ctx, tfs, tnames, shard.SplitConfig{RecordsPerShard: cfg.ShardSize}); err != nil {
+			return nil, fmt.Errorf("test files: %w", err)
+		}
+	}
+	// One account of malformed lines for the data and the test files, shown by the paths given.
+	bad := shard.NewBadLines(shard.BadLinesConfig{MaxFraction: cfg.MaxBadFraction}, shards, tshards)
+	bad.Name = func(name string) string { return filepath.Join(fsys.root, filepath.FromSlash(name)) }
+	onError := shard.SkipMalformed
+	if cfg.BadLines == FailOnBadLine {
+		onError = shard.FailOnMalformed
+	}
+	src := shard.TextSource{FS: fsys, Parser: parser, OnError: onError, Bad: bad}
+	schema := parser.Schema()
 	d := &dataSet{
-		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
-		dataset: shard.TextDataset(shards),
+		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: in.pooling,
+		dataset: shard.TextDataset(shards), bad: bad,
+	}
+	if in.note != "" {
+		d.notes = append(d.notes, in.note)
 	}
 	if len(cfg.TestFiles) > 0 {
-		tfs, tnames, err := fsNames(cfg.TestFiles)
-		if err != nil {
-			return nil, fmt.Errorf("test files: %w", err)
-		}
-		tshards, err := shard.SplitText(ctx, tfs, tnames, shard.SplitConfig{RecordsPerShard: cfg.ShardSize})
-		if err != nil {
-			return nil, fmt.Errorf("test files: %w", err)
-		}
-		tsrc := shard.TextSource{FS: tfs, Parser: parser, OnError: shard.SkipMalformed}
+		tsrc := shard.TextSource{FS: tfs, Parser: parser, OnError: onError, Bad: bad}
 		if d.test, err = readText(ctx, tsrc, tshards, cfg.TestRecords, nil); err != nil {
 			return nil, fmt.Errorf("test files: %w", err)
 		}
@@ -247,10 +348,27 @@ func loadText(ctx context.Context, cfg *Config, parser shard.Parser, pooling []m
 		d.heldOut = fmt.Sprintf("seeded random split: %.0f%% of lines held out, the first %d evaluated", 100*cfg.TestFraction, len(d.test))
 	}
 	if len(d.test) < 2 {
-		return nil, fmt.Errorf("%s: only %d held-out records", cfg.Data.Kind, len(d.test))
+		err := fmt.Errorf("%s: only %d held-out records", cfg.Data.Kind, len(d.test))
+		if r := bad.Report(); r.Bad > 0 {
+			err = fmt.Errorf("%w; %d malformed lines:%s", err, r.Bad, exampleLines(r.Examples))
+		}
+		return nil, err
 	}
-	d.desc = fmt.Sprintf("%s %v: %d lines in %d shards, %d dense features, %d fields", cfg.Data.Kind, cfg.Data.Paths, lines, len(shards), schema.Dense, len(schema.Fields))
+	pooled := ""
+	if cfg.Data.Kind != Criteo {
+		pooled = fmt.Sprintf(" (several features of a field: their rows weighted by their values, %s-pooled)", in.pooling[0])
+	}
+	d.desc = fmt.Sprintf("%s %v: %d lines in %d shards, %d dense features, %d fields%s", cfg.Data.Kind, cfg.Data.Paths, lines, len(shards), schema.Dense, len(schema.Fields), pooled)
 	return d, nil
+}
+
+// exampleLines formats bad lines as "\n  file:line: reason" each.
+func exampleLines(ex []*shard.ParseError) string {
+	var b strings.Builder
+	for _, e := range ex {
+		fmt.Fprintf(&b, "\n  %s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return b.String()
 }
 
 // readText reads up to limit records of the shards (those keep accepts by dataset position,

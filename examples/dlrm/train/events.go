@@ -1,12 +1,14 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
+	"github.com/elasticps/elasticps/shard"
 )
 
 // EpochCheck is the coordinator's exactly-once check of one epoch.
@@ -106,6 +108,13 @@ type Summary struct {
 	Checkpoints CheckpointStats
 	// Repartitions are the changes of the server count made while training (Config.ScaleAt).
 	Repartitions []elastic.RepartitionStatus
+
+	// BadLines counts the malformed lines of text data per file, with the first few by file and
+	// line; its Err is set when they stopped the run. Zero for other data.
+	BadLines shard.BadLinesReport
+	// Notes are what the summary points out about the input (such as every libSVM feature
+	// landing in one field).
+	Notes []string
 }
 
 // String formats the summary for people, several lines.
@@ -114,6 +123,9 @@ func (s *Summary) String() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("summary (%s)", s.StopReason)
 	p("  data:        %s", s.Data)
+	for _, n := range s.Notes {
+		p("  note:        %s", n)
+	}
 	p("  held out:    %s", s.HeldOut)
 	p("  cluster:     %d parameter servers, %d workers, dispatcher; loopback TCP with the cluster secret", s.Servers, s.Workers)
 	if s.Resumed {
@@ -121,26 +133,52 @@ func (s *Summary) String() string {
 	}
 	p("  trained:     %d samples in %v (%.0f samples/s); the model has seen %d samples in %d steps",
 		s.Samples, s.Elapsed.Round(time.Millisecond), s.SamplesPerSec, s.TotalSamples, s.Steps)
-	if s.Ceiling != nil {
+	if s.BadLines.Bad > 0 || s.BadLines.Err != nil {
+		var files []string
+		for _, f := range s.BadLines.Files {
+			if f.Bad > 0 {
+				files = append(files, fmt.Sprintf("%s: %d of %d lines", f.File, f.Bad, f.Lines))
+			}
+		}
+		p("  bad lines:   %d malformed lines skipped, not trained (%s)", s.BadLines.Bad, strings.Join(files, "; "))
+		for _, e := range s.BadLines.Examples {
+			p("    %s:%d: %v", e.File, e.Line, e.Err)
+		}
+		if e := s.BadLines.Err; e != nil {
+			var be *shard.BadLinesError
+			if errors.As(e, &be) {
+				p("    STOPPED: %s: %s", be.File, be.Reason)
+			}
+		}
+	}
+	switch {
+	case s.Eval.Samples == 0:
+		p("  test:        not evaluated (nothing trained, or the run failed)")
+	case s.Ceiling != nil:
 		p("  test:        AUC %.4f, log loss %.4f on %d held-out records (the generator's hidden model: AUC %.4f, log loss %.4f)",
 			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
-	} else {
+	default:
 		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
 	}
 	for _, rp := range s.Repartitions {
 		p("  servers:     %s", repartitionLine(rp))
 	}
-	verdict := "every position trained exactly once per epoch"
-	if !s.ExactlyOnce {
-		verdict = "FAILED: positions missing or trained twice"
+	var covered int64
+	for _, e := range s.Epochs {
+		covered += e.Covered
 	}
-	p("  exactly once: %s", verdict)
+	verdict := "every position of every epoch covered exactly once"
+	if !s.ExactlyOnce {
+		verdict = "FAILED: positions missing or covered twice"
+	}
+	p("  exactly once: %s; %d positions covered, %d of them trained as samples (a position is a record, or a line of text data: held-out and malformed lines are covered without being trained)",
+		verdict, covered, s.TotalSamples)
 	for _, e := range s.Epochs {
 		mark := "ok"
 		if !e.OK() {
 			mark = "MISMATCH"
 		}
-		p("    %s: %s", mark, e)
+		p("    %s: %s", mark, epochLine(e))
 	}
 	var rows, dense, denseRows int
 	var bytes int64
@@ -167,4 +205,22 @@ func (s *Summary) String() string {
 		c.MeanBlocked().Round(time.Microsecond), c.MaxBlocked.Round(time.Microsecond), float64(c.Copied)/(1<<20), float64(c.Stored)/(1<<20), c.MaxPersist.Round(time.Millisecond))
 	p("    stored in %s (shared memory: %s)", c.Dir, c.ShmDir)
 	return b.String()
+}
+
+// epochLine describes an epoch's check in positions (EpochCheck's own text says "trained" for
+// every covered position, held-out and malformed lines included).
+func epochLine(e EpochCheck) string {
+	state := "in progress"
+	if e.Complete {
+		state = "complete"
+	}
+	out := fmt.Sprintf("epoch %d (%s): %d of %d positions covered, the dispatcher counted %d, %d covered twice",
+		e.Epoch, state, e.Covered, e.Records, e.Accepted, e.Duplicates)
+	if e.Failed > 0 {
+		out += fmt.Sprintf(", %d in failed shards", e.Failed)
+	}
+	if e.FirstDuplicate >= 0 {
+		out += fmt.Sprintf(" (first: position %d)", e.FirstDuplicate)
+	}
+	return out
 }

@@ -166,8 +166,18 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 
 	sum := r.summary(reason, trainedFor)
+	if r.data.bad != nil {
+		if err := r.data.bad.Err(); err != nil {
+			// The input stopped the run: say why in its own words (the workers' errors wrap it).
+			sum.StopReason = "too many malformed lines"
+			return sum, err
+		}
+	}
 	if failure != nil {
 		return sum, failure
+	}
+	if sum.TotalSamples == 0 {
+		return sum, fmt.Errorf("%w: %s", ErrNothingTrained, nothingWhy(sum))
 	}
 	ev, err := r.eval.run(fctx)
 	if err != nil {
@@ -181,6 +191,21 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		return sum, ErrNotExactlyOnce
 	}
 	return sum, nil
+}
+
+// nothingWhy says why a run trained nothing.
+func nothingWhy(s *Summary) string {
+	var covered int64
+	for _, e := range s.Epochs {
+		covered += e.Covered
+	}
+	switch {
+	case covered == 0:
+		return "the run stopped (" + s.StopReason + ") before its first batch was trained"
+	case s.BadLines.Bad > 0:
+		return fmt.Sprintf("%d positions covered, every one a held-out or malformed line (%d malformed:%s)", covered, s.BadLines.Bad, exampleLines(s.BadLines.Examples))
+	}
+	return fmt.Sprintf("%d positions covered, every one a held-out line", covered)
 }
 
 type evalResult struct {
@@ -206,6 +231,9 @@ func (r *run) newWorker(name string) (elastic.StepFunc, error) {
 func (r *run) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data: %s\nheld out: %s\n", r.data.desc, r.data.heldOut)
+	for _, n := range r.data.notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	if r.data.ceiling != nil {
 		fmt.Fprintf(&b, "the generator's hidden model reaches AUC %.4f (log loss %.4f) on the held-out records: the ceiling\n", r.data.ceiling.AUC, r.data.ceiling.LogLoss)
 	}
@@ -345,6 +373,10 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 	if sec := trainedFor.Seconds(); sec > 0 {
 		s.SamplesPerSec = float64(s.Samples) / sec
 	}
+	if r.data.bad != nil {
+		s.BadLines = r.data.bad.Report()
+	}
+	s.Notes = r.data.notes
 	s.Epochs = r.job.Coordinator().ExactlyOnce()
 	s.ExactlyOnce = len(s.Epochs) > 0
 	for _, e := range s.Epochs {

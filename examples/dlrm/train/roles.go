@@ -181,10 +181,12 @@ func modelShape(cfg *Config) (fields []string, dense int, err error) {
 			schema.Fields = append(schema.Fields, fmt.Sprintf("C%d", i+1))
 		}
 		schema.Dense = sc.DenseFeatures
-	case Criteo:
-		schema = shard.Criteo{}.Schema()
-	case LibSVM:
-		schema = shard.LibSVM{}.Schema()
+	case Criteo, LibSVM, LibFM:
+		in, err := textParser(cfg) // libFM without -fields reads its count from the files
+		if err != nil {
+			return nil, 0, err
+		}
+		schema = in.parser.Schema()
 	case MovieLens:
 		schema = shard.MovieLensRatings{}.Schema()
 	default:

@@ -31,6 +31,11 @@ var ErrMismatch = errors.New("train: checkpoint from a different job")
 // ErrNotExactlyOnce is returned by Run, with the summary, when the exactly-once check fails.
 var ErrNotExactlyOnce = errors.New("train: exactly-once check failed")
 
+// ErrNothingTrained is returned by Run, with the summary and no evaluation, when the model was
+// trained on no sample at all (the data has no line, or no line that is not malformed or held
+// out, or the run stopped before its first step); and when loading data that holds no line.
+var ErrNothingTrained = errors.New("train: nothing was trained")
+
 // run is one training run of the embedded cluster.
 type run struct {
 	cfg    Config

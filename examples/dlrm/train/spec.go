@@ -18,6 +18,9 @@ const (
 	LibSVM
 	// MovieLens is a MovieLens directory holding ratings.csv and movies.csv; label = rating >= 4.
 	MovieLens
+	// LibFM is the field-aware libFM text format (label field:feature:value ...), one or more
+	// files: one embedding table per libFM field.
+	LibFM
 )
 
 // String returns the name used in -data specifications.
@@ -31,6 +34,8 @@ func (k DataKind) String() string {
 		return "libsvm"
 	case MovieLens:
 		return "movielens"
+	case LibFM:
+		return "libfm"
 	}
 	return fmt.Sprintf("DataKind(%d)", uint8(k))
 }
@@ -46,7 +51,7 @@ type DataSpec struct {
 var ErrDataSpec = errors.New("train: bad data specification")
 
 // ParseDataSpec reads a -data flag value: "" or "synthetic" for the generator,
-// "criteo:FILE[,FILE...]", "libsvm:FILE[,FILE...]" or "movielens:DIR". Paths are not checked
+// "criteo:FILE[,FILE...]", "libsvm:FILE[,FILE...]", "libfm:FILE[,FILE...]" or "movielens:DIR". Paths are not checked
 // here; loading reports missing files.
 func ParseDataSpec(s string) (DataSpec, error) {
 	s = strings.TrimSpace(s)
@@ -55,7 +60,7 @@ func ParseDataSpec(s string) (DataSpec, error) {
 	}
 	kind, rest, ok := strings.Cut(s, ":")
 	if !ok {
-		return DataSpec{}, fmt.Errorf("%w: %q: want synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...] or movielens:DIR", ErrDataSpec, s)
+		return DataSpec{}, fmt.Errorf("%w: %q: want synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...] or movielens:DIR", ErrDataSpec, s)
 	}
 	var spec DataSpec
 	switch kind {
@@ -63,12 +68,14 @@ func ParseDataSpec(s string) (DataSpec, error) {
 		return DataSpec{}, fmt.Errorf("%w: %q: synthetic takes no files", ErrDataSpec, s)
 	case "criteo":
 		spec.Kind = Criteo
-	case "libsvm", "libfm":
+	case "libsvm":
 		spec.Kind = LibSVM
+	case "libfm":
+		spec.Kind = LibFM
 	case "movielens":
 		spec.Kind = MovieLens
 	default:
-		return DataSpec{}, fmt.Errorf("%w: unknown data kind %q (want synthetic, criteo, libsvm or movielens)", ErrDataSpec, kind)
+		return DataSpec{}, fmt.Errorf("%w: unknown data kind %q (want synthetic, criteo, libsvm, libfm or movielens)", ErrDataSpec, kind)
 	}
 	paths, err := SplitList(rest)
 	if err != nil {
