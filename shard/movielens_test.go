@@ -17,10 +17,14 @@ import (
 // research use, no redistribution outside its terms; see its README.txt).
 const movieLensDir = "../../shared/data/movielens-latest-small"
 
-// requireMovieLens skips the test when the shared data directory is not there.
+// requireMovieLens skips the test when the shared data directory is not there, and fails it
+// under CI (CI=true), so that a missing data path never turns the MovieLens tests off there.
 func requireMovieLens(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(movieLensDir + "/ratings.csv"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("MovieLens data not found at %s, and CI must run the MovieLens tests: %v", movieLensDir, err)
+		}
 		t.Skipf("MovieLens data not found at %s (shared data directory absent): %v", movieLensDir, err)
 	}
 }
