@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -93,6 +94,60 @@ func ReadMovies(r io.Reader, name string, policy ErrorPolicy) (*Movies, int64, e
 	return m, skipped, nil
 }
 
+// movieLens100KGenres are the genre flag columns of the MovieLens 100K u.item, in order (its
+// u.genre file).
+var movieLens100KGenres = []string{"unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime",
+	"Documentary", "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
+	"War", "Western"}
+
+// ReadMovies100K reads the u.item file of the MovieLens 100K layout: "movie id | title | release
+// date | video release date | IMDb URL | 19 genre flags", pipe-separated, no header. The
+// "unknown" genre flag counts as no genre. name is used in error messages.
+func ReadMovies100K(r io.Reader, name string, policy ErrorPolicy) (*Movies, int64, error) {
+	m := &Movies{index: make(map[int64]int32)}
+	var skipped int64
+	err := eachLine(r, name, func(lineNo int64, line []byte) error {
+		cols := bytes.Split(trimCR(line), []byte("|"))
+		var err error
+		var id int64
+		switch {
+		case len(cols) != 5+len(movieLens100KGenres):
+			err = fmt.Errorf("%d columns, want %d", len(cols), 5+len(movieLens100KGenres))
+		default:
+			if id, err = parseInt64(cols[0]); err != nil {
+				err = fmt.Errorf("movie id %q: %w", clip(cols[0]), err)
+			} else if _, dup := m.index[id]; dup {
+				err = fmt.Errorf("movie id %d listed twice", id)
+			}
+			for g, flag := range cols[5:] {
+				if err == nil && string(flag) != "0" && string(flag) != "1" {
+					err = fmt.Errorf("genre flag %s %q is not 0 or 1", movieLens100KGenres[g], clip(flag))
+				}
+			}
+		}
+		if err != nil {
+			if policy == SkipMalformed {
+				skipped++
+				return nil
+			}
+			return &ParseError{File: name, Line: lineNo, Err: err}
+		}
+		m.index[id] = int32(len(m.year))
+		m.year = append(m.year, titleYear(cols[1]))
+		for g, flag := range cols[6:] { // cols[5] is "unknown"
+			if flag[0] == '1' {
+				m.genreIDs = append(m.genreIDs, FeatureIDString(MovieLensFieldGenre, movieLens100KGenres[g+1]))
+			}
+		}
+		m.genreEnds = append(m.genreEnds, int32(len(m.genreIDs)))
+		return nil
+	})
+	if err != nil {
+		return nil, skipped, err
+	}
+	return m, skipped, nil
+}
+
 // titleYear extracts the release year from a title like "Heat (1995)" or "Fawlty Towers
 // (1975-1979)"; 0 when there is none.
 func titleYear(title []byte) int16 {
@@ -144,12 +199,17 @@ func threshold(t float32) float32 {
 	return t
 }
 
-// parseRating splits "userId,movieId,rating,timestamp".
+// parseRating splits "userId,movieId,rating,timestamp" (or the same separated by tabs, as the
+// MovieLens 100K u.data is).
 func parseRating(line []byte) (user, movie int64, rating float32, ts int64, err error) {
 	var cols [4][]byte
 	n := 0
+	sep := byte(',')
+	if bytes.IndexByte(line, '\t') >= 0 {
+		sep = '\t'
+	}
 	for n < 4 {
-		i := bytes.IndexByte(line, ',')
+		i := bytes.IndexByte(line, sep)
 		if i < 0 {
 			cols[n] = line
 			n++
@@ -219,8 +279,11 @@ func (m *Movies) fill(rec *Record, user, movie int64, row int32, rating float32,
 
 // MovieLensConfig configures LoadMovieLens.
 type MovieLensConfig struct {
-	// Ratings and Movies are the file names within the file system. Defaults "ratings.csv" and
-	// "movies.csv".
+	// Ratings and Movies are the file names within the file system. Default "ratings.csv" and
+	// "movies.csv" (the layout of ml-latest-small and the larger sets), or, when the file system
+	// has no ratings.csv but a u.data, "u.data" and "u.item" (the MovieLens 100K layout:
+	// tab-separated ratings without a header, pipe-separated movies with genre flags). A Movies
+	// name ending in ".item" is read as a 100K u.item.
 	Ratings, Movies string
 	// Threshold is the rating from which a record is positive. Default (0) 4.0.
 	Threshold float32
@@ -247,6 +310,9 @@ var _ Indexed = (*MovieLens)(nil)
 // LoadMovieLens reads ratings and movies from fsys (for example os.DirFS of an ml-latest-small
 // directory).
 func LoadMovieLens(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
+	if cfg.Ratings == "" && cfg.Movies == "" && is100K(fsys) {
+		cfg.Ratings, cfg.Movies = "u.data", "u.item"
+	}
 	if cfg.Ratings == "" {
 		cfg.Ratings = "ratings.csv"
 	}
@@ -257,12 +323,50 @@ func LoadMovieLens(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard: movielens: %w", err)
 	}
-	movies, skipped, err := ReadMovies(mf, cfg.Movies, cfg.OnError)
+	read := ReadMovies
+	if strings.HasSuffix(cfg.Movies, ".item") {
+		read = ReadMovies100K
+	}
+	movies, skipped, err := read(mf, cfg.Movies, cfg.OnError)
 	_ = mf.Close()
 	if err != nil {
 		return nil, fmt.Errorf("shard: movielens: %w", err)
 	}
-	ml := &MovieLens{movies: movies, threshold: threshold(cfg.Threshold), skipped: skipped}
+	ml, err := movies.LoadRatings(fsys, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ml.skipped += skipped
+	return ml, nil
+}
+
+// is100K reports whether fsys holds the MovieLens 100K layout and not the CSV one.
+func is100K(fsys fs.FS) bool {
+	if _, err := fs.Stat(fsys, "ratings.csv"); err == nil {
+		return false
+	}
+	_, err := fs.Stat(fsys, "u.data")
+	return err == nil
+}
+
+// DefaultRatingsFile returns the ratings file LoadMovieLens reads from fsys by default:
+// "u.data" in the MovieLens 100K layout, else "ratings.csv".
+func DefaultRatingsFile(fsys fs.FS) string {
+	if is100K(fsys) {
+		return "u.data"
+	}
+	return "ratings.csv"
+}
+
+// LoadRatings reads the ratings file cfg.Ratings of fsys (default "ratings.csv") joined with
+// these movies: a held-out ratings file of the same data set. A rating of a movie not in m is
+// malformed.
+func (m *Movies) LoadRatings(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
+	if cfg.Ratings == "" {
+		cfg.Ratings = "ratings.csv"
+	}
+	movies := m
+	ml := &MovieLens{movies: movies, threshold: threshold(cfg.Threshold)}
 	rf, err := fsys.Open(cfg.Ratings)
 	if err != nil {
 		return nil, fmt.Errorf("shard: movielens: %w", err)
@@ -278,7 +382,7 @@ func LoadMovieLens(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
 		if err == nil {
 			var ok bool
 			if row, ok = movies.index[mv]; !ok {
-				err = fmt.Errorf("movieId %d is not in %s", mv, cfg.Movies)
+				err = fmt.Errorf("movieId %d is not among the movies", mv)
 			}
 		}
 		if err != nil {

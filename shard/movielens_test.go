@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -201,4 +202,59 @@ func FuzzMovieLens(f *testing.F) {
 			checkParsed(t, shard.MovieLensRatings{Movies: m}, line)
 		}
 	})
+}
+
+// TestMovieLens100K reads the MovieLens 100K layout (u.data tab-separated without a header,
+// u.item pipe-separated with genre flags) into the same records as the CSV layout.
+func TestMovieLens100K(t *testing.T) {
+	flags := func(genres ...int) string {
+		f := make([]string, 19)
+		for i := range f {
+			f[i] = "0"
+		}
+		for _, g := range genres {
+			f[g] = "1"
+		}
+		return strings.Join(f, "|")
+	}
+	item := "1|Toy Story (1995)|01-Jan-1995||http://us.imdb.com/M/title-exact?Toy%20Story%20(1995)|" + flags(3, 4, 5) + "\n" +
+		"2|GoldenEye (1995)|01-Jan-1995||http://x|" + flags(1, 2, 16) + "\n" +
+		"3|unknown||||" + flags(0) + "\n"
+	fsys := fstest.MapFS{
+		"u.item":  {Data: []byte(item)},
+		"u.data":  {Data: []byte("196\t1\t3\t881250949\n186\t2\t5\t891717742\n22\t3\t4\t878887116\n")},
+		"u1.test": {Data: []byte("7\t2\t4\t875071561\n9\t99\t4\t875071561\n")},
+	}
+	ml, err := shard.LoadMovieLens(fsys, shard.MovieLensConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ml.Len() != 3 || ml.Movies().Len() != 3 || shard.DefaultRatingsFile(fsys) != "u.data" {
+		t.Fatalf("%d ratings, %d movies", ml.Len(), ml.Movies().Len())
+	}
+	var rec shard.Record
+	if err := ml.ReadRecord(0, &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{shard.FeatureIDString(shard.MovieLensFieldGenre, "Animation"), shard.FeatureIDString(shard.MovieLensFieldGenre, "Children's"), shard.FeatureIDString(shard.MovieLensFieldGenre, "Comedy")}
+	if rec.Label != 0 || !slices.Equal(rec.Field(shard.MovieLensFieldGenre), want) || rec.Field(shard.MovieLensFieldYear)[0] != shard.FeatureIDInt(shard.MovieLensFieldYear, 1995) {
+		t.Fatalf("record 0: %+v", rec)
+	}
+	if err := ml.ReadRecord(2, &rec); err != nil || rec.Label != 1 || len(rec.Field(shard.MovieLensFieldGenre)) != 0 || len(rec.Field(shard.MovieLensFieldYear)) != 0 {
+		t.Fatalf("record 2 (genre unknown, no year): %v %+v", err, rec)
+	}
+	// A held-out ratings file joined with the training set's movies; an unknown movie is malformed.
+	test, err := ml.Movies().LoadRatings(fsys, shard.MovieLensConfig{Ratings: "u1.test"})
+	var pe *shard.ParseError
+	if !errors.As(err, &pe) || pe.File != "u1.test" || pe.Line != 2 {
+		t.Fatalf("want u1.test:2, got %v", err)
+	}
+	test, err = ml.Movies().LoadRatings(fsys, shard.MovieLensConfig{Ratings: "u1.test", OnError: shard.SkipMalformed})
+	if err != nil || test.Len() != 1 || test.Skipped() != 1 {
+		t.Fatalf("%v: %d ratings, %d skipped", err, test.Len(), test.Skipped())
+	}
+	bad := fstest.MapFS{"u.data": {Data: []byte("1\t1\t3\t1\n")}, "u.item": {Data: []byte("1|x|||\n")}}
+	if _, err := shard.LoadMovieLens(bad, shard.MovieLensConfig{}); !errors.As(err, &pe) || pe.File != "u.item" || pe.Line != 1 {
+		t.Fatalf("want u.item:1, got %v", err)
+	}
 }

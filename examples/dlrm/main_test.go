@@ -58,8 +58,13 @@ func TestFlagsReportEveryProblem(t *testing.T) {
 	assert.Contains(t, err.Error(), "BatchSize")
 	_, err = parseFlags([]string{"extra"}, &bytes.Buffer{})
 	assert.ErrorContains(t, err, "unexpected arguments")
-	_, err = parseFlags(strings.Fields("-data movielens:ml -test t.csv"), &bytes.Buffer{})
+	_, err = parseFlags(strings.Fields("-data movielens:ml -test t.csv,u.csv"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "movielens takes one held-out path")
+	_, err = parseFlags(strings.Fields("-test t.csv"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "held-out test files")
+	o, err := parseFlags(strings.Fields("-data movielens:ml-100k -test ml-100k/u1.test"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ml-100k/u1.test"}, o.cfg.TestFiles)
 }
 
 func TestRunPrintsSummaryWithoutTerminal(t *testing.T) {

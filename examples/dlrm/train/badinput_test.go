@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,4 +164,44 @@ func TestBadInputStopsTheRun(t *testing.T) {
 		_, err = train.Run(context.Background(), textConfig(t, "libsvm", empty))
 		assert.ErrorIs(t, err, train.ErrNothingTrained)
 	})
+}
+
+// TestMovieLens100KWithTestFile trains a MovieLens directory in the 100K layout (u.data, u.item)
+// and evaluates its own held-out ratings file (u1.test), joined with the training set's movies.
+func TestMovieLens100KWithTestFile(t *testing.T) {
+	dir := t.TempDir()
+	var item, data, test strings.Builder
+	for m := 1; m <= 50; m++ {
+		flags := make([]string, 19)
+		for g := range flags {
+			flags[g] = fmt.Sprint((m + g) % 5 / 4)
+		}
+		fmt.Fprintf(&item, "%d|Movie %d (19%02d)|01-Jan-1995||http://x|%s\n", m, m, 50+m%40, strings.Join(flags, "|"))
+	}
+	// A user likes a movie when both are even or both odd: learnable from the ids.
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 6000 {
+		u, m := 1+r.IntN(97), 1+r.IntN(50)
+		rating := 2
+		if u%2 == m%2 {
+			rating = 5
+		}
+		w := &data
+		if i%10 == 0 {
+			w = &test
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", u, m, rating, 881250949+i)
+	}
+	for name, b := range map[string]string{"u.item": item.String(), "u.data": data.String(), "u1.test": test.String()} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(b), 0o600))
+	}
+	cfg := textConfig(t, "movielens", dir, filepath.Join(dir, "u1.test"))
+	cfg.Epochs, cfg.BatchSize, cfg.EmbeddingDim = 3, 64, 8
+	s, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	assert.Equal(t, 600, s.Eval.Samples, "every rating of u1.test evaluated")
+	assert.Equal(t, int64(3*5400), s.TotalSamples, "every rating of u.data trained, none held out of it")
+	assert.Contains(t, s.HeldOut, "u1.test")
+	assert.Contains(t, s.Data, "50 movies")
+	assert.Greater(t, s.Eval.AUC, 0.9, "user and movie parity is easy to learn")
 }

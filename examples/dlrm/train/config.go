@@ -38,7 +38,9 @@ type Config struct {
 	// MaxBadFraction stops the run when more than this share of a file's lines is malformed, or
 	// when the first 1000 lines read of a file all are. Default 0.01 (1 %); 1 never stops.
 	MaxBadFraction float64
-	// TestFiles optionally names held-out files of the same format as Data (Criteo, LibSVM or LibFM).
+	// TestFiles optionally names held-out files of the same format as Data (Criteo, LibSVM or
+	// LibFM), or for MovieLens one directory with its own ratings file (or one ratings file, such
+	// as the 100K layout's u1.test), joined with the training directory's movies.
 	// Without them the held-out set is a seeded random TestFraction of the data.
 	TestFiles []string
 	// TestFraction is the share of records held out for evaluation when there are no TestFiles.
@@ -312,8 +314,11 @@ func (c Config) Validate() error {
 	if c.Data.Kind != Synthetic && len(c.Data.Paths) == 0 {
 		bad("%s data needs at least one path", c.Data.Kind)
 	}
-	if len(c.TestFiles) > 0 && !text {
-		bad("held-out test files work with criteo, libsvm and libfm data; %s is split by the test fraction", c.Data.Kind)
+	switch {
+	case len(c.TestFiles) > 1 && c.Data.Kind == MovieLens:
+		bad("movielens takes one held-out path (a directory or a ratings file), got %d", len(c.TestFiles))
+	case len(c.TestFiles) > 0 && !text && c.Data.Kind != MovieLens:
+		bad("held-out test files work with criteo, libsvm, libfm and movielens data; %s is split by the test fraction", c.Data.Kind)
 	}
 	if c.TestFraction <= 0 || c.TestFraction >= 1 {
 		bad("TestFraction %v outside (0, 1)", c.TestFraction)

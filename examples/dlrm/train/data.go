@@ -132,6 +132,9 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.TestFiles) > 0 {
+		return movieLensWithTest(cfg, dir, ml)
+	}
 	n := int(ml.Len())
 	nTest := int(float64(n) * cfg.TestFraction)
 	if nTest < 2 || nTest >= n {
@@ -163,6 +166,48 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: data},
 		shuffle: true, test: test,
 		heldOut: fmt.Sprintf("seeded random split: %d of %d ratings held out (%.0f%%), %d evaluated", nTest, n, 100*cfg.TestFraction, keep),
+	}, nil
+}
+
+// movieLensWithTest trains every rating of ml and holds out the ratings of cfg.TestFiles[0]: a
+// directory (its ratings file, ratings.csv or the 100K layout's u.data) or a ratings file (such as
+// the 100K layout's u1.test), joined with ml's movies.
+func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, error) {
+	path := cfg.TestFiles[0]
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("movielens test: %w", err)
+	}
+	tdir, name := filepath.Dir(path), filepath.Base(path)
+	if st.IsDir() {
+		tdir, name = path, shard.DefaultRatingsFile(os.DirFS(path))
+	}
+	tml, err := ml.Movies().LoadRatings(os.DirFS(tdir), shard.MovieLensConfig{Ratings: name, OnError: shard.SkipMalformed})
+	if err != nil {
+		return nil, fmt.Errorf("movielens test: %w", err)
+	}
+	keep := min(int(tml.Len()), cfg.TestRecords)
+	if keep < 2 {
+		return nil, fmt.Errorf("movielens test: %s holds %d ratings of known movies (%d lines skipped)", path, tml.Len(), tml.Skipped())
+	}
+	var rec shard.Record
+	test := make([]model.Sample, keep)
+	for i := range test {
+		if err := tml.ReadRecord(int64(i), &rec); err != nil {
+			return nil, err
+		}
+		sampleFromRecord(&test[i], &rec)
+	}
+	schema := ml.Schema()
+	pooling := make([]model.Pooling, len(schema.Fields))
+	pooling[shard.MovieLensFieldGenre] = model.PoolMean
+	return &dataSet{
+		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features",
+			dir, ml.Len(), ml.Skipped(), ml.Movies().Len(), schema.Fields, schema.Dense),
+		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
+		dataset: shard.IndexedDataset(ml.Len()), source: shard.IndexedSource{Data: ml},
+		shuffle: true, test: test,
+		heldOut: fmt.Sprintf("test ratings %s: %d of %d evaluated (%d lines skipped)", filepath.Join(tdir, name), keep, tml.Len(), tml.Skipped()),
 	}, nil
 }
 

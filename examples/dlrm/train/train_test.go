@@ -248,11 +248,11 @@ func TestParseDataSpec(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, train.Config{CheckpointDir: "x"}.Validate())
 	err := train.Config{
-		Data: train.DataSpec{Kind: train.MovieLens}, TestFiles: []string{"t"}, TestFraction: 1.5,
+		Data: train.DataSpec{Kind: train.MovieLens}, TestFiles: []string{"t", "u"}, TestFraction: 1.5,
 		Workers: -1, BatchSize: -3, BottomHidden: []int{0},
 	}.Validate()
 	require.ErrorIs(t, err, train.ErrConfig)
-	for _, want := range []string{"needs at least one path", "held-out test files", "TestFraction", "Workers", "BatchSize", "hidden layer", "CheckpointDir"} {
+	for _, want := range []string{"needs at least one path", "movielens takes one held-out path", "TestFraction", "Workers", "BatchSize", "hidden layer", "CheckpointDir"} {
 		assert.Contains(t, err.Error(), want)
 	}
 	_, err = train.Run(context.Background(), train.Config{})
