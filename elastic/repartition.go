@@ -142,7 +142,7 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 			}
 		}
 	}()
-	final, err := m.Migrate(ctx, cur, next, c.publishMove)
+	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	close(done)
 	c.noteProgress(m.Progress())
 	c.mu.Lock()
@@ -238,7 +238,7 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 	n := len(cur.Nodes)
 	start := time.Now()
 	c.setRepartition(RepartitionStatus{Running: true, From: n, To: n})
-	final, err := m.Migrate(ctx, cur, next, c.publishMove)
+	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	c.noteProgress(m.Progress())
 	c.repStatus.Lock()
 	c.repStatus.s.Running, c.repStatus.s.Duration = false, time.Since(start)
@@ -283,12 +283,21 @@ func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error
 	return nil
 }
 
-// publishMove is the Migrator's Publish: under the table lock (no snapshot or recovery
-// meanwhile) it makes t the job's table and installs it on every server. A table that does not
-// follow the job's (a recovery replaced it meanwhile) is refused with ps.ErrNotPublished.
-func (c *Coordinator) publishMove(ctx context.Context, t *ps.OwnerTable) error {
+// lockTable takes the table lock for the Migrator (ps.WithPublishLock): from a group's fence to
+// its table's publication no snapshot or recovery runs, and none delays the table.
+func (c *Coordinator) lockTable(ctx context.Context) (func(), error) {
 	c.tableMu.Lock()
-	defer c.tableMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		c.tableMu.Unlock()
+		return nil, err
+	}
+	return c.tableMu.Unlock, nil
+}
+
+// publishMove is the Migrator's Publish, called with the table lock held (lockTable): it makes
+// t the job's table and installs it on every server. A table that does not follow the job's (a
+// recovery replaced it meanwhile) is refused with ps.ErrNotPublished.
+func (c *Coordinator) publishMove(ctx context.Context, t *ps.OwnerTable) error {
 	if cur := c.holder.Get(); cur.Version+1 != t.Version {
 		return fmt.Errorf("owner table %d follows %d, the job has %d: %w", t.Version, t.Version-1, cur.Version, ps.ErrNotPublished)
 	}

@@ -21,3 +21,13 @@ func SetAfterFenceHook(s *Server, f func(ctx context.Context)) {
 	}
 	s.mig.afterFence.Store(&f)
 }
+
+// SetAfterCopyHook makes every migration s receives run f at the end of its copy phase (nil
+// removes it).
+func SetAfterCopyHook(s *Server, f func(ctx context.Context)) {
+	if f == nil {
+		s.mig.afterCopy.Store(nil)
+		return
+	}
+	s.mig.afterCopy.Store(&f)
+}

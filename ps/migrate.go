@@ -57,8 +57,9 @@ const (
 
 // migrations is a server's part in the migrations under way.
 type migrations struct {
-	// afterFence, if set (tests), runs on the destination just after it fenced the source.
-	afterFence atomic.Pointer[func(context.Context)]
+	// afterFence and afterCopy, if set (tests), run on the destination just after it fenced
+	// the source, and at the end of a copy phase.
+	afterFence, afterCopy atomic.Pointer[func(context.Context)]
 
 	wg  sync.WaitGroup // background releases
 	mu  sync.Mutex
@@ -325,8 +326,12 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 	}
 	s.mig.mu.Lock()
 	defer s.mig.mu.Unlock()
-	if _, dup := s.mig.out[id]; dup {
-		return nil, migErr("migration %d is open already", id)
+	if m, dup := s.mig.out[id]; dup {
+		if m.to != to || !slices.Equal(m.list, slices.Sorted(slices.Values(slots))) {
+			return nil, migErr("migration %d is open already, for other slots", id)
+		}
+		s.touch(m)
+		return s.describeLocked(m), nil // the handover's open: the same tables
 	}
 	if s.mig.ended[id] {
 		return nil, migErr("migration %d has ended", id) // an abort overtook the open
@@ -339,17 +344,27 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 		}
 	}
 	m := &outMigration{id: id, to: to, slots: set, list: slices.Sorted(slices.Values(slots)), trk: map[string]*embedding.Tracker{}}
-	names := make([]string, 0, len(s.own.tables))
 	for name, h := range s.own.tables {
 		if !h.dense || set.Has(h.slot) {
-			names = append(names, name)
+			m.trk[name] = h.t.NewTracker() // before any copy: every later change is recorded
 		}
+	}
+	m.idle = time.AfterFunc(s.cfg.MigrationTTL, func() { s.expire(id) })
+	s.mig.out[id] = m
+	return s.describeLocked(m), nil
+}
+
+// describeLocked lists the tables migration m copies: name, dense flag and schema each
+// (s.own held).
+func (s *Server) describeLocked(m *outMigration) []byte {
+	names := make([]string, 0, len(m.trk))
+	for name := range m.trk {
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	out := binary.LittleEndian.AppendUint32(nil, uint32(len(names)))
 	for _, name := range names {
 		h := s.own.tables[name]
-		m.trk[name] = h.t.NewTracker() // before any copy: every later change is recorded
 		out = appendString(out, name)
 		dense := byte(0)
 		if h.dense {
@@ -360,9 +375,7 @@ func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(schema)))
 		out = append(out, schema...)
 	}
-	m.idle = time.AfterFunc(s.cfg.MigrationTTL, func() { s.expire(id) })
-	s.mig.out[id] = m
-	return out, nil
+	return out
 }
 
 func (s *Server) outMigration(id uint64) (*outMigration, error) {
@@ -552,8 +565,22 @@ func (ms *migrations) endedLocked(id uint64) {
 	}
 }
 
+// Phases of a migration a destination can be asked for (MigrationSpec.Phase).
+const (
+	// PhaseCopy copies the slots' rows and catches up with their writes; the source goes on
+	// serving them. A PhaseHandover of the same migration must follow.
+	PhaseCopy = "copy"
+	// PhaseHandover catches up once more, fences the slots on the source and copies the last
+	// changes: the destination then holds exactly what the source does, and the slots are
+	// refused until a table gives them to the destination. Its caller times it so that the
+	// table goes out at once.
+	PhaseHandover = "handover"
+)
+
 // MigrationSpec describes a migration to the server that receives the slots.
 type MigrationSpec struct {
+	// Phase is PhaseCopy, PhaseHandover, or empty for both in one call.
+	Phase string
 	// ID identifies the migration on both servers; unique among the migrations under way.
 	ID uint64
 	// From is the slots' current owner.
@@ -588,6 +615,9 @@ func (sp MigrationSpec) validate() error {
 	}
 	if sp.Bandwidth < 0 {
 		errs = append(errs, fmt.Errorf("Bandwidth %d is negative", sp.Bandwidth))
+	}
+	if sp.Phase != "" && sp.Phase != PhaseCopy && sp.Phase != PhaseHandover {
+		errs = append(errs, fmt.Errorf("unknown Phase %q", sp.Phase))
 	}
 	return errors.Join(errs...)
 }
@@ -742,8 +772,24 @@ func (r *receiver) call(ctx context.Context, op byte, body []byte) ([]byte, erro
 }
 
 func (r *receiver) run(ctx context.Context) error {
-	// Rows left from an earlier time this server owned the slots must not survive.
-	r.s.ClearSlots(r.set.Has)
+	switch r.spec.Phase {
+	case PhaseCopy:
+		return r.copyPhase(ctx)
+	case PhaseHandover:
+		if err := r.open(ctx); err != nil {
+			return err
+		}
+		return r.handover(ctx)
+	}
+	if err := r.copyPhase(ctx); err != nil {
+		return err
+	}
+	return r.handover(ctx)
+}
+
+// open opens the migration on the source (again, for a handover: the source answers the same
+// tables) and checks its tables against this server's.
+func (r *receiver) open(ctx context.Context) error {
 	open := appendString(nil, r.s.cfg.ID)
 	open = appendSlots(open, r.spec.Slots)
 	resp, err := r.call(ctx, opOpen, open)
@@ -752,7 +798,14 @@ func (r *receiver) run(ctx context.Context) error {
 	}
 	err = r.tables(resp)
 	r.peers.Release(resp)
-	if err != nil {
+	return err
+}
+
+// copyPhase copies the base and catches up in rounds, while the source serves the slots.
+func (r *receiver) copyPhase(ctx context.Context) error {
+	// Rows left from an earlier time this server owned the slots must not survive.
+	r.s.DiscardSlots(r.spec.Slots)
+	if err := r.open(ctx); err != nil {
 		return err
 	}
 	n, err := r.copyAll(ctx, false)
@@ -769,6 +822,24 @@ func (r *receiver) run(ctx context.Context) error {
 		if r.st.Bytes-before < int64(r.spec.SmallRound) {
 			break
 		}
+	}
+	if f := r.s.mig.afterCopy.Load(); f != nil {
+		(*f)(ctx)
+	}
+	return nil
+}
+
+// handover fences the slots on the source, copies the last changes and the applied
+// positions: from then on this server holds exactly what the source holds for them. It is not
+// paced: clients wait for it.
+func (r *receiver) handover(ctx context.Context) error {
+	r.spec.Bandwidth = 0
+	if r.spec.Phase == PhaseHandover {
+		// The writes since the copy phase, while the slots are still served.
+		if _, err := r.copyAll(ctx, true); err != nil {
+			return fmt.Errorf("catch-up: %w", err)
+		}
+		r.st.Rounds++
 	}
 	fenced := time.Now()
 	applied, err := r.call(ctx, opFence, nil)

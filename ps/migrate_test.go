@@ -377,7 +377,8 @@ func TestMigratePublishRefusedCallsTheGroupOff(t *testing.T) {
 }
 
 // TestMigratePublishFailureCallsOffEveryGroup: when a group's table cannot go out, the groups
-// that finished their copy meanwhile are called off too, so no source stays fenced.
+// that finished their copy meanwhile are called off too, so no source stays fenced or keeps
+// tracking them: the same move can be made again at once.
 func TestMigratePublishFailureCallsOffEveryGroup(t *testing.T) {
 	ctx := pstest.Context(t)
 	c := pstest.New(t, 1, pstest.Options{Tables: migTables()})
@@ -386,23 +387,27 @@ func TestMigratePublishFailureCallsOffEveryGroup(t *testing.T) {
 	require.NoError(t, d.batch(ctx, 0))
 	cur := c.Holder.Get()
 	dest, node := c.AddServer("ps-1")
-	var fenced atomic.Int64
+	var copied atomic.Int64
 	second := make(chan struct{})
-	ps.SetAfterFenceHook(dest, func(context.Context) {
-		if fenced.Add(1) == 2 {
+	ps.SetAfterCopyHook(dest, func(context.Context) {
+		if copied.Add(1) == 2 {
 			close(second)
 		}
 	})
 	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
 	require.NoError(t, err)
 	_, err = m.Migrate(ctx, cur, next, func(ctx context.Context, t *ps.OwnerTable) error {
-		<-second // a second group has fenced its slots and queues behind this publish
+		<-second // a second group has copied and queues behind this publish
 		return fmt.Errorf("the table changed: %w", ps.ErrNotPublished)
 	})
 	require.ErrorIs(t, err, ps.ErrNotPublished)
 	for b := 1; b < 4; b++ {
 		require.NoError(t, d.batch(ctx, b), "no slot is left fenced")
 	}
+	ps.SetAfterCopyHook(dest, nil)
+	got, err := m.Migrate(ctx, cur, next, c.PublishTo)
+	require.NoError(t, err, "no migration of those slots is left open on the source")
+	assert.True(t, got.SamePlacement(next))
 }
 
 // TestMigrateLeavesSlotsTheDestinationWasGiven: a table gives the destination the slots while

@@ -154,6 +154,22 @@ func (m *Migrator) update(f func(p *MigrationProgress)) {
 	f(&m.prog.p)
 }
 
+// MigrateOption adjusts one Migrate.
+type MigrateOption func(*migrateOpts)
+
+type migrateOpts struct {
+	lock func(ctx context.Context) (unlock func(), err error)
+}
+
+// WithPublishLock has Migrate take lock before it hands a group over (fences its slots on the
+// source) and release it once the group's table is published; Publish is called with it held.
+// A caller whose other work also changes or reads the owner table (checkpoints, recoveries)
+// holds the same lock there: such work then never keeps slots fenced, since a handover and
+// its publication are short and start only once the lock is had.
+func WithPublishLock(lock func(ctx context.Context) (unlock func(), err error)) MigrateOption {
+	return func(o *migrateOpts) { o.lock = lock }
+}
+
 // Publish makes t the job's owner table: the servers install it and clients can get it. It
 // must record t as current before installing it anywhere, since some servers may serve by it
 // even when Publish then fails.
@@ -172,9 +188,13 @@ type Publish func(ctx context.Context, t *OwnerTable) error
 // Migrate at once and is returned with the table Publish was given, which is the job's from
 // then on, unless the error wraps ErrNotPublished: then the group is called off and the table
 // returned is the one before.
-func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish Publish) (*OwnerTable, error) {
+func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish Publish, opts ...MigrateOption) (*OwnerTable, error) {
 	m.run.Lock()
 	defer m.run.Unlock()
+	var o migrateOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cur.Slots != next.Slots {
 		return cur, fmt.Errorf("%w: slot count %d differs from %d", ErrBadConfig, next.Slots, cur.Slots)
 	}
@@ -202,54 +222,75 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			st, err := m.moveGroup(gctx, nodes, moves)
-			if err != nil {
+			fail := func(err error) {
 				m.log.Warn("migration failed; its slots stay with their source", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "err", err)
 				m.update(func(p *MigrationProgress) { p.GroupsFailed++ })
 				failMu.Lock()
 				failed = append(failed, err)
 				failMu.Unlock()
+			}
+			id := m.ids.Add(1)
+			st, err := m.moveGroup(gctx, nodes, moves, id, PhaseCopy)
+			if err != nil {
+				fail(err)
 				return nil
 			}
+			// The handover and the publication, one group at a time, under the caller's
+			// publish lock: the slots are refused from the fence until the table is out.
 			pubMu.Lock()
 			defer pubMu.Unlock()
 			if pubErr != nil {
 				// An earlier group's table did not go out: this one's never will.
-				m.callOff(gctx, nodes, moves, st.id)
+				m.callOff(gctx, nodes, moves, id)
 				return pubErr
+			}
+			unlock := func() {}
+			if o.lock != nil {
+				if unlock, err = o.lock(gctx); err != nil {
+					m.callOff(gctx, nodes, moves, id)
+					return err
+				}
+			}
+			defer unlock()
+			hs, err := m.moveGroup(gctx, nodes, moves, id, PhaseHandover)
+			if err != nil {
+				fail(err)
+				return nil
 			}
 			t, err := published.WithMoves(published.Version+1, nodes, moves)
 			if err != nil {
-				m.callOff(gctx, nodes, moves, st.id)
+				m.callOff(gctx, nodes, moves, id)
 				return err
 			}
+			pubStart := time.Now()
 			if err := publish(gctx, t); err != nil {
 				pubErr = fmt.Errorf("publish owner table %d: %w", t.Version, err)
 				if errors.Is(err, ErrNotPublished) {
-					m.callOff(gctx, nodes, moves, st.id)
+					m.callOff(gctx, nodes, moves, id)
 				} else {
 					published = t
 					// The source may have installed t: then it drops the slots and its
 					// tracking now (it refuses while it still owns them).
-					m.release(gctx, nodes, moves[0].From, st.id)
+					m.release(gctx, nodes, moves[0].From, id)
 				}
 				return pubErr
 			}
 			published = t
-			fenced := st.Fenced
+			fenced := hs.Fenced + time.Since(pubStart)
+			rows, bytes := st.Rows+hs.Rows, st.Bytes+hs.Bytes
 			m.update(func(p *MigrationProgress) {
 				p.SlotsDone += len(moves)
 				p.GroupsDone++
-				p.Rows += st.Rows
+				p.Rows += rows
 				p.BaseRows += st.BaseRows
-				p.Bytes += st.Bytes
+				p.Bytes += bytes
 				p.Version = t.Version
 				p.MaxFenced = max(p.MaxFenced, fenced)
 			})
-			m.log.Info("slots moved", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "rows", st.Rows, "bytes", st.Bytes, "rounds", st.Rounds, "fenced", st.Fenced, "version", t.Version)
+			m.log.Info("slots moved", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "rows", rows, "bytes", bytes, "rounds", st.Rounds+hs.Rounds, "fenced", fenced, "version", t.Version)
 			// The source no longer owns the slots once it has installed t; if it has not (it
 			// failed meanwhile), it keeps them fenced until it does or is recovered.
-			m.release(gctx, nodes, moves[0].From, st.id)
+			m.release(gctx, nodes, moves[0].From, id)
 			return nil
 		})
 	}
@@ -280,18 +321,11 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 	return final, nil
 }
 
-// groupStats is one group's result.
-type groupStats struct {
-	MigrationStats
-	id uint64
-}
-
-// moveGroup runs one migration: the destination pulls the slots from the source.
-func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (groupStats, error) {
-	id := m.ids.Add(1)
+// moveGroup runs one phase of migration id: the destination pulls the slots from the source.
+func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move, id uint64, phase string) (MigrationStats, error) {
 	from, to := moves[0].From, moves[0].To
 	spec := MigrationSpec{
-		From: Node{ID: from, Addr: nodeAddr(nodes, from)}, MaxRounds: m.cfg.MaxRounds,
+		Phase: phase, From: Node{ID: from, Addr: nodeAddr(nodes, from)}, MaxRounds: m.cfg.MaxRounds,
 		SmallRound: m.cfg.SmallRound, ChunkBytes: m.cfg.ChunkBytes, Bandwidth: m.cfg.Bandwidth,
 	}
 	for _, mv := range moves {
@@ -299,10 +333,9 @@ func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (g
 	}
 	body, err := json.Marshal(spec)
 	if err != nil {
-		return groupStats{}, err
+		return MigrationStats{}, err
 	}
-	var st groupStats
-	st.id = id
+	var st MigrationStats
 	resp, err := m.rpc.Call(ctx, nodeAddr(nodes, to), methodMigrate, append(migHeader(opReceive, id), body...))
 	if err != nil {
 		// The destination may not have got the request, or may have died in it: make sure the
@@ -318,7 +351,7 @@ func (m *Migrator) moveGroup(ctx context.Context, nodes []Node, moves []Move) (g
 		}
 		return st, fmt.Errorf("%s -> %s: %w", from, to, mapErr(nodeAddr(nodes, to), err))
 	}
-	err = json.Unmarshal(resp, &st.MigrationStats)
+	err = json.Unmarshal(resp, &st)
 	m.rpc.Release(resp)
 	if err != nil {
 		return st, fmt.Errorf("%w: migration stats from %s: %w", ErrCorrupt, to, err)
