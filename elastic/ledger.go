@@ -86,7 +86,7 @@ func (e EpochCheck) String() string {
 	if e.Complete {
 		state = "complete"
 	}
-	s := fmt.Sprintf("epoch %d (%s): %d of %d positions trained, dispatcher counted %d, %d twice",
+	s := fmt.Sprintf("epoch %d (%s): %d of %d positions covered (trained, or skipped as bad lines), dispatcher counted %d, %d twice",
 		e.Epoch, state, e.Covered, e.Records, e.Accepted, e.Duplicates)
 	if e.Failed > 0 {
 		s += fmt.Sprintf(", %d in failed shards", e.Failed)

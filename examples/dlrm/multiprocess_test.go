@@ -208,7 +208,7 @@ func TestMultiProcessKills(t *testing.T) {
 	assert.Contains(t, sum[0], fmt.Sprintf("%d samples counted by the dispatcher", records*epochs))
 	assert.Contains(t, sum[0], "every position trained exactly once per epoch")
 	assert.NotContains(t, sum[0], "EXACTLY-ONCE CHECK FAILED")
-	epochLine := regexp.MustCompile(`^epoch (\d+) \(complete\): (\d+) of (\d+) positions trained, dispatcher counted (\d+), 0 twice$`)
+	epochLine := regexp.MustCompile(`^epoch (\d+) \(complete\): (\d+) of (\d+) positions covered \(trained, or skipped as bad lines\), dispatcher counted (\d+), 0 twice$`)
 	var seen int
 	for _, l := range sum[1:] {
 		m := epochLine.FindStringSubmatch(strings.TrimSpace(l))
