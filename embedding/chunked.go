@@ -110,22 +110,30 @@ func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.mu.Lock()
-		n := 0
-		for r := uint32(0); r < s.hi; r++ {
-			w := s.rowWords(r, t.stride)
-			if w[wordStep] == freeMark {
-				continue
+		// A few hundred rows per hold of the write lock, so readers and writers of the shard
+		// wait for little.
+		for r := uint32(0); ; {
+			s.mu.Lock()
+			if r >= s.hi {
+				s.mu.Unlock()
+				break
 			}
-			id := uint64(w[0]) | uint64(w[1])<<32
-			if set.Contains(id) {
-				s.removeLocked(id, t.hash(id), r, t)
-				n++
+			n := 0
+			for stop := r + holdRows; r < s.hi && r < stop; r++ {
+				w := s.rowWords(r, t.stride)
+				if w[wordStep] == freeMark {
+					continue
+				}
+				id := uint64(w[0]) | uint64(w[1])<<32
+				if set.Contains(id) {
+					s.removeLocked(id, t.hash(id), r, t)
+					n++
+				}
 			}
+			s.mu.Unlock()
+			t.rows.Add(-int64(n))
+			total += n
 		}
-		s.mu.Unlock()
-		total += n
 	}
-	t.rows.Add(-int64(total))
 	return total
 }

@@ -178,7 +178,7 @@ func TestAppendRawRowsCursor(t *testing.T) {
 }
 
 func TestDeleteSlots(t *testing.T) {
-	tab := trained(t, 1000, 2)
+	tab := trained(t, 5000, 2) // several lock holds per shard
 	const slots = 32
 	set := NewSlotSet(slots, 1, 5, 30)
 	tr := tab.NewTracker()
@@ -191,7 +191,7 @@ func TestDeleteSlots(t *testing.T) {
 	}
 	require.Positive(t, want)
 	assert.Equal(t, want, tab.DeleteSlots(set))
-	assert.Equal(t, 1000-want, tab.Len())
+	assert.Equal(t, 5000-want, tab.Len())
 	for id := range dump(tab) {
 		assert.False(t, set.Contains(id), "row %d of a deleted slot survived", id)
 	}

@@ -813,7 +813,19 @@ func (r *receiver) copyPhase(ctx context.Context) error {
 		return fmt.Errorf("base copy: %w", err)
 	}
 	r.st.BaseRows = n
-	for r.st.Rounds < r.spec.MaxRounds {
+	if err := r.catchUp(ctx); err != nil {
+		return err
+	}
+	if f := r.s.mig.afterCopy.Load(); f != nil {
+		(*f)(ctx)
+	}
+	return nil
+}
+
+// catchUp copies the rows changed since the last copy, in rounds, until a round copies less
+// than SmallRound or MaxRounds were made.
+func (r *receiver) catchUp(ctx context.Context) error {
+	for round := 0; round < r.spec.MaxRounds; round++ {
 		before := r.st.Bytes
 		if _, err := r.copyAll(ctx, true); err != nil {
 			return fmt.Errorf("catch-up round %d: %w", r.st.Rounds+1, err)
@@ -822,9 +834,6 @@ func (r *receiver) copyPhase(ctx context.Context) error {
 		if r.st.Bytes-before < int64(r.spec.SmallRound) {
 			break
 		}
-	}
-	if f := r.s.mig.afterCopy.Load(); f != nil {
-		(*f)(ctx)
 	}
 	return nil
 }
@@ -835,11 +844,11 @@ func (r *receiver) copyPhase(ctx context.Context) error {
 func (r *receiver) handover(ctx context.Context) error {
 	r.spec.Bandwidth = 0
 	if r.spec.Phase == PhaseHandover {
-		// The writes since the copy phase, while the slots are still served.
-		if _, err := r.copyAll(ctx, true); err != nil {
-			return fmt.Errorf("catch-up: %w", err)
+		// The writes since the copy phase, while the slots are still served, in rounds until
+		// one is small: what the fenced copy then has to move is about that small.
+		if err := r.catchUp(ctx); err != nil {
+			return err
 		}
-		r.st.Rounds++
 	}
 	fenced := time.Now()
 	applied, err := r.call(ctx, opFence, nil)

@@ -22,7 +22,8 @@ import (
 )
 
 // runRepartition measures a live scale-out from 2 to 3 parameter servers while 4 workers pull
-// and push continuously over loopback TCP, against the same change made the DLRover way in the
+// and push continuously over loopback TCP (batches of distinct ids drawn Zipf(1.1) by rank, as
+// in the ps suite), against the same change made the DLRover way in the
 // same run (checkpoint, stop everything, start 3 servers, restore, train). It reports:
 //
 //   - moved_rows_fraction: rows copied by the base copies over the rows of the job (ideal 1/3);
@@ -373,6 +374,8 @@ func (j *repJob) startWorkers(ctx context.Context, n, batch, rows int) (*repWork
 			defer ws.wg.Done()
 			defer cl.Close()
 			rng := mrand.New(mrand.NewPCG(uint64(w), 77))
+			// Ids by rank, Zipf(1.1) as in the ps suite: some rows are hot, as in real traffic.
+			zipf := mrand.NewZipf(rng, 1.1, 1, uint64(rows-1))
 			ids := make([]uint64, batch)
 			vals := make([]float32, batch*repDim)
 			grads := make([]float32, batch*repDim)
@@ -391,9 +394,9 @@ func (j *repJob) startWorkers(ctx context.Context, n, batch, rows int) (*repWork
 			for step := uint64(1); ctx.Err() == nil; step++ {
 				seen := map[uint64]bool{}
 				for i := range ids {
-					id := rankID(uint64(rng.IntN(rows)))
+					id := rankID(zipf.Uint64())
 					for seen[id] {
-						id = rankID(uint64(rng.IntN(rows)))
+						id = rankID(zipf.Uint64())
 					}
 					seen[id] = true
 					ids[i] = id
