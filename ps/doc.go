@@ -24,6 +24,24 @@
 // server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving
 // time per slot, so hot slots and hot servers can be found.
 //
+// # Moving slots while training runs
+//
+// A slot migrates from its owner A to a server B without stopping either: B copies the slot's
+// rows (weights, optimizer state, dense tensors) straight from A in chunks while A serves them
+// and tracks their changes (embedding.Tracker, made before the first copy), catches up in
+// rounds, and then, in a short handover, A fences the slots (every request touching them is
+// refused with a *MovedError naming B; clients wait for the next table within
+// ClientConfig.FenceWait), B copies the last changes and A's applied positions, and the next
+// owner table gives the slots to B; A then drops its rows (embedding.Table.DeleteSlots), so a
+// slot that comes back never revives stale rows. Server.ReceiveSlots is B's side, Migrator
+// drives whole placements (only the slots whose owner changes, in groups, several at once,
+// with a bandwidth cap, an owner table per group: OwnerTable.WithMoves) and PlanRebalance
+// chooses moves that take load off a hot server. A server owns a slot only from the table
+// that gave it, and refuses requests routed by an older one, so ownership is exclusive at
+// every instant. A migration nobody uses ends by itself (ServerConfig.MigrationTTL), one whose
+// slots a table gave away is released, and AbortMigrations ends them all (a new coordinator
+// calls it). Synchronous servers keep their table, so their slots do not move.
+//
 // # Fenced, exactly-once pushes
 //
 // A worker's client carries a fence epoch (Client.SetEpoch), issued by the job's coordinator
