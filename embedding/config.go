@@ -23,7 +23,8 @@ const (
 	// m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g²; w -= lr*(m/(1-b1^t)) / (sqrt(v/(1-b2^t))+eps).
 	// State: m and v per coordinate and t per row.
 	Adam
-	// FTRL-Proximal (McMahan et al. 2013, Algorithm 1), per coordinate with L1 and L2:
+	// FTRL-Proximal (McMahan et al. 2013, Algorithm 1), per coordinate with L1 and L2 (lambda1
+	// and lambda2; the other kinds apply Optimizer.L2 as weight decay, g += L2*w):
 	// sigma = (sqrt(n+g²)-sqrt(n))/alpha; z += g - sigma*w; n += g²;
 	// w = 0 if |z| <= l1 else -(z - sign(z)*l1) / ((beta+sqrt(n))/alpha + l2).
 	// State: z and n per coordinate.
@@ -80,8 +81,17 @@ type Optimizer struct {
 	Beta1, Beta2 float32
 	// Beta is FTRL's beta (smoothing of the per-coordinate rate). Default 1.
 	Beta float32
-	// L1 and L2 are FTRL's regularisation strengths (lambda1, lambda2). Default 0.
-	L1, L2 float32
+	// L2 is the strength of L2 regularisation (the penalty L2/2*|w|² per row), applied as
+	// weight decay, lazily: a row decays only at a step that updates it, so rows that are not
+	// touched cost nothing and keep their weights. For SGD, Adagrad, row-wise Adagrad and Adam
+	// the update rule sees the gradient g + L2*w (coupled, as PyTorch's weight_decay: the
+	// adaptive rates scale the decay too); for FTRL it is lambda2 of the closed form. Default 0
+	// (none). Typical values 1e-6 to 1e-3 per row update; larger shrinks rare ids' rows more,
+	// since the decay acts once per update.
+	L2 float32
+	// L1 is FTRL's lambda1 (rows with |z| <= L1 are exactly 0: sparsity). Default 0. Only FTRL
+	// has it: Validate refuses L1 with another kind.
+	L1 float32
 }
 
 // InitKind selects how a new row's weights are drawn.
@@ -280,6 +290,9 @@ func (c Config) Validate() error {
 	finite("Optimizer.Beta2", o.Beta2, 0, 0.999999)
 	finite("Optimizer.Beta", o.Beta, 0, math.MaxFloat32)
 	finite("Optimizer.L1", o.L1, 0, math.MaxFloat32)
+	if o.L1 != 0 && o.Kind != FTRL {
+		bad("Optimizer.L1 %v: only ftrl has L1 (%s does not)", o.L1, o.Kind)
+	}
 	finite("Optimizer.L2", o.L2, 0, math.MaxFloat32)
 	if c.Init.Kind > InitTruncatedNormal {
 		bad("unknown init kind %d", c.Init.Kind)

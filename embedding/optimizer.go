@@ -5,30 +5,39 @@ import "math"
 // update applies one optimizer step to weights w with state st and gradient g (all len Dim except
 // st). The arithmetic is float32 except where noted, in the order of the formulas documented on
 // OptimizerKind.
+//
+// Optimizer.L2 is weight decay, applied lazily: only a row that receives a gradient decays, at
+// the step that updates it. For every kind but FTRL the gradient the rule sees is g + L2*w (the
+// gradient of the penalty L2/2*|w|², w as it was before the step, coupled as in PyTorch's
+// weight_decay); FTRL has L2 in its closed form. g itself is never written (it may be the
+// caller's).
 func (t *Table) update(w, st, g []float32) {
 	o := &t.cfg.Optimizer
-	lr, eps := o.LearningRate, o.Eps
+	lr, eps, l2 := o.LearningRate, o.Eps, o.L2
 	switch o.Kind {
 	case SGD:
 		for j := range w {
-			w[j] -= lr * g[j]
+			w[j] -= lr * (g[j] + l2*w[j])
 		}
 	case Adagrad:
 		a := st[:len(w)]
 		g = g[:len(w)]
 		for j := range w {
-			a[j] += g[j] * g[j]
-			w[j] -= lr * g[j] / (sqrt32(a[j]) + eps)
+			gj := g[j] + l2*w[j]
+			a[j] += gj * gj
+			w[j] -= lr * gj / (sqrt32(a[j]) + eps)
 		}
 	case RowWiseAdagrad:
 		var s float32
-		for _, v := range g {
-			s += v * v
+		g = g[:len(w)]
+		for j := range w {
+			gj := g[j] + l2*w[j]
+			s += gj * gj
 		}
 		st[0] += s / float32(len(g))
 		step := lr / (sqrt32(st[0]) + eps)
 		for j := range w {
-			w[j] -= step * g[j]
+			w[j] -= step * (g[j] + l2*w[j])
 		}
 	case Adam:
 		d := len(w)
@@ -39,8 +48,9 @@ func (t *Table) update(w, st, g []float32) {
 		c1 := float32(1 - math.Pow(float64(b1), float64(tw)))
 		c2 := float32(1 - math.Pow(float64(b2), float64(tw)))
 		for j := range w {
-			m[j] = b1*m[j] + (1-b1)*g[j]
-			v[j] = b2*v[j] + (1-b2)*g[j]*g[j]
+			gj := g[j] + l2*w[j]
+			m[j] = b1*m[j] + (1-b1)*gj
+			v[j] = b2*v[j] + (1-b2)*gj*gj
 			w[j] -= lr * (m[j] / c1) / (sqrt32(v[j]/c2) + eps)
 		}
 	case FTRL:

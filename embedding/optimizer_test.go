@@ -85,6 +85,88 @@ func TestOptimizersHandComputed(t *testing.T) {
 	})
 }
 
+// TestL2WeightDecayHandComputed checks L2 on every kind but FTRL (whose L2 is above) with a zero
+// gradient: the rule sees g' = L2*w0, so the row shrinks towards 0 by the rule's own step.
+func TestL2WeightDecayHandComputed(t *testing.T) {
+	const lr, l2 = 0.1, 0.5
+	// step applies a zero gradient to id 1 and returns its initial and new weights.
+	step := func(t *testing.T, kind OptimizerKind) (w0, w []float32) {
+		tab := newTestTable(t, Config{Dim: 2, Seed: 11, Optimizer: Optimizer{Kind: kind, LearningRate: lr, L2: l2},
+			Init: Init{Kind: InitUniform, Scale: 2}})
+		w0 = make([]float32, 2)
+		require.NoError(t, tab.InitialWeights(1, w0))
+		require.NoError(t, tab.Apply([]uint64{1}, []float32{0, 0}, 1))
+		r, ok := tab.Row(1)
+		require.True(t, ok)
+		return w0, r.Weights
+	}
+	sign := func(v float32) float32 {
+		if v < 0 {
+			return -1
+		}
+		return 1
+	}
+	check := func(t *testing.T, kind OptimizerKind, want func(w0 []float32, j int) float32) {
+		w0, w := step(t, kind)
+		require.NotZero(t, w0[0]*w0[1])
+		for j := range w {
+			assert.InDelta(t, want(w0, j), w[j], 1e-6, "coordinate %d of %v", j, w0)
+		}
+	}
+	t.Run("sgd", func(t *testing.T) {
+		check(t, SGD, func(w0 []float32, j int) float32 { return w0[j] * (1 - lr*l2) })
+	})
+	t.Run("adagrad", func(t *testing.T) { // a = g'², so the step is lr*sign(g')
+		check(t, Adagrad, func(w0 []float32, j int) float32 { return w0[j] - lr*sign(w0[j]) })
+	})
+	t.Run("rowwise adagrad", func(t *testing.T) { // a = mean(g'²)
+		check(t, RowWiseAdagrad, func(w0 []float32, j int) float32 {
+			a := l2 * l2 * (w0[0]*w0[0] + w0[1]*w0[1]) / 2
+			return w0[j] - lr*l2*w0[j]/float32(math.Sqrt(float64(a)))
+		})
+	})
+	t.Run("adam", func(t *testing.T) { // first step: mhat = g', vhat = g'², so lr*sign(g')
+		check(t, Adam, func(w0 []float32, j int) float32 { return w0[j] - lr*sign(w0[j]) })
+	})
+}
+
+// TestL2Lazy: weight decay acts on the rows a step updates (row 1, zero gradients: it shrinks)
+// and on no other row (row 2, created at step 1 and never touched again), however many steps
+// pass.
+func TestL2Lazy(t *testing.T) {
+	for _, kind := range []OptimizerKind{SGD, Adagrad, RowWiseAdagrad, Adam, FTRL} {
+		t.Run(kind.String(), func(t *testing.T) {
+			tab := newTestTable(t, Config{Dim: 3, Seed: 5, Optimizer: Optimizer{Kind: kind, LearningRate: 0.1, L2: 0.5},
+				Init: Init{Kind: InitUniform, Scale: 0.5}})
+			require.NoError(t, tab.Apply([]uint64{1, 2}, make([]float32, 6), 1))
+			before, ok := tab.Row(2)
+			require.True(t, ok)
+			one, _ := tab.Row(1)
+			for s := uint32(2); s < 50; s++ {
+				require.NoError(t, tab.Apply([]uint64{1}, make([]float32, 3), s))
+			}
+			after, _ := tab.Row(2)
+			assert.Equal(t, before.Weights, after.Weights, "an untouched row decayed")
+			now, _ := tab.Row(1)
+			var n0, n1 float64
+			for j := range now.Weights {
+				n0 += float64(one.Weights[j] * one.Weights[j])
+				n1 += float64(now.Weights[j] * now.Weights[j])
+			}
+			if kind != FTRL { // FTRL's rows are a function of its accumulators: 0 after zero gradients
+				assert.Less(t, n1, 0.5*n0, "the updated row did not shrink under decay")
+			}
+		})
+	}
+}
+
+func TestL1OnlyForFTRL(t *testing.T) {
+	err := Config{Dim: 2, Optimizer: Optimizer{Kind: Adagrad, L1: 0.1}}.Validate()
+	require.ErrorIs(t, err, ErrBadConfig)
+	assert.ErrorContains(t, err, "only ftrl has L1")
+	assert.NoError(t, Config{Dim: 2, Optimizer: Optimizer{Kind: FTRL, L1: 0.1}}.Validate())
+}
+
 // refTable is the naive reference: a Go map of rows updated coordinate by coordinate.
 type refTable struct {
 	dim  int
@@ -129,6 +211,11 @@ func (r *refTable) apply(ids []uint64, grads []float32) {
 	o := r.opt
 	for _, id := range order {
 		x, g := r.row(id), sum[id]
+		if o.Kind != FTRL { // weight decay: the gradient of L2/2*|w|², w before the step
+			for j := range g {
+				g[j] += o.L2 * x.w[j]
+			}
+		}
 		switch o.Kind {
 		case SGD:
 			for j := range g {
@@ -184,7 +271,10 @@ func TestDifferentialAgainstReference(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(kind)))
 			const dim = 5
-			cfg := Config{Dim: dim, Seed: 3, Shards: 4, Optimizer: Optimizer{Kind: kind, LearningRate: 0.05, L1: 0.01, L2: 0.1}}
+			cfg := Config{Dim: dim, Seed: 3, Shards: 4, Optimizer: Optimizer{Kind: kind, LearningRate: 0.05, L2: 0.1}}
+			if kind == FTRL {
+				cfg.Optimizer.L1 = 0.01
+			}
 			tab := newTestTable(t, cfg)
 			ref := &refTable{dim: dim, opt: tab.Config().Optimizer, rows: map[uint64]*refRow{}, init: func(id uint64) []float32 {
 				w := make([]float32, dim)
