@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,8 @@ type Config struct {
 	Secret []byte
 	// Transport dials the servers' RPC ports when slots move. Nil: TCP.
 	Transport ps.Transport
+	// TLS, when set, is the client side of mutual TLS for those calls (ps.TLS.Client).
+	TLS *tls.Config
 	// Migration tunes how slots move when the server count changes (concurrency, slots per
 	// group, a bandwidth cap); its Secret, Logger and (if nil) Transport are the coordinator's.
 	Migration ps.MigratorConfig

@@ -32,6 +32,10 @@ type LocalConfig struct {
 	Secret []byte
 	// Listen is the address servers listen on. Default "127.0.0.1:0".
 	Listen string
+	// TLS, when set, makes every connection of the job mutual TLS: the servers', the clients'
+	// and the coordinator's (ps.LoadTLS reads it from files). Default nil: the secret-based
+	// protocol.
+	TLS *ps.TLS
 	// Coordinator configures the coordinator; Job, Servers and Slots are filled in.
 	Coordinator Config
 	// Checkpoint configures each server's checkpointer (ShmDir, FullEvery, Codec, ...); Job and
@@ -84,7 +88,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	j := &LocalJob{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{},
-		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log}}
+		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log, TLS: cfg.TLS}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
 		j.ck.Logger = log
@@ -104,6 +108,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	cc.Job, cc.Servers, cc.Slots = cfg.Job, servers, cfg.Slots
 	if cc.Secret == nil {
 		cc.Secret = cfg.Secret // the coordinator moves slots when the server count changes
+	}
+	if cc.TLS == nil && cfg.TLS != nil {
+		cc.TLS = cfg.TLS.Client
 	}
 	c, err := NewCoordinator(ctx, cc)
 	if err != nil {
@@ -374,7 +381,7 @@ func (j *LocalJob) Secret() []byte { return j.secret }
 // Client returns a new client of the job's servers that learns owner tables from the
 // coordinator. The job closes it at Close.
 func (j *LocalJob) Client() (*ps.Client, error) {
-	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log})
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log, TLS: j.server.TLS.ClientTLS()})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -360,6 +361,9 @@ type RemoteConfig struct {
 	Secret []byte
 	// Transport dials; nil means TCP.
 	Transport transport.Transport
+	// TLS, when set, is the client side of mutual TLS (ps.TLS.Client); the process called
+	// must serve TLS.
+	TLS *tls.Config
 	// Logger receives connection failures. Nil discards.
 	Logger *slog.Logger
 }
@@ -379,7 +383,7 @@ func newRemote(cfg RemoteConfig) (remote, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c, err := rpc.NewClient(rpc.ClientConfig{Secret: cfg.Secret, Transport: cfg.Transport, Logger: cfg.Logger, ConnsPerAddr: 1})
+	c, err := rpc.NewClient(rpc.ClientConfig{Secret: cfg.Secret, Transport: cfg.Transport, Logger: cfg.Logger, ConnsPerAddr: 1, TLS: cfg.TLS})
 	if err != nil {
 		return remote{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -374,6 +374,9 @@ func (c *Coordinator) migratorFor() (*ps.Migrator, error) {
 	if mc.Transport == nil {
 		mc.Transport = c.cfg.Transport
 	}
+	if mc.TLS == nil {
+		mc.TLS = c.cfg.TLS
+	}
 	m, err := ps.NewMigrator(mc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

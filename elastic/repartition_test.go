@@ -10,6 +10,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
+	"github.com/elasticps/elasticps/ps/pstest"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -211,4 +212,54 @@ func TestRebalanceMovesHotSlotsOffTheHotServer(t *testing.T) {
 	require.NoError(t, err)
 	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+}
+
+// A local job whose every connection is mutual TLS trains, moves slots to a third server
+// (server to server, and the coordinator's calls) and commits; every row is exact.
+func TestLocalJobOverTLS(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	cfg := elastic.LocalConfig{Job: "tls", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+		TLS: pstest.TLS(t),
+		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 8, Logger: testLogger(t),
+			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs, Seed: 3}},
+		Checkpoint: checkpoint.Config{ShmDir: t.TempDir()},
+	}
+	job, err := elastic.StartLocal(context.Background(), cfg)
+	require.NoError(t, err)
+	defer job.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var batches atomic.Int64
+	reached := make(chan struct{})
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:    job,
+		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		Worker: func(string) (elastic.StepFunc, error) {
+			return func(ctx context.Context, b *elastic.Batch) error {
+				if batches.Add(1) == 20 {
+					close(reached)
+				}
+				return trainStep(ctx, b)
+			}, nil
+		},
+	})
+	require.NoError(t, err)
+	defer scaler.Close()
+	job.SetScaler(scaler)
+	c := job.Coordinator()
+	require.NoError(t, c.SetParallelism(ctx, 2, 2))
+	<-reached
+	require.NoError(t, c.SetParallelism(ctx, 2, 3))
+	require.NoError(t, scaler.Wait(ctx))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c)
+	assert.Equal(t, faultExpected(), localRows(job))
+
+	plain, err := ps.NewClient(ps.ClientConfig{Secret: job.Secret(), Resolver: c, Retries: 1})
+	require.NoError(t, err)
+	defer plain.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ccancel()
+	assert.Error(t, plain.Pull(cctx, "emb", []uint64{faultID(1)}, make([]float32, faultDim)), "a client without TLS is refused")
 }

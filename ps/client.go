@@ -42,7 +42,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	cfg = cfg.withDefaults()
 	rc := rpc.ClientConfig{
 		Secret: cfg.Secret, Logger: cfg.Logger, ConnsPerAddr: cfg.ConnsPerAddr,
-		Compression: cfg.Compression, MaxFrameSize: 256 << 20, Protection: cfg.Protection,
+		Compression: cfg.Compression, MaxFrameSize: 256 << 20, Protection: cfg.Protection, TLS: cfg.TLS,
 	}
 	if cfg.Transport != nil {
 		rc.Transport = cfg.Transport

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,35 @@ const (
 	// it takes effect only if both ends ask for it.
 	ProtectNone = rpc.ProtectNone
 )
+
+// TLS is mutual TLS for a node, the alternative to the secret-based frame protection where
+// operators require TLS: Server is what the node serves with (its certificate, and the CAs its
+// peers' certificates must chain to), Client what it dials with. The cluster secret is still
+// checked inside TLS. LoadTLS reads both from PEM files.
+type TLS struct {
+	Server, Client *tls.Config
+}
+
+// ClientTLS returns t.Client, or nil for a nil t.
+func (t *TLS) ClientTLS() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.Client
+}
+
+// TLSFiles names the PEM files of a node's TLS: its certificate and key, and the CAs.
+type TLSFiles = rpc.TLSFiles
+
+// LoadTLS reads a node's certificate, key and CAs: TLS 1.3, certificates required and verified
+// both ways.
+func LoadTLS(f TLSFiles) (*TLS, error) {
+	server, client, err := f.LoadTLS()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	return &TLS{Server: server, Client: client}, nil
+}
 
 // MinSecretSize is the shortest cluster secret accepted, in bytes; it
 // should be that many random bytes.
@@ -87,12 +117,29 @@ type ServerConfig struct {
 	// Transport dials the other servers when slots migrate to this one (ReceiveSlots). Nil
 	// means TCP.
 	Transport Transport
+	// TLS, when set, makes every connection to this server mutual TLS, and its calls to other
+	// servers (migrations) too. Default nil: the secret-based protocol with Protection.
+	TLS *TLS
 	// MigrationTTL ends a migration of slots away from this server that nobody has used for
 	// this long before its fence (its destination or coordinator died): its change tracking
 	// costs every write. Default 1 minute.
 	MigrationTTL time.Duration
 	// Logger receives refused requests and connection problems. Nil discards.
 	Logger *slog.Logger
+}
+
+func (c ServerConfig) serverTLS() *tls.Config {
+	if c.TLS == nil {
+		return nil
+	}
+	return c.TLS.Server
+}
+
+func (c ServerConfig) clientTLS() *tls.Config {
+	if c.TLS == nil {
+		return nil
+	}
+	return c.TLS.Client
 }
 
 // DefaultServerConfig returns the configuration of an asynchronous server id with the default
@@ -196,6 +243,8 @@ type ClientConfig struct {
 	// RetryBackoff is the first pause before retrying after a server was unreachable (doubling
 	// each time). Default 20 ms.
 	RetryBackoff time.Duration
+	// TLS, when set, is the client side of mutual TLS (TLS.Client); the servers must use TLS.
+	TLS *tls.Config
 	// FenceWait bounds how long one call waits, in all, for slots fenced by a migration
 	// (ErrMoved) and for the owner table that gives them to their new owner. Such waits do not
 	// count as retries. Default 10 s.

@@ -732,7 +732,7 @@ func (s *Server) peerClient() (*rpc.Client, error) {
 		return nil, ErrClosed
 	}
 	if s.mig.peers == nil {
-		rc := rpc.ClientConfig{Secret: s.cfg.Secret, Logger: s.log, ConnsPerAddr: 1, MaxFrameSize: 256 << 20, Protection: s.cfg.Protection}
+		rc := rpc.ClientConfig{Secret: s.cfg.Secret, Logger: s.log, ConnsPerAddr: 1, MaxFrameSize: 256 << 20, Protection: s.cfg.Protection, TLS: s.cfg.clientTLS()}
 		if s.cfg.Transport != nil {
 			rc.Transport = s.cfg.Transport
 		}

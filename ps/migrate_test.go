@@ -450,3 +450,24 @@ func TestMigrateLeavesSlotsTheDestinationWasGiven(t *testing.T) {
 	require.NotNil(t, given)
 	assert.Positive(t, rows, "the rows the destination was given are still there")
 }
+
+// TestMigrateOverTLS: with mutual TLS the servers, the clients and the migration (server to
+// server, and the migrator's calls) all speak TLS; a client without it is refused.
+func TestMigrateOverTLS(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 1, pstest.Options{Tables: migTables(), TLS: pstest.TLS(t)})
+	m := c.Migrator(ps.MigratorConfig{})
+	d := &detWorker{w: 0, n: 1, rows: 100, cl: c.Client("w", ps.ClientConfig{})}
+	require.NoError(t, d.batch(ctx, 0))
+	cur := migrate(t, ctx, c, m, c.Holder.Get(), "ps-0", "ps-1")
+	require.NotEmpty(t, cur.SlotsOf("ps-1").Members())
+	require.NoError(t, d.batch(ctx, 1))
+
+	plain, err := ps.NewClient(ps.ClientConfig{Secret: pstest.Secret(), Transport: c.Net.Host("plain"), Resolver: c.Holder, Retries: 1})
+	require.NoError(t, err)
+	defer plain.Close()
+	vals := make([]float32, migDim)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	assert.Error(t, plain.Pull(cctx, "emb", []uint64{1}, vals), "a client without TLS is refused")
+}

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,8 @@ type MigratorConfig struct {
 	Protection Protection
 	// Transport dials the servers. Nil means TCP.
 	Transport Transport
+	// TLS, when set, is the client side of mutual TLS (TLS.Client); the servers must use TLS.
+	TLS *tls.Config
 	// Concurrency bounds the migrations under way at once; each moves one group of slots
 	// between one pair of servers. Default 4.
 	Concurrency int
@@ -121,7 +124,7 @@ func NewMigrator(cfg MigratorConfig) (*Migrator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	rc := rpc.ClientConfig{Secret: cfg.Secret, Logger: cfg.Logger, ConnsPerAddr: 1, Protection: cfg.Protection}
+	rc := rpc.ClientConfig{Secret: cfg.Secret, Logger: cfg.Logger, ConnsPerAddr: 1, Protection: cfg.Protection, TLS: cfg.TLS}
 	if cfg.Transport != nil {
 		rc.Transport = cfg.Transport
 	}

@@ -85,7 +85,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	r, err := rpc.NewServer(rpc.ServerConfig{
 		Secret: cfg.Secret, Logger: s.log, MaxConcurrent: cfg.MaxConcurrent, Compression: cfg.Compression,
-		MaxFrameSize: 256 << 20, Protection: cfg.Protection,
+		MaxFrameSize: 256 << 20, Protection: cfg.Protection, TLS: cfg.serverTLS(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)

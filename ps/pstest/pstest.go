@@ -33,7 +33,7 @@ type Cluster struct {
 func (c *Cluster) AddServer(id string) (*ps.Server, ps.Node) {
 	c.T.Helper()
 	o := c.opts
-	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers, Protection: o.Protection, Transport: c.Net.Host(id)})
+	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: o.Slots, Tables: o.Tables, SyncWorkers: o.SyncWorkers, Protection: o.Protection, Transport: c.Net.Host(id), TLS: o.TLS})
 	if err != nil {
 		c.T.Fatal(err)
 	}
@@ -78,6 +78,9 @@ func (c *Cluster) Migrator(cfg ps.MigratorConfig) *ps.Migrator {
 	c.T.Helper()
 	cfg.Secret = Secret()
 	cfg.Transport = c.Net.Host("coordinator")
+	if cfg.TLS == nil && c.opts.TLS != nil {
+		cfg.TLS = c.opts.TLS.Client
+	}
 	m, err := ps.NewMigrator(cfg)
 	if err != nil {
 		c.T.Fatal(err)
@@ -106,6 +109,7 @@ type Options struct {
 	Tables      []ps.TableSpec // hosted by every server
 	SyncWorkers int
 	Protection  ps.Protection // of the servers' frames; default ps.ProtectIntegrity
+	TLS         *ps.TLS       // mutual TLS for servers, clients and migrators (see TLS); nil: none
 }
 
 // New starts n servers "ps-0".."ps-(n-1)" (hosts of the same names), publishes an owner table of
@@ -147,6 +151,9 @@ func (c *Cluster) Client(name string, cfg ps.ClientConfig) *ps.Client {
 	c.T.Helper()
 	cfg.Secret = Secret()
 	cfg.Transport = c.Net.Host(name)
+	if cfg.TLS == nil && c.opts.TLS != nil {
+		cfg.TLS = c.opts.TLS.Client
+	}
 	if cfg.Resolver == nil && len(cfg.Servers) == 0 {
 		cfg.Resolver = c.Holder
 	}
