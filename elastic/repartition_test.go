@@ -28,22 +28,7 @@ func TestLiveRepartitionWhileTraining(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var batches atomic.Int64
-	reached := map[int64]chan struct{}{15: make(chan struct{}), 60: make(chan struct{}), 110: make(chan struct{})}
-	step := func(ctx context.Context, b *elastic.Batch) error {
-		if ch, ok := reached[batches.Add(1)]; ok {
-			close(ch)
-		}
-		return trainStep(ctx, b)
-	}
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
-		Job:    job,
-		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
-		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
-	})
-	require.NoError(t, err)
-	defer scaler.Close()
-	job.SetScaler(scaler)
+	scaler, reached := trainers(t, job, nil, 15, 60, 110)
 	c := job.Coordinator()
 	require.NoError(t, c.SetParallelism(ctx, 3, 2))
 
@@ -66,7 +51,7 @@ func TestLiveRepartitionWhileTraining(t *testing.T) {
 		assert.Len(t, table.Nodes, move.servers)
 	}
 	require.NoError(t, scaler.Wait(ctx))
-	_, err = c.Checkpoint(ctx)
+	_, err := c.Checkpoint(ctx)
 	require.NoError(t, err)
 	assert.Greater(t, c.Stats().Committed, 3, "checkpoints went on around the moves")
 	assertEveryEpochOnce(t, c)
@@ -100,22 +85,8 @@ func TestRepartitionSurvivesASourceKilledMidway(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var batches atomic.Int64
-	reached := make(chan struct{})
-	step := func(ctx context.Context, b *elastic.Batch) error {
-		if batches.Add(1) == 20 {
-			close(reached)
-		}
-		return trainStep(ctx, b)
-	}
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
-		Job:    job,
-		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
-		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
-	})
-	require.NoError(t, err)
-	defer scaler.Close()
-	job.SetScaler(scaler)
+	scaler, marks := trainers(t, job, nil, 20)
+	reached := marks[20]
 	c := job.Coordinator()
 	require.NoError(t, c.SetParallelism(ctx, 2, 2))
 	<-reached
@@ -137,7 +108,7 @@ func TestRepartitionSurvivesASourceKilledMidway(t *testing.T) {
 	r := c.Repartition()
 	assert.Equal(t, r.SlotsTotal, r.SlotsDone)
 	require.NoError(t, scaler.Wait(ctx))
-	_, err = c.Checkpoint(ctx)
+	_, err := c.Checkpoint(ctx)
 	require.NoError(t, err)
 	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
@@ -170,26 +141,15 @@ func TestRebalanceMovesHotSlotsOffTheHotServer(t *testing.T) {
 		hotSlots[sl] = true
 		hot = append(hot, id)
 	}
-	var batches atomic.Int64
-	reached := make(chan struct{})
 	step := func(ctx context.Context, b *elastic.Batch) error {
-		if batches.Add(1) == 20 {
-			close(reached)
-		}
 		vals := make([]float32, len(hot)*faultDim)
 		if err := b.Pull(ctx, "emb", hot, vals, ps.ReadOnly()); err != nil {
 			return err
 		}
 		return trainStep(ctx, b)
 	}
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
-		Job:    job,
-		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
-		Worker: func(string) (elastic.StepFunc, error) { return step, nil },
-	})
-	require.NoError(t, err)
-	defer scaler.Close()
-	job.SetScaler(scaler)
+	scaler, marks := trainers(t, job, step, 20)
+	reached := marks[20]
 	require.NoError(t, c.SetParallelism(ctx, 2, 2))
 	<-reached
 	moves, err := c.Rebalance(ctx, 1.2, 150*time.Millisecond, 0)
@@ -229,23 +189,8 @@ func TestLocalJobOverTLS(t *testing.T) {
 	defer job.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var batches atomic.Int64
-	reached := make(chan struct{})
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
-		Job:    job,
-		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
-		Worker: func(string) (elastic.StepFunc, error) {
-			return func(ctx context.Context, b *elastic.Batch) error {
-				if batches.Add(1) == 20 {
-					close(reached)
-				}
-				return trainStep(ctx, b)
-			}, nil
-		},
-	})
-	require.NoError(t, err)
-	defer scaler.Close()
-	job.SetScaler(scaler)
+	scaler, marks := trainers(t, job, nil, 20)
+	reached := marks[20]
 	c := job.Coordinator()
 	require.NoError(t, c.SetParallelism(ctx, 2, 2))
 	<-reached
@@ -262,4 +207,34 @@ func TestLocalJobOverTLS(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ccancel()
 	assert.Error(t, plain.Pull(cctx, "emb", []uint64{faultID(1)}, make([]float32, faultDim)), "a client without TLS is refused")
+}
+
+// trainers runs workers of job as a LocalScaler (made the coordinator's scaler) that train
+// faultData with step (trainStep when nil); marks[n] is closed once n batches have begun.
+func trainers(t *testing.T, job *elastic.LocalJob, step elastic.StepFunc, marks ...int64) (*elastic.LocalScaler, map[int64]chan struct{}) {
+	t.Helper()
+	if step == nil {
+		step = trainStep
+	}
+	reached := map[int64]chan struct{}{}
+	for _, n := range marks {
+		reached[n] = make(chan struct{})
+	}
+	var batches atomic.Int64
+	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+		Job:    job,
+		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
+		Worker: func(string) (elastic.StepFunc, error) {
+			return func(ctx context.Context, b *elastic.Batch) error {
+				if ch, ok := reached[batches.Add(1)]; ok {
+					close(ch)
+				}
+				return step(ctx, b)
+			}, nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { scaler.Close() })
+	job.SetScaler(scaler)
+	return scaler, reached
 }
