@@ -81,6 +81,25 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Float64Var(&embInit, "emb-init", 0, "half-width of new embedding rows' uniform init (default per data: 0.03 movielens, else 0.1)")
 	fs.StringVar(&denseOpt, "dense-opt", "", "MLP optimizer, applied on the parameter servers (default adagrad)")
 	fs.Float64Var(&denseLR, "dense-lr", 0, "MLP learning rate (default per data: 0.005 movielens, else 0.02)")
+	l2Flag := func(name, what string, dst *float32) {
+		fs.Func(name, what+` weight decay (L2), applied on the parameter servers at each update: a number, or "none" (default per data: see the README)`, func(v string) error {
+			if v == "none" {
+				*dst = -1
+				return nil
+			}
+			f, err := strconv.ParseFloat(v, 32)
+			if err != nil || f < 0 || f > 10 {
+				return fmt.Errorf("want a number in [0, 10] or none, not %q", v)
+			}
+			*dst = float32(f)
+			if f == 0 {
+				*dst = -1 // 0 given is none; the default is the flag not given
+			}
+			return nil
+		})
+	}
+	l2Flag("emb-l2", "embedding rows'", &c.EmbeddingOptimizer.L2)
+	l2Flag("dense-l2", "MLP", &c.DenseOptimizer.L2)
 	fs.IntVar(&c.BatchSize, "batch", train.DefaultBatchSize, "records per worker step")
 	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the data (default 3 movielens, else 1)")
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long (0: when the epochs are done)")
@@ -106,6 +125,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	})
 	fs.StringVar(&c.ShmDir, "shm-dir", "", "the directory of the shared-memory checkpoint copies (default: one named after -checkpoint-dir under /dev/shm)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
+	fs.BoolVar(&c.KeepBest, "keep-best", false, "evaluate the held-out set at every checkpoint (training paused) and mark the best commit by AUC in the commits; the summary reports the best and the final; every commit is kept")
+	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop after this many evaluated checkpoints in a row without a better AUC (implies -keep-best; 0: never)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
 	fs.StringVar(&o.listen, "listen", "", "-role ps or coordinator: the address to serve on (data and control share it)")

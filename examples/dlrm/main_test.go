@@ -148,3 +148,25 @@ func TestFlagsInput(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 }
+
+func TestFlagsRegularisationAndKeepBest(t *testing.T) {
+	o, err := parseFlags(strings.Fields("-data movielens:ml -emb-l2 0.001 -dense-l2 none -early-stop 3"), &bytes.Buffer{})
+	require.NoError(t, err)
+	c := o.cfg
+	assert.Equal(t, float32(0.001), c.EmbeddingOptimizer.L2)
+	assert.Negative(t, c.DenseOptimizer.L2, "none")
+	assert.Equal(t, 3, c.EarlyStop)
+	o, err = parseFlags(strings.Fields("-keep-best -emb-l2 0"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.True(t, o.cfg.KeepBest)
+	assert.Negative(t, o.cfg.EmbeddingOptimizer.L2, "0 given is none, not the default")
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Zero(t, o.cfg.EmbeddingOptimizer.L2, "not given: the default per data kind")
+	_, err = parseFlags(strings.Fields("-emb-l2 x"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-emb-l2")
+	_, err = parseFlags(strings.Fields("-dense-l2 -1"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-dense-l2")
+	_, err = parseFlags(strings.Fields("-early-stop -2"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "EarlyStop")
+}

@@ -98,8 +98,13 @@ type Summary struct {
 	Elapsed       time.Duration
 	SamplesPerSec float64 // this run's samples over its training time
 
-	Eval    Eval           // the final evaluation of the held-out set
-	Ceiling *model.Ceiling // synthetic data: the generator's own hidden model on the same records
+	Eval Eval // the final evaluation of the held-out set
+	// Best is, with Config.KeepBest, the evaluated commit with the best held-out AUC (nil when
+	// none was evaluated and committed), SinceBest the evaluated commits after it and
+	// Evaluations the evaluated commits, those before a resume included.
+	Best                   *CommitEval
+	SinceBest, Evaluations int
+	Ceiling                *model.Ceiling // synthetic data: the generator's own hidden model on the same records
 
 	Epochs      []EpochCheck
 	ExactlyOnce bool // every epoch passes its check
@@ -159,6 +164,14 @@ func (s *Summary) String() string {
 			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
 	default:
 		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+	}
+	if b := s.Best; b != nil {
+		final := ""
+		if s.Eval.Samples > 0 {
+			final = fmt.Sprintf(" (final: AUC %.4f)", s.Eval.AUC)
+		}
+		p("  best:        AUC %.4f, log loss %.4f at the commit of step %d, after %d samples%s; %d commits evaluated, %d after the best",
+			b.AUC, b.LogLoss, b.Step, b.Trained, final, s.Evaluations, s.SinceBest)
 	}
 	for _, rp := range s.Repartitions {
 		p("  servers:     %s", repartitionLine(rp))

@@ -112,9 +112,16 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				evaluating = true
 				trained := r.samples.Load()
 				go func() {
+					if cfg.KeepBest {
+						// A checkpoint, evaluated in its snapshot; one that fails is
+						// counted with the checkpoints and fails nothing.
+						r.job.Coordinator().Checkpoint(wctx)
+						evalDone <- evalResult{atCheckpoint: true}
+						return
+					}
 					ev, err := r.eval.run(wctx)
 					ev.Trained = trained
-					evalDone <- evalResult{ev, err}
+					evalDone <- evalResult{ev: ev, err: err}
 				}()
 			}
 		case res := <-evalDone:
@@ -125,8 +132,16 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				}
 				break
 			}
-			r.setEval(res.ev)
-			r.emit(Event{Kind: EventEval, Eval: res.ev})
+			if !res.atCheckpoint {
+				r.setEval(res.ev)
+				r.emit(Event{Kind: EventEval, Eval: res.ev})
+			}
+		case <-r.earlyStop:
+			best, stale, _ := r.best.state()
+			reason = fmt.Sprintf("early stop: %d evaluations without a better AUC than %.4f (the commit of step %d)", stale, best.AUC, best.Step)
+		}
+		if p := r.evalErr.Load(); p != nil && failure == nil {
+			failure, reason = *p, "evaluation failed"
 		}
 	}
 	if reason == "" {
@@ -179,14 +194,26 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	if sum.TotalSamples == 0 {
 		return sum, fmt.Errorf("%w: %s", ErrNothingTrained, nothingWhy(sum))
 	}
-	ev, err := r.eval.run(fctx)
-	if err != nil {
-		return sum, err
+	if p := r.evalErr.Load(); p != nil {
+		return sum, *p
 	}
-	ev.Trained = r.samples.Load()
-	r.setEval(ev)
+	// With keep-best the final checkpoint evaluated what training left: that is the final
+	// evaluation. Otherwise (or without a final commit) evaluate now.
+	var ev Eval
+	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.KeepBest && !cfg.NoFinalCheckpoint {
+		ev = r.lastEvalCopy()
+		ev.AUC, ev.LogLoss, ev.Trained = ce.AUC, ce.LogLoss, ce.Trained
+	} else {
+		var err error
+		if ev, err = r.eval.run(fctx); err != nil {
+			return sum, err
+		}
+		ev.Trained = r.samples.Load()
+		r.setEval(ev)
+		r.emit(Event{Kind: EventEval, Eval: ev})
+	}
 	sum.Eval = ev
-	r.emit(Event{Kind: EventEval, Eval: ev})
+	sum.Best, sum.SinceBest, sum.Evaluations = r.best.state()
 	if !sum.ExactlyOnce {
 		return sum, ErrNotExactlyOnce
 	}
@@ -209,8 +236,9 @@ func nothingWhy(s *Summary) string {
 }
 
 type evalResult struct {
-	ev  Eval
-	err error
+	ev           Eval
+	err          error
+	atCheckpoint bool // keep-best: a checkpoint was taken, evaluated in its snapshot
 }
 
 // workerRestarts is how many times a worker whose batch failed on every try is started again
@@ -256,6 +284,12 @@ func (r *run) describe() string {
 	}
 	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, r.cfg.CheckpointDir, r.shmDir)
 	return b.String()
+}
+
+func (r *run) lastEvalCopy() Eval {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	return r.lastEval
 }
 
 func (r *run) setEval(ev Eval) {

@@ -227,8 +227,8 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.EmbeddingOptimizer, cfg.EmbeddingInit)
-	specs = append(specs, denseSpecs(denseTensors(m0), cfg.DenseOptimizer)...)
+	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.embeddingOptimizer(), cfg.EmbeddingInit)
+	specs = append(specs, denseSpecs(denseTensors(m0), cfg.denseOptimizer())...)
 	var wg sync.WaitGroup
 	defer wg.Wait() // last: after the server below is closed
 	srv, err := ps.NewServer(ps.ServerConfig{ID: rc.ID, Secret: rc.Secret, Slots: cfg.Slots, Tables: specs, Logger: rc.Logger})
@@ -300,6 +300,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	cfg := &rc.Config
+	if cfg.KeepBest {
+		return nil, fmt.Errorf("%w: keep-best and early stopping evaluate the held-out set, which only the embedded mode does", ErrConfig)
+	}
 	data, err := loadData(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -344,7 +347,8 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		coord, err = elastic.NewCoordinator(ctx, elastic.Config{
 			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
 			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
-			JobState: r.jobState, CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
+			JobState: func(step uint64) []byte { return r.jobState(ctx, step) },
+			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 		})
 		return err
@@ -531,7 +535,7 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 		return 0, err
 	}
 	defer stopGossip()
-	if err := initDense(ctx, cli, dense, m0.Params(), cfg.DenseOptimizer); err != nil {
+	if err := initDense(ctx, cli, dense, m0.Params(), cfg.denseOptimizer()); err != nil {
 		return 0, err
 	}
 	w, err := newWorker(rc.ID, mcfg, sess, tables, dense)

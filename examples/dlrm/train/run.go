@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -67,6 +68,13 @@ type run struct {
 	restoredStep uint64
 	restoredFrom string
 
+	// best follows the evaluated commits (Config.KeepBest); evalErr is the first failure of an
+	// evaluation at a snapshot; earlyStop is signalled when Config.EarlyStop evaluations in a
+	// row did not improve on the best.
+	best      keepBest
+	evalErr   atomic.Pointer[error]
+	earlyStop chan struct{}
+
 	emitMu   sync.Mutex
 	lastEval Eval
 	haveEval bool
@@ -101,7 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
-	r := &run{cfg: cfg, logger: cfg.Logger}
+	r := &run{cfg: cfg, logger: cfg.Logger, earlyStop: make(chan struct{}, 1)}
 	if r.logger == nil {
 		r.logger = discardLogger()
 	}
@@ -130,11 +138,11 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	r.mcfg = m0.Config()
 	r.dense = denseTensors(m0)
-	specs := tableSpecs(r.data.fields, cfg.EmbeddingDim, cfg.Seed, cfg.EmbeddingOptimizer, cfg.EmbeddingInit)
+	specs := tableSpecs(r.data.fields, cfg.EmbeddingDim, cfg.Seed, cfg.embeddingOptimizer(), cfg.EmbeddingInit)
 	for _, s := range specs {
 		r.tables = append(r.tables, s.Name)
 	}
-	specs = append(specs, denseSpecs(r.dense, cfg.DenseOptimizer)...)
+	specs = append(specs, denseSpecs(r.dense, cfg.denseOptimizer())...)
 	st, err := openStorage(ctx, cfg, r.logger)
 	if err != nil {
 		return err
@@ -146,8 +154,11 @@ func (r *run) setUp(ctx context.Context) error {
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
 			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger, Recovery: cfg.Recovery,
-			Dispatcher:   r.dispatcherConfig(),
-			JobState:     r.jobState,
+			KeepLast:   keepLast(cfg),
+			Dispatcher: r.dispatcherConfig(),
+			JobState: func(step uint64) []byte {
+				return r.jobState(context.WithoutCancel(ctx), step) // the final one follows an interrupt
+			},
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
 		},
@@ -179,7 +190,7 @@ func (r *run) setUp(ctx context.Context) error {
 		}
 	}
 	// Every MLP tensor on its server: restored ones stay as they are (the first caller wins).
-	if err := initDense(ctx, r.admin, r.dense, m0.Params(), cfg.DenseOptimizer); err != nil {
+	if err := initDense(ctx, r.admin, r.dense, m0.Params(), cfg.denseOptimizer()); err != nil {
 		return err
 	}
 	cli, err := r.job.Client()
@@ -204,11 +215,34 @@ type runMeta struct {
 	Version     int    `json:"version"`
 	Fingerprint string `json:"fingerprint"`
 	Samples     int64  `json:"samples"`
+	// With keep-best (Config.KeepBest): Eval is this commit's evaluation, Best the best
+	// evaluated commit up to this one (this one included), Stale the evaluations since Best and
+	// Evals the evaluations so far.
+	Eval  *CommitEval `json:"eval,omitempty"`
+	Best  *CommitEval `json:"best,omitempty"`
+	Stale int         `json:"stale,omitempty"`
+	Evals int         `json:"evals,omitempty"`
 }
 
-// jobState is called by the coordinator at every snapshot, training paused.
-func (r *run) jobState(uint64) []byte {
-	b, _ := json.Marshal(runMeta{Version: 2, Fingerprint: r.fingerprint(), Samples: r.samples.Load()})
+// keepLast is the coordinator's retention: with keep-best every commit is kept, so that the best
+// one is still there at the end (retention cannot be told to spare one commit).
+func keepLast(cfg *Config) int {
+	if cfg.KeepBest {
+		return math.MaxInt32 // elastic.Config has no "keep all"; more commits than any run takes
+	}
+	return 0
+}
+
+// jobState is called by the coordinator at every snapshot, training paused. With keep-best it
+// evaluates the held-out set first, so the commit holds its own evaluation.
+func (r *run) jobState(ctx context.Context, step uint64) []byte {
+	meta := runMeta{Version: 2, Fingerprint: r.fingerprint(), Samples: r.samples.Load()}
+	if r.cfg.KeepBest && r.eval != nil {
+		r.evalSnapshot(ctx, step, &meta)
+	} else if best, stale, evals := r.best.state(); best != nil {
+		meta.Best, meta.Stale, meta.Evals = best, stale, evals // a resumed record goes on
+	}
+	b, _ := json.Marshal(meta)
 	return b
 }
 
@@ -226,6 +260,15 @@ func (r *run) checkJob(b []byte) error {
 
 func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
 	out := r.ck.record(ev)
+	if ev.Commit || ev.Err != nil { // a commit, or a snapshot that will not be committed
+		stale := r.best.committed(ev.Step, ev.Commit && ev.Err == nil)
+		if r.cfg.EarlyStop > 0 && stale >= r.cfg.EarlyStop {
+			select {
+			case r.earlyStop <- struct{}{}:
+			default:
+			}
+		}
+	}
 	kind := EventCheckpoint
 	if ev.Commit {
 		kind = EventCommit
@@ -300,6 +343,7 @@ func (r *run) restore(ctx context.Context) error {
 	}
 	r.samples.Store(meta.Samples)
 	r.baseSamp = meta.Samples
+	r.best.restore(meta)
 	sources := map[string]checkpoint.Source{}
 	var rows int64
 	for _, s := range r.job.Servers {
@@ -318,7 +362,11 @@ func (r *run) restore(ctx context.Context) error {
 	sort.Strings(from)
 	r.restoredFrom = strings.Join(from, ", ")
 	r.restoredStep = step
-	r.emit(Event{Kind: EventRestore, Message: fmt.Sprintf("restored checkpoint of step %d (%d samples trained): %d table rows (%s), %d MLP tensors, data position and ledger",
-		step, meta.Samples, rows, r.restoredFrom, dense)})
+	msg := fmt.Sprintf("restored checkpoint of step %d (%d samples trained): %d table rows (%s), %d MLP tensors, data position and ledger",
+		step, meta.Samples, rows, r.restoredFrom, dense)
+	if b := meta.Best; b != nil {
+		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f), %d evaluations since", b.Step, b.AUC, meta.Stale)
+	}
+	r.emit(Event{Kind: EventRestore, Message: msg})
 	return nil
 }

@@ -182,9 +182,9 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 	assert.ErrorIs(t, err, train.ErrNoCheckpoint)
 }
 
-// TestMovieLensAUC trains on MovieLens latest-small with a seeded 80/20 split. An L2-regularised
-// logistic regression on one-hot user, movie and genres reaches AUC 0.784 on such a split; the
-// DLRM must reach 0.79.
+// TestMovieLensAUC trains on MovieLens latest-small with a seeded 80/20 split, three seeds (two
+// workers training asynchronously). An L2-regularised logistic regression on one-hot user, movie
+// and genres reaches AUC 0.784 on such a split; the DLRM must reach 0.795 on average.
 func TestMovieLensAUC(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "shared", "data", "movielens-latest-small")
 	if _, err := os.Stat(filepath.Join(dir, "ratings.csv")); err != nil {
@@ -198,16 +198,23 @@ func TestMovieLensAUC(t *testing.T) {
 	}
 	spec, err := train.ParseDataSpec("movielens:" + dir)
 	require.NoError(t, err)
-	cfg := train.Config{Data: spec, Seed: 1, Epochs: 3, EvalEvery: -1, CheckpointEvery: 500,
-		CheckpointDir: t.TempDir(), ShmDir: t.TempDir()}
-	start := time.Now()
-	s, err := train.Run(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Logf("MovieLens: test AUC %.4f, log loss %.4f on %d ratings after %d samples (%.0f samples/s) in %v",
-		s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Samples, s.SamplesPerSec, time.Since(start).Round(time.Millisecond))
-	assert.GreaterOrEqual(t, s.Eval.AUC, 0.79)
-	assert.Equal(t, 20167, s.Eval.Samples, "20% of 100 836 ratings held out")
-	checkExactlyOnce(t, s, 100836-20167, 3)
+	var sum float64
+	seeds := []uint64{1, 2, 3}
+	for _, seed := range seeds {
+		cfg := train.Config{Data: spec, Seed: seed, EvalEvery: -1, CheckpointEvery: 500,
+			CheckpointDir: t.TempDir(), ShmDir: t.TempDir()}
+		start := time.Now()
+		s, err := train.Run(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Logf("MovieLens seed %d: test AUC %.4f, log loss %.4f on %d ratings after %d samples (%.0f samples/s) in %v",
+			seed, s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Samples, s.SamplesPerSec, time.Since(start).Round(time.Millisecond))
+		sum += s.Eval.AUC
+		assert.Equal(t, 20167, s.Eval.Samples, "20% of 100 836 ratings held out")
+		checkExactlyOnce(t, s, 100836-20167, 3)
+	}
+	mean := sum / float64(len(seeds))
+	t.Logf("MovieLens: mean test AUC %.4f over %d seeds", mean, len(seeds))
+	assert.GreaterOrEqual(t, mean, 0.795)
 }
 
 func TestParseDataSpec(t *testing.T) {

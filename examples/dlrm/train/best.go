@@ -1,0 +1,137 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// CommitEval is the evaluation of the held-out set on the parameters of one commit: with
+// Config.KeepBest every checkpoint is evaluated while training is paused for its snapshot, so the
+// figures are those of exactly what the commit holds.
+type CommitEval struct {
+	Step    uint64  `json:"step"`    // the commit's step
+	AUC     float64 `json:"auc"`     // held-out AUC
+	LogLoss float64 `json:"logloss"` // held-out log loss
+	Trained int64   `json:"trained"` // samples the model had been trained on
+}
+
+// keepBest follows the evaluated commits of a run: the best committed one by held-out AUC, the
+// evaluations since it (for early stopping) and the evaluations whose commit is not known yet.
+// The coordinator calls it at every snapshot (jobState) and every commit (onCheckpoint), one call
+// at a time, but the train loop reads it too: mu guards everything.
+type keepBest struct {
+	mu      sync.Mutex
+	best    *CommitEval           // best committed (or restored) evaluation
+	stale   int                   // evaluations of committed checkpoints since best
+	evals   int                   // committed evaluations, restored ones included
+	pending map[uint64]CommitEval // evaluated snapshots whose commit is not known yet
+	last    *CommitEval           // the newest evaluation taken, committed or not
+}
+
+// evaluated records the evaluation of the snapshot of ev.Step and returns what the snapshot's
+// commit records, as if the commits still pending (this one included) succeed: the best
+// evaluation, the evaluations since it and the number of evaluations.
+func (k *keepBest) evaluated(ev CommitEval) (best CommitEval, stale, evals int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pending == nil {
+		k.pending = map[uint64]CommitEval{}
+	}
+	k.pending[ev.Step] = ev
+	k.last = &ev
+	var b *CommitEval
+	stale = k.stale
+	if k.best != nil {
+		c := *k.best
+		b = &c
+	}
+	// Pending evaluations in step order, as their commits will land.
+	steps := make([]uint64, 0, len(k.pending))
+	for s := range k.pending {
+		steps = append(steps, s)
+	}
+	slices.Sort(steps)
+	for _, s := range steps {
+		p := k.pending[s]
+		if b == nil || p.AUC > b.AUC {
+			b, stale = &p, 0
+		} else {
+			stale++
+		}
+	}
+	return *b, stale, k.evals + len(k.pending)
+}
+
+// committed settles the pending evaluation of step: a commit makes it count (the best, or one
+// more evaluation without improvement), a failure drops it. It returns the evaluations without
+// improvement since the best.
+func (k *keepBest) committed(step uint64, ok bool) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ev, found := k.pending[step]
+	if !found {
+		return k.stale
+	}
+	delete(k.pending, step)
+	if !ok {
+		return k.stale
+	}
+	k.evals++
+	if k.best == nil || ev.AUC > k.best.AUC {
+		k.best, k.stale = &ev, 0
+	} else {
+		k.stale++
+	}
+	return k.stale
+}
+
+// restore takes up the record of a resumed commit.
+func (k *keepBest) restore(m runMeta) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.best, k.stale, k.evals = m.Best, m.Stale, m.Evals
+}
+
+// state returns the best committed evaluation (nil: none), the evaluations since it and the
+// number of committed evaluations.
+func (k *keepBest) state() (best *CommitEval, stale, evals int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.best != nil {
+		b := *k.best
+		best = &b
+	}
+	return best, k.stale, k.evals
+}
+
+// lastEval returns the newest evaluation taken at a snapshot, if it is of step.
+func (k *keepBest) lastEval(step uint64) (CommitEval, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.last == nil || k.last.Step != step {
+		return CommitEval{}, false
+	}
+	return *k.last, true
+}
+
+// evalSnapshot evaluates the parameters of the snapshot of step (training is paused) for
+// keep-best and fills in what meta, the commit's job state, says of it: its evaluation, the best
+// evaluated commit up to it and the evaluations since. A failed evaluation is kept for the train
+// loop to report, and the commit then names none.
+func (r *run) evalSnapshot(ctx context.Context, step uint64, meta *runMeta) {
+	ctx, cancel := context.WithTimeout(ctx, finalTimeout)
+	defer cancel()
+	ev, err := r.eval.run(ctx)
+	if err != nil {
+		r.evalErr.CompareAndSwap(nil, &err)
+		return
+	}
+	ev.Trained = r.samples.Load()
+	r.setEval(ev)
+	r.emit(Event{Kind: EventEval, Eval: ev, Message: fmt.Sprintf("checkpoint of step %d", step)})
+	ce := CommitEval{Step: step, AUC: ev.AUC, LogLoss: ev.LogLoss, Trained: ev.Trained}
+	best, stale, evals := r.best.evaluated(ce)
+	meta.Eval, meta.Best, meta.Stale, meta.Evals = &ce, &best, stale, evals
+}

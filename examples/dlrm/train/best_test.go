@@ -1,0 +1,148 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/examples/dlrm/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestKeepBestMarksTheBestCommit scripts evaluations and commits: the best is the committed
+// evaluation of the highest AUC (not the last), a snapshot whose commit fails never becomes it,
+// and a commit's record counts the evaluations still pending as if they commit.
+func TestKeepBestMarksTheBestCommit(t *testing.T) {
+	var k keepBest
+	ev := func(step uint64, auc float64) CommitEval { return CommitEval{Step: step, AUC: auc} }
+
+	b, stale, n := k.evaluated(ev(100, 0.70))
+	assert.Equal(t, ev(100, 0.70), b)
+	assert.Equal(t, 0, stale)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, 0, k.committed(100, true))
+
+	b, stale, _ = k.evaluated(ev(200, 0.80))
+	assert.Equal(t, uint64(200), b.Step, "a better evaluation is the best of its own commit")
+	assert.Equal(t, 0, stale)
+	// The snapshot of 300 is taken before 200's commit lands: it names 200, one evaluation since.
+	b, stale, n = k.evaluated(ev(300, 0.75))
+	assert.Equal(t, uint64(200), b.Step)
+	assert.Equal(t, 1, stale)
+	assert.Equal(t, 3, n)
+	assert.Equal(t, 0, k.committed(200, true))
+	assert.Equal(t, 1, k.committed(300, true))
+
+	// A better evaluation whose commit fails is dropped.
+	k.evaluated(ev(400, 0.90))
+	assert.Equal(t, 1, k.committed(400, false))
+	k.evaluated(ev(500, 0.78))
+	assert.Equal(t, 2, k.committed(500, true))
+
+	best, stale, evals := k.state()
+	require.NotNil(t, best)
+	assert.Equal(t, ev(200, 0.80), *best, "the best committed evaluation, not the last")
+	assert.Equal(t, 2, stale)
+	assert.Equal(t, 4, evals)
+	last, ok := k.lastEval(500)
+	assert.True(t, ok)
+	assert.Equal(t, 0.78, last.AUC)
+
+	// A resume takes the record up and goes on from it.
+	var r keepBest
+	r.restore(runMeta{Best: best, Stale: stale, Evals: evals})
+	b, stale, n = r.evaluated(ev(600, 0.79))
+	assert.Equal(t, uint64(200), b.Step)
+	assert.Equal(t, 3, stale)
+	assert.Equal(t, 5, n)
+}
+
+// TestEarlyStopSignal: the run is told to stop once EarlyStop committed evaluations in a row did
+// not improve on the best, and not before.
+func TestEarlyStopSignal(t *testing.T) {
+	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan struct{}, 1)}
+	commit := func(step uint64, auc float64) bool {
+		r.best.evaluated(CommitEval{Step: step, AUC: auc})
+		r.onCheckpoint(elastic.CheckpointEvent{Step: step, Commit: true})
+		select {
+		case <-r.earlyStop:
+			return true
+		default:
+			return false
+		}
+	}
+	assert.False(t, commit(1, 0.7))
+	assert.False(t, commit(2, 0.6))
+	assert.False(t, commit(3, 0.8), "an improvement resets the count")
+	assert.False(t, commit(4, 0.79))
+	assert.True(t, commit(5, 0.78))
+}
+
+// TestKeepBestRun trains with keep-best: every commit is evaluated, the summary's best is the
+// evaluation of the highest AUC among them and its final is the last commit's, and a resume reads
+// from the newest commit which commit was best.
+func TestKeepBestRun(t *testing.T) {
+	cfg := Config{
+		Synth: model.SynthConfig{DenseFeatures: 8, Vocab: []int{3, 10, 50, 200, 1000}, Hotness: []int{1, 1, 1, 3, 1}, ZipfExponent: 1.2}, TrainRecords: 8000, TestRecords: 2000, Epochs: 3, Seed: 7,
+		EmbeddingDim: 8, BottomHidden: []int{16}, TopHidden: []int{16}, BatchSize: 128,
+		ShardSize: 1024, CheckpointEvery: 30, EvalEvery: -1, KeepBest: true,
+		CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
+	}
+	evals := map[uint64]Eval{}
+	cfg.OnEvent = func(ev Event) {
+		var step uint64
+		if ev.Kind == EventEval {
+			_, err := fmt.Sscanf(ev.Message, "checkpoint of step %d", &step)
+			require.NoError(t, err, "an evaluation outside a checkpoint: %q", ev.Message)
+			evals[step] = ev.Eval
+		}
+	}
+	s, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.NotNil(t, s.Best)
+	require.Greater(t, len(evals), 3)
+	var bestStep uint64
+	for step, ev := range evals {
+		if b := evals[bestStep]; bestStep == 0 || ev.AUC > b.AUC || ev.AUC == b.AUC && step < bestStep {
+			bestStep = step
+		}
+	}
+	assert.Equal(t, bestStep, s.Best.Step, "the best commit by AUC")
+	assert.Equal(t, evals[bestStep].AUC, s.Best.AUC)
+	assert.Equal(t, len(evals), s.Evaluations)
+	assert.Equal(t, evals[uint64(s.Steps)].AUC, s.Eval.AUC, "the final evaluation is the final commit's")
+	assert.Contains(t, s.String(), fmt.Sprintf("at the commit of step %d", bestStep))
+
+	res := cfg
+	res.Resume, res.Epochs, res.OnEvent = true, 4, nil
+	var restored string
+	res.OnEvent = func(ev Event) {
+		if ev.Kind == EventRestore {
+			restored = ev.Message
+		}
+	}
+	s2, err := Run(context.Background(), res)
+	require.NoError(t, err)
+	assert.Contains(t, restored, fmt.Sprintf("the best evaluated commit so far is of step %d", bestStep))
+	require.NotNil(t, s2.Best)
+	assert.GreaterOrEqual(t, s2.Best.AUC, s.Best.AUC)
+	assert.Greater(t, s2.Evaluations, s.Evaluations)
+}
+
+// TestL2DefaultsReachTheServers: the L2 a table of the run is created with is the default of
+// its data kind, none when asked for none.
+func TestL2DefaultsReachTheServers(t *testing.T) {
+	c := Config{Data: DataSpec{Kind: MovieLens, Paths: []string{"x"}}}
+	c.fill()
+	assert.Equal(t, DefaultL2(MovieLens, false), c.embeddingOptimizer().L2)
+	assert.NotZero(t, c.embeddingOptimizer().L2)
+	assert.Equal(t, DefaultL2(MovieLens, true), c.denseOptimizer().L2)
+	c = Config{Data: DataSpec{Kind: MovieLens, Paths: []string{"x"}}, EmbeddingOptimizer: embedding.Optimizer{L2: -1}}
+	c.fill()
+	assert.Zero(t, c.embeddingOptimizer().L2, "negative is none")
+	specs := tableSpecs([]string{"a"}, 4, 1, c.embeddingOptimizer(), 0.1)
+	assert.Zero(t, specs[0].Config.Optimizer.L2)
+}
