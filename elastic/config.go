@@ -93,6 +93,10 @@ type Config struct {
 	Transport ps.Transport
 	// TLS, when set, is the client side of mutual TLS for those calls (ps.TLS.Client).
 	TLS *tls.Config
+	// ServerAt, if set, returns how the coordinator reaches a server a scheduler started and
+	// told it of through the control protocol (RemoteControl.AddServers): say, NewRemoteServer
+	// with the job's secret. Nil: such calls fail with errors.ErrUnsupported.
+	ServerAt func(node ps.Node) (ParameterServer, error)
 	// Migration tunes how slots move when the server count changes (concurrency, slots per
 	// group, a bandwidth cap); its Secret, Logger and (if nil) Transport are the coordinator's.
 	Migration ps.MigratorConfig

@@ -106,7 +106,7 @@ func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string
 	var nodes []elastic.ParameterServer
 	for i := range n {
 		id := fmt.Sprintf("ps-%d", i)
-		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}, Transport: j.net.Host(id)})
 		require.NoError(t, err)
 		l, err := j.net.Host(id).Listen(id + ":1")
 		require.NoError(t, err)
@@ -121,6 +121,12 @@ func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string
 		WorkerSilence: 400 * time.Millisecond, ArriveTimeout: time.Second,
 		Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs,
 			Seed: 3, Shuffle: true, LeaseTTL: 2 * time.Second, RetryAfter: 100 * time.Millisecond},
+	}
+	// Slots move between servers (live repartition) over the same network; servers a test
+	// starts are reached through their control calls.
+	cfg.Secret, cfg.Transport = j.secret, j.net.Host("coord")
+	cfg.ServerAt = func(node ps.Node) (elastic.ParameterServer, error) {
+		return elastic.NewRemoteServer(node, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host("coord")})
 	}
 	if tune != nil {
 		tune(&cfg)

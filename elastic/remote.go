@@ -42,6 +42,8 @@ const (
 	methodStatus         uint16 = 0x4521
 	methodSetParallelism uint16 = 0x4522
 	methodSetPlan        uint16 = 0x4523
+	methodAddServers     uint16 = 0x4524
+	methodRemoveServers  uint16 = 0x4525
 )
 
 // Error codes of the control protocol.
@@ -334,6 +336,47 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			}
 			return remoteErr(c.SetParallelism(ctx, int(workers), int(servers)))
 		},
+		methodAddServers: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			n := d.u64()
+			if n == 0 || n > maxParallelism {
+				return remoteErr(fmt.Errorf("%w: %d servers", errMalformed, n))
+			}
+			nodes := make([]ps.Node, n)
+			for i := range nodes {
+				nodes[i] = ps.Node{ID: d.str(), Addr: d.str()}
+			}
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			if c.cfg.ServerAt == nil {
+				return remoteErr(fmt.Errorf("elastic: the coordinator cannot reach servers it is told of (Config.ServerAt): %w", errors.ErrUnsupported))
+			}
+			servers := make([]ParameterServer, len(nodes))
+			for i, node := range nodes {
+				s, err := c.cfg.ServerAt(node)
+				if err != nil {
+					return remoteErr(fmt.Errorf("elastic: server %s at %s: %w", node.ID, node.Addr, err))
+				}
+				servers[i] = s
+			}
+			return remoteErr(c.AddServers(ctx, servers...))
+		},
+		methodRemoveServers: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			n := d.u64()
+			if n == 0 || n > maxParallelism {
+				return remoteErr(fmt.Errorf("%w: %d servers", errMalformed, n))
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = d.str()
+			}
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(c.RemoveServers(ctx, ids...))
+		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			var p Plan
 			if err := json.Unmarshal(req, &p); err != nil {
@@ -624,6 +667,27 @@ func (c *RemoteControl) SetPlan(ctx context.Context, plan Plan) error {
 		return err
 	}
 	return c.call(ctx, methodSetPlan, b, nil)
+}
+
+// AddServers calls Coordinator.AddServers in the coordinator's process for servers a scheduler
+// started at the given nodes (the coordinator reaches them through its Config.ServerAt); it
+// returns once the slots have moved onto them.
+func (c *RemoteControl) AddServers(ctx context.Context, nodes ...ps.Node) error {
+	e := enc(nil).u64(uint64(len(nodes)))
+	for _, n := range nodes {
+		e = e.str(n.ID).str(n.Addr)
+	}
+	return c.call(ctx, methodAddServers, e, nil)
+}
+
+// RemoveServers calls Coordinator.RemoveServers in the coordinator's process; once it returns
+// the servers own nothing and may be stopped.
+func (c *RemoteControl) RemoveServers(ctx context.Context, ids ...string) error {
+	e := enc(nil).u64(uint64(len(ids)))
+	for _, id := range ids {
+		e = e.str(id)
+	}
+	return c.call(ctx, methodRemoveServers, e, nil)
 }
 
 // Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not

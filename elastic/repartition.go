@@ -50,12 +50,98 @@ type RepartitionStatus struct {
 }
 
 // repartition changes the number of servers to n while training goes on: it starts the new
-// servers, moves only the slots whose owner changes (ps.Migrator), one owner table per group
-// of slots, and stops the servers it drained.
-func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (err error) {
+// servers (ss), moves only the slots whose owner changes (ps.Migrator), one owner table per
+// group of slots, and stops the servers it drained (the highest-numbered).
+func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: %d parameter servers", ErrInvalidConfig, n)
+	}
 	c.repMu.Lock()
 	defer c.repMu.Unlock()
+	servers := c.serverList()
+	var added []ParameterServer
+	var drain []string
+	if n > len(servers) {
+		var err error
+		if added, err = ss.StartServers(ctx, n-len(servers)); err != nil {
+			c.forget(ctx, added, ss.StopServers)
+			return fmt.Errorf("elastic: start %d parameter servers: %w", n-len(servers), err)
+		}
+	}
+	for _, s := range servers[min(n, len(servers)):] {
+		drain = append(drain, s.Node().ID)
+	}
+	return c.resizeLocked(ctx, added, drain, ss.StopServers)
+}
+
+// AddServers brings servers that the caller (a cluster scheduler) started, serving and with no
+// owner table, into the job, and moves slots onto them while training goes on, as a new
+// server count does (SetParallelism). It returns once the slots have moved. A remote
+// coordinator is asked with RemoteControl.AddServers.
+func (c *Coordinator) AddServers(ctx context.Context, servers ...ParameterServer) error {
+	if len(servers) == 0 {
+		return nil
+	}
+	c.repMu.Lock()
+	defer c.repMu.Unlock()
+	have := c.serverList()
+	for _, s := range servers {
+		if slices.ContainsFunc(have, func(h ParameterServer) bool { return h.Node().ID == s.Node().ID }) {
+			return fmt.Errorf("%w: the job has a parameter server %q already", ErrInvalidConfig, s.Node().ID)
+		}
+	}
+	return c.resizeLocked(ctx, servers, nil, nil)
+}
+
+// RemoveServers moves every slot off the servers with the given ids while training goes on and
+// drops them from the job; then the caller may stop them. It returns once the slots have moved.
+// A remote coordinator is asked with RemoteControl.RemoveServers.
+func (c *Coordinator) RemoveServers(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	c.repMu.Lock()
+	defer c.repMu.Unlock()
+	have := c.serverList()
+	for _, id := range ids {
+		if !slices.ContainsFunc(have, func(h ParameterServer) bool { return h.Node().ID == id }) {
+			return fmt.Errorf("%w: no parameter server %q in the job", ErrInvalidConfig, id)
+		}
+	}
+	if len(ids) >= len(have) {
+		return fmt.Errorf("%w: removing %d of %d parameter servers leaves none", ErrInvalidConfig, len(ids), len(have))
+	}
+	return c.resizeLocked(ctx, nil, ids, nil)
+}
+
+// forget stops servers that were started but did not join, through stop (nil: the caller's).
+func (c *Coordinator) forget(ctx context.Context, added []ParameterServer, stop func(context.Context, []string) error) {
+	ids := make([]string, len(added))
+	for i, s := range added {
+		ids[i] = s.Node().ID
+	}
+	if len(ids) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, id := range ids {
+		delete(c.srvs, id)
+	}
+	c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
+	c.mu.Unlock()
+	if stop != nil {
+		if err := stop(context.WithoutCancel(ctx), ids); err != nil {
+			c.log.Warn("could not stop servers that failed to join", "servers", ids, "err", err)
+		}
+	}
+}
+
+// resizeLocked enlists added, moves the slots so that the job's servers are its current ones
+// plus added minus drain, drops the drained servers and stops them with stop (nil: the caller
+// does). c.repMu is held.
+func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer, drain []string, stop func(context.Context, []string) error) (err error) {
 	if len(c.cfg.Secret) == 0 {
+		c.forget(ctx, added, stop)
 		return fmt.Errorf("%w: Config.Secret is needed to move slots between servers", ErrInvalidConfig)
 	}
 	c.mu.Lock()
@@ -63,12 +149,10 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 	failed := c.failedLocked()
 	c.mu.Unlock()
 	if len(failed) > 0 {
+		c.forget(ctx, added, stop)
 		return fmt.Errorf("elastic: parameter servers %v failed and are not recovered yet: try again after the recovery", failed)
 	}
-	have := len(servers)
-	if n < 1 {
-		return fmt.Errorf("%w: %d parameter servers", ErrInvalidConfig, n)
-	}
+	have, n := len(servers), len(servers)+len(added)-len(drain)
 	start := time.Now()
 	c.setRepartition(RepartitionStatus{Running: true, From: have, To: n})
 	defer func() {
@@ -80,36 +164,20 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 		}
 		c.repStatus.Unlock()
 	}()
-	c.log.Info("changing the number of parameter servers", "from", have, "to", n)
-
-	keep, drained := servers, []ParameterServer(nil)
-	if n < have {
-		keep, drained = servers[:n], servers[n:]
-	} else if n > have {
-		added, err := ss.StartServers(ctx, n-have)
-		if err == nil {
-			err = c.enlist(ctx, added)
+	c.log.Info("changing the parameter servers", "from", have, "to", n, "adding", len(added), "draining", drain)
+	if len(added) > 0 {
+		if err := c.enlist(ctx, added); err != nil {
+			c.forget(ctx, added, stop)
+			return fmt.Errorf("elastic: enlist %d parameter servers: %w", len(added), err)
 		}
-		if err != nil {
-			// Servers started but not in the job would run on unseen: stop them.
-			ids := make([]string, len(added))
-			for i, s := range added {
-				ids[i] = s.Node().ID
-			}
-			if len(ids) > 0 {
-				c.mu.Lock()
-				for _, id := range ids {
-					delete(c.srvs, id)
-				}
-				c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
-				c.mu.Unlock()
-				if serr := ss.StopServers(context.WithoutCancel(ctx), ids); serr != nil {
-					c.log.Warn("could not stop servers that failed to join", "servers", ids, "err", serr)
-				}
-			}
-			return fmt.Errorf("elastic: start %d parameter servers: %w", n-have, err)
+	}
+	var keep, drained []ParameterServer
+	for _, s := range append(servers, added...) {
+		if slices.Contains(drain, s.Node().ID) {
+			drained = append(drained, s)
+		} else {
+			keep = append(keep, s)
 		}
-		keep = append(slices.Clone(servers), added...)
 	}
 	nodes := make([]ps.Node, len(keep))
 	for i, s := range keep {
@@ -170,8 +238,10 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) (
 		if err := c.WaitCommits(ctx); err != nil {
 			return err
 		}
-		if err := ss.StopServers(ctx, ids); err != nil {
-			return fmt.Errorf("elastic: stop drained parameter servers %v: %w", ids, err)
+		if stop != nil {
+			if err := stop(ctx, ids); err != nil {
+				return fmt.Errorf("elastic: stop drained parameter servers %v: %w", ids, err)
+			}
 		}
 	}
 	p := m.Progress()

@@ -2,6 +2,7 @@ package elastic_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,4 +238,63 @@ func trainers(t *testing.T, job *elastic.LocalJob, step elastic.StepFunc, marks 
 	t.Cleanup(func() { scaler.Close() })
 	job.SetScaler(scaler)
 	return scaler, reached
+}
+
+// A scheduler starts a server process and tells the coordinator of it over the control
+// protocol (RemoteControl.AddServers): slots move onto it while the workers train; then it has
+// a server drained (RemoveServers) and stops it. Every position once, every row exact.
+func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
+	j := startFaultJob(t, 2, checkpoint.NewMemStorage(), t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var batches atomic.Int64
+	reached := make(chan struct{})
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		if batches.Add(1) == 30 {
+			close(reached)
+		}
+		return trainStep(ctx, b)
+	}
+	var wg sync.WaitGroup
+	for _, name := range []string{"w0", "w1"} {
+		w := j.worker(name)
+		wg.Go(func() { assert.NoError(t, w.run(ctx, step)) })
+	}
+	<-reached
+
+	// The scheduler's side: a new server process (a ps.Server with its control calls served
+	// on its port), then the calls.
+	id := "ps-2"
+	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}, Transport: j.net.Host(id)})
+	require.NoError(t, err)
+	l, err := j.net.Host(id).Listen(id + ":1")
+	require.NoError(t, err)
+	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
+	require.NoError(t, err)
+	require.NoError(t, elastic.ServeServer(srv, ls))
+	j.serve(func() { srv.Serve(l) })
+	j.mu.Lock()
+	j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)
+	j.mu.Unlock()
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("scheduler")})
+	require.NoError(t, err)
+	defer ctl.Close()
+	require.NoError(t, ctl.AddServers(ctx, ps.Node{ID: id, Addr: l.Addr().String()}))
+	table, err := j.coord.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	assert.NotEmpty(t, table.SlotsOf(id).Members(), "slots moved onto the new server")
+
+	require.NoError(t, ctl.RemoveServers(ctx, "ps-0"))
+	table, err = j.coord.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, -1, table.IndexOf("ps-0"), "ps-0 is out of the table")
+	j.kill(0) // the scheduler stops the drained server
+	assert.ErrorIs(t, ctl.RemoveServers(ctx, "ps-0"), elastic.ErrInvalidConfig, "no such server any more")
+
+	wg.Wait()
+	_, err = j.coord.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, j.coord)
+	assert.Equal(t, faultExpected(), serverRows(j.liveServers()), "every row holds every record once per epoch")
+	assert.Len(t, j.coord.Status().Servers, 2)
 }
