@@ -327,6 +327,24 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 // as the others, gives them the current owner table (they own nothing in it) and watches their
 // health.
 func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error {
+	// A server just started may not listen yet: give each up to ServerTimeout to answer.
+	for _, s := range added {
+		deadline := time.Now().Add(c.cfg.ServerTimeout)
+		for {
+			hctx, cancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
+			_, err := s.Health(hctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("elastic: server %s does not answer: %w", s.Node().ID, err)
+			}
+			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := c.admit(ctx, added); err != nil {
 		return err
 	}
@@ -490,3 +508,15 @@ func sameNodeIDs(a, b []ps.Node) bool {
 
 // errNoServerScaler is returned by SetPlan for a server count the scaler cannot provide.
 var errNoServerScaler = errors.New("the scaler does not start or stop parameter servers")
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -10,6 +10,7 @@
 //	go run ./examples/dlrm -overwrite    # start afresh, deleting the checkpoints of the run before
 //	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small -duration 0
 //	go run ./examples/dlrm status -dispatcher HOST:PORT -secret-file FILE   # a running multi-process job
+//	go run ./examples/dlrm scale -dispatcher HOST:PORT -secret-file FILE -add ps-2=HOST:PORT   # give it a server
 //
 // Checkpoints go to -checkpoint-dir, by default one directory in the temporary directory that
 // every run without the flag shares. A run that would start afresh over the commits of an earlier
@@ -50,6 +51,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runStatus(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "scale" {
+		return runScale(args[1:], stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

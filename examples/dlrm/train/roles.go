@@ -315,13 +315,31 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	r.mcfg = m0.Config()
-	servers := make([]elastic.ParameterServer, len(rc.PS))
-	for i, n := range rc.PS {
+	var remotes []*elastic.RemoteServer
+	var remotesMu sync.Mutex
+	defer func() {
+		remotesMu.Lock()
+		defer remotesMu.Unlock()
+		for _, rs := range remotes {
+			rs.Close()
+		}
+	}()
+	serverAt := func(n ps.Node) (elastic.ParameterServer, error) {
 		rs, err := elastic.NewRemoteServer(n, elastic.RemoteConfig{Secret: rc.Secret, Logger: rc.Logger})
 		if err != nil {
 			return nil, err
 		}
-		defer rs.Close()
+		remotesMu.Lock()
+		remotes = append(remotes, rs)
+		remotesMu.Unlock()
+		return rs, nil
+	}
+	servers := make([]elastic.ParameterServer, len(rc.PS))
+	for i, n := range rc.PS {
+		rs, err := serverAt(n)
+		if err != nil {
+			return nil, err
+		}
 		servers[i] = rs
 	}
 	// A coordinator started while its servers train (the previous one died) takes the job over,
@@ -350,6 +368,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			JobState: func(step uint64) []byte { return r.jobState(ctx, step) },
 			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
+			// Servers a scheduler adds (dlrm scale -add) are reached like these, and slots
+			// move between servers over their ports.
+			Secret: rc.Secret, ServerAt: serverAt,
 		})
 		return err
 	})

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -131,4 +134,84 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.True(t, s2.Resumed)
 	assert.Equal(t, sum.Checkpoints.LastCommitted, s2.ResumedStep, "the takeover had nothing new to commit")
 	assert.Equal(t, "every epoch done", s2.StopReason, "the restored dispatcher knows the job is done")
+}
+
+// A scheduler gives a running multi-process job a third server and then drains one of the
+// first two, through the coordinator's control port (what `dlrm scale` does), while the workers
+// train; the job finishes with every record trained once per epoch.
+func TestRolesScaleOutAndIn(t *testing.T) {
+	tctx, cancelAll := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancelAll()
+	records := int64(40000)
+	base := smallConfig(t, records, 2)
+	base.CheckpointEvery = 20
+	base.ProgressEvery = 20 * time.Millisecond
+	secret := []byte("a cluster secret shared by every process")
+	nodes := []ps.Node{{ID: "ps-0", Addr: freeAddr(t)}, {ID: "ps-1", Addr: freeAddr(t)}}
+	extra := ps.Node{ID: "ps-2", Addr: freeAddr(t)}
+	coordAddr := freeAddr(t)
+	role := func(id, listen string) train.RoleConfig {
+		return train.RoleConfig{Config: base, ID: id, Listen: listen, PS: nodes, Dispatcher: coordAddr, Workers: 2, Secret: secret}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	serve := func(n ps.Node, list []ps.Node) (stop func()) {
+		ctx, cancel := context.WithCancel(tctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc := role(n.ID, n.Addr)
+			rc.PS = list
+			assert.NoError(t, train.RunServer(ctx, rc))
+		}()
+		return cancel
+	}
+	stop0 := serve(nodes[0], nodes)
+	defer stop0()
+	defer serve(nodes[1], nodes)()
+
+	var sum *train.Summary
+	var coordErr error
+	cdone := make(chan struct{})
+	go func() {
+		defer close(cdone)
+		sum, coordErr = train.RunCoordinator(tctx, role("coordinator", coordAddr))
+	}()
+	var samples [2]atomic.Int64
+	var ww sync.WaitGroup
+	for i := range 2 {
+		ww.Go(func() {
+			n, err := train.RunWorker(tctx, role(fmt.Sprintf("worker-%d", i), ""))
+			assert.NoError(t, err)
+			samples[i].Store(n)
+		})
+	}
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: coordAddr, Secret: secret})
+	require.NoError(t, err)
+	defer ctl.Close()
+	for { // until the job trains: the scheduler looks at its status
+		st, err := ctl.Status(tctx)
+		if err == nil && st.Step > 20 {
+			break
+		}
+		require.NoError(t, tctx.Err())
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer serve(extra, append(slices.Clone(nodes), extra))()
+	require.NoError(t, ctl.AddServers(tctx, extra))
+	require.NoError(t, ctl.RemoveServers(tctx, "ps-0"))
+	stop0() // the scheduler stops the drained server
+	st, err := ctl.Status(tctx)
+	require.NoError(t, err)
+	require.NotNil(t, st.Repartition)
+	assert.Equal(t, 3, st.Repartition.From)
+	assert.Equal(t, 2, st.Repartition.To)
+
+	ww.Wait()
+	<-cdone
+	require.NoError(t, coordErr)
+	assert.Equal(t, records*2, samples[0].Load()+samples[1].Load(), "the workers trained every record once per epoch")
+	assert.Equal(t, records*2, sum.TotalSamples)
+	assert.True(t, sum.ExactlyOnce, "the coordinator's ledger: %v", sum.Epochs)
+	assert.Equal(t, "every epoch done", sum.StopReason)
 }

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// runScale is the scale sub-command: it tells the coordinator of a running multi-process job of
+// parameter servers a scheduler started (-add) or is about to stop (-remove); the coordinator
+// moves the slots while the job trains, and the command returns once they moved.
+func runScale(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dlrm scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("dispatcher", "", "the coordinator's address (its -listen)")
+	secretFile := fs.String("secret-file", "", "the file holding the cluster secret")
+	add := fs.String("add", "", "servers started with -role ps to give slots to, ID=HOST:PORT,...")
+	remove := fs.String("remove", "", "servers to take every slot off, ID,...; stop them once this returns")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: dlrm scale -dispatcher HOST:PORT -secret-file FILE [-add ID=HOST:PORT,...] [-remove ID,...]\n\nMoves slots onto new parameter servers, or off servers about to stop, while the job trains.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	nodes, err := parseNodes(*add)
+	if err != nil || *addr == "" || *secretFile == "" || fs.NArg() > 0 || (*add == "") == (*remove == "") {
+		if err != nil {
+			fmt.Fprintf(stderr, "dlrm scale: -add: %v\n", err)
+		} else {
+			fmt.Fprintln(stderr, "dlrm scale: -dispatcher, -secret-file and one of -add or -remove are required, and nothing else")
+		}
+		return 2
+	}
+	secret, err := os.ReadFile(*secretFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)
+		return 1
+	}
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: *addr, Secret: bytes.TrimSpace(secret)})
+	if err != nil {
+		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)
+		return 1
+	}
+	defer ctl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if len(nodes) > 0 {
+		err = ctl.AddServers(ctx, nodes...)
+	} else {
+		err = ctl.RemoveServers(ctx, strings.Split(*remove, ",")...)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)
+		return 1
+	}
+	st, err := ctl.Status(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "dlrm scale: done, but no status: %v\n", err)
+		return 1
+	}
+	if r := st.Repartition; r != nil {
+		fmt.Fprintf(stdout, "%d -> %d parameter servers in %v: %d of %d slots moved (%d rows), longest fence %v; owner table %d\n",
+			r.From, r.To, r.Duration.Round(time.Millisecond), r.SlotsDone, r.SlotsTotal, r.MovedRows, r.MaxFenced.Round(time.Microsecond), st.TableVersion)
+	}
+	return 0
+}
+
+// parseNodes reads ID=HOST:PORT,... (empty: none).
+func parseNodes(s string) ([]ps.Node, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []ps.Node
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not ID=HOST:PORT", part)
+		}
+		out = append(out, ps.Node{ID: id, Addr: addr})
+	}
+	return out, nil
+}
