@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,7 @@ const (
 	methodSetPlan        uint16 = 0x4523
 	methodAddServers     uint16 = 0x4524
 	methodRemoveServers  uint16 = 0x4525
+	methodRebalance      uint16 = 0x4526
 )
 
 // Error codes of the control protocol.
@@ -377,6 +379,21 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			}
 			return remoteErr(c.RemoveServers(ctx, ids...))
 		},
+		methodRebalance: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			d := dec{b: req}
+			over, window, maxMoves := math.Float64frombits(d.u64()), time.Duration(d.u64()), d.u64()
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			if window <= 0 || window > time.Hour || maxMoves > 1<<20 || !(over > 1) || math.IsInf(over, 0) {
+				return remoteErr(fmt.Errorf("%w: rebalance over %v in %v, at most %d moves", ErrInvalidConfig, over, window, maxMoves))
+			}
+			moves, err := c.Rebalance(ctx, over, window, int(maxMoves))
+			if err == nil {
+				resp.Write(enc(nil).u64(uint64(len(moves))))
+			}
+			return remoteErr(err)
+		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			var p Plan
 			if err := json.Unmarshal(req, &p); err != nil {
@@ -688,6 +705,14 @@ func (c *RemoteControl) RemoveServers(ctx context.Context, ids ...string) error 
 		e = e.str(id)
 	}
 	return c.call(ctx, methodRemoveServers, e, nil)
+}
+
+// Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the number of
+// slots it moved.
+func (c *RemoteControl) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) (int, error) {
+	var n uint64
+	err := c.call(ctx, methodRebalance, enc(nil).u64(math.Float64bits(over)).u64(uint64(window)).u64(uint64(maxMoves)), func(d *dec) { n = d.u64() })
+	return int(n), err
 }
 
 // Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not

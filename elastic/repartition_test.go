@@ -290,6 +290,10 @@ func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	assert.Equal(t, -1, table.IndexOf("ps-0"), "ps-0 is out of the table")
 	j.kill(0) // the scheduler stops the drained server
 	assert.ErrorIs(t, ctl.RemoveServers(ctx, "ps-0"), elastic.ErrInvalidConfig, "no such server any more")
+	_, err = ctl.Rebalance(ctx, 1, time.Millisecond, 0)
+	assert.ErrorIs(t, err, elastic.ErrInvalidConfig, "a threshold of 1 moves forever")
+	_, err = ctl.Rebalance(ctx, 1.5, 20*time.Millisecond, 4)
+	assert.NoError(t, err, "a rebalance over the control port")
 
 	wg.Wait()
 	_, err = j.coord.Checkpoint(ctx)

@@ -16,8 +16,9 @@ import (
 )
 
 // runScale is the scale sub-command: it tells the coordinator of a running multi-process job of
-// parameter servers a scheduler started (-add) or is about to stop (-remove); the coordinator
-// moves the slots while the job trains, and the command returns once they moved.
+// parameter servers a scheduler started (-add) or is about to stop (-remove), or asks it to take
+// load off hot servers (-rebalance); the coordinator moves the slots while the job trains, and
+// the command returns once they moved.
 func runScale(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlrm scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,6 +26,8 @@ func runScale(args []string, stdout, stderr io.Writer) int {
 	secretFile := fs.String("secret-file", "", "the file holding the cluster secret")
 	add := fs.String("add", "", "servers started with -role ps to give slots to, ID=HOST:PORT,...")
 	remove := fs.String("remove", "", "servers to take every slot off, ID,...; stop them once this returns")
+	rebalance := fs.Float64("rebalance", 0, "move the hottest slots off servers whose share of the load is above this many times the average (say 1.25), measured over -window")
+	window := fs.Duration("window", 5*time.Second, "-rebalance: how long to measure the servers' load")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: dlrm scale -dispatcher HOST:PORT -secret-file FILE [-add ID=HOST:PORT,...] [-remove ID,...]\n\nMoves slots onto new parameter servers, or off servers about to stop, while the job trains.\n\n")
@@ -37,11 +40,17 @@ func runScale(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	nodes, err := parseNodes(*add)
-	if err != nil || *addr == "" || *secretFile == "" || fs.NArg() > 0 || (*add == "") == (*remove == "") {
+	actions := 0
+	for _, set := range []bool{*add != "", *remove != "", *rebalance != 0} {
+		if set {
+			actions++
+		}
+	}
+	if err != nil || *addr == "" || *secretFile == "" || fs.NArg() > 0 || actions != 1 {
 		if err != nil {
 			fmt.Fprintf(stderr, "dlrm scale: -add: %v\n", err)
 		} else {
-			fmt.Fprintln(stderr, "dlrm scale: -dispatcher, -secret-file and one of -add or -remove are required, and nothing else")
+			fmt.Fprintln(stderr, "dlrm scale: -dispatcher, -secret-file and one of -add, -remove or -rebalance are required, and nothing else")
 		}
 		return 2
 	}
@@ -58,10 +67,17 @@ func runScale(args []string, stdout, stderr io.Writer) int {
 	defer ctl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if len(nodes) > 0 {
+	switch {
+	case len(nodes) > 0:
 		err = ctl.AddServers(ctx, nodes...)
-	} else {
+	case *remove != "":
 		err = ctl.RemoveServers(ctx, strings.Split(*remove, ",")...)
+	default:
+		var n int
+		if n, err = ctl.Rebalance(ctx, *rebalance, *window, 0); err == nil && n == 0 {
+			fmt.Fprintf(stdout, "no server carries more than %g times the average load: nothing moved\n", *rebalance)
+			return 0
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)

@@ -20,5 +20,5 @@ func TestScaleCommandArguments(t *testing.T) {
 	var out, errOut bytes.Buffer
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1"}, &out, &errOut), "no secret, nothing to do")
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1", "-secret-file", "f", "-add", "ps-2=h:2", "-remove", "ps-0"}, &out, &errOut), "both at once")
-	assert.Contains(t, errOut.String(), "one of -add or -remove")
+	assert.Contains(t, errOut.String(), "one of -add, -remove or -rebalance")
 }
