@@ -274,7 +274,12 @@ func (l *LocalServer) Table(context.Context) (*ps.OwnerTable, error) {
 // Admit implements ParameterServer: calls on a LocalServer always reach its own incarnation.
 func (l *LocalServer) Admit(uint64) {}
 
-// Restore implements ParameterServer.
+// Restore implements ParameterServer. The rows come from shared memory only where this
+// server's region (ShmDir, on its host) holds the very segments the commit names for each node:
+// their ids are random to the process that sealed them, so a region matches only on the host
+// of the process that took the commit. A replacement on another host, even one with a region
+// of the same job, node and step left by an earlier process, reads storage; it needs no host id
+// for that (the gossiped Member.Host is for placing a replacement where the region is).
 func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
 	if t == nil {
 		return fmt.Errorf("%w: nil owner table", ErrInvalidConfig)
