@@ -32,6 +32,9 @@ func status(p train.Progress) string {
 	if p.Checkpoints > 0 {
 		fmt.Fprintf(&b, " (blocked %v)", p.LastBlocked.Round(10*time.Microsecond))
 	}
+	if m := p.Moving; m != nil {
+		fmt.Fprintf(&b, "  servers %d -> %d: %d/%d slots moved", m.From, m.To, m.SlotsDone, m.SlotsTotal)
+	}
 	return b.String()
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,4 +23,10 @@ func TestScaleCommandArguments(t *testing.T) {
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1"}, &out, &errOut), "no secret, nothing to do")
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1", "-secret-file", "f", "-add", "ps-2=h:2", "-remove", "ps-0"}, &out, &errOut), "both at once")
 	assert.Contains(t, errOut.String(), "one of -add, -remove or -rebalance")
+}
+
+func TestProgressLineShowsAMove(t *testing.T) {
+	line := status(train.Progress{Epochs: 1, Moving: &elastic.RepartitionStatus{Running: true, From: 2, To: 3, SlotsDone: 10, SlotsTotal: 1370}})
+	assert.Contains(t, line, "servers 2 -> 3: 10/1370 slots moved")
+	assert.NotContains(t, status(train.Progress{Epochs: 1}), "servers")
 }

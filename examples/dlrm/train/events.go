@@ -68,6 +68,8 @@ type Progress struct {
 	// blocking time of the newest snapshot.
 	Checkpoints, Committed int
 	LastBlocked            time.Duration
+	// Moving is the change of the server count under way, if any.
+	Moving *elastic.RepartitionStatus
 }
 
 // TableRows is the size of one table summed over the servers.

@@ -329,6 +329,9 @@ func (r *run) progress(tick bool) Progress {
 	}
 	r.mu.Unlock()
 	if r.job != nil {
+		if rp := r.job.Coordinator().Repartition(); rp != nil && rp.Running {
+			p.Moving = rp
+		}
 		pr := r.job.Coordinator().Dispatcher().Progress()
 		p.Epoch = pr.Epoch
 		var done, total int64
