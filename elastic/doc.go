@@ -124,14 +124,16 @@
 // binary once per role and node id. Coordinator.SetParallelism hands it a new plan (workers
 // join while the others train; those beyond the plan leave, their shards going back at their
 // reported offsets). A new number of servers is reached while training goes on (live
-// repartition): a ServerScaler (LocalScaler; not ProcessScaler yet) starts the new servers, the
-// coordinator moves onto them, or off the highest-numbered ones, only the slots whose owner
-// changes (ps.Migrator: each group of slots is copied while its owner serves it, then handed
+// repartition): a ServerScaler (LocalScaler, or ProcessScaler given ProcessConfig.Server)
+// starts the new servers, the coordinator moves onto them, or off the highest-numbered ones,
+// only the slots whose owner changes (ps.Migrator: each group of slots is copied while its owner serves it, then handed
 // over under a fence of milliseconds and a new owner table), and the drained servers are
 // stopped. Every owner table change (a group handed over, a recovery) and every snapshot hold
 // one lock, so a commit never mixes tables and no snapshot keeps slots fenced; a recovery moves
 // only the failed servers' slots; a move that failed part of the way is finished by the next
-// plan. Coordinator.Rebalance moves the hottest slots off a server whose share of the load
+// plan. A scheduler that starts and stops servers itself tells the coordinator
+// (Coordinator.AddServers and RemoveServers; RemoteControl's from another process).
+// Coordinator.Rebalance moves the hottest slots off a server whose share of the load
 // (measured from the servers' per-slot counters) is too high, the same way.
 // Coordinator.Status tells the phase, the plan, the owner table version, every server and
 // worker with its incarnation or epoch and last contact, the data progress, the commits and

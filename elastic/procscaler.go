@@ -93,6 +93,11 @@ type ProcessConfig struct {
 	// OnEvent, if set, is called when a process starts and when it exits: one node id's events
 	// come in order. It must not block for long.
 	OnEvent func(ProcessEvent)
+	// Server, if set, returns how the coordinator reaches the parameter server process of a
+	// node id (say NewRemoteServer at the address Args gives it), which makes the scaler start
+	// and stop servers for a change of the server count (ServerScaler). Nil: the server count
+	// stays as the first plan made it (StartServers fails with errors.ErrUnsupported).
+	Server func(id string) (ParameterServer, error)
 	// Logger receives the scaler's events (starts, abnormal exits, restarts). Nil discards.
 	Logger *slog.Logger
 }
@@ -182,7 +187,49 @@ type ProcessScaler struct {
 	closed bool
 }
 
-var _ Scaler = (*ProcessScaler)(nil)
+var _ ServerScaler = (*ProcessScaler)(nil)
+
+// StartServers implements ServerScaler: it starts server processes ps-k .. ps-(k+n-1) after the
+// plan's k and returns them as ProcessConfig.Server gives them, once each answers (its process
+// may take a moment to listen; ctx bounds the wait).
+func (s *ProcessScaler) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+	if s.cfg.Server == nil {
+		return nil, fmt.Errorf("elastic: the process scaler cannot reach the servers it starts (ProcessConfig.Server): %w", errors.ErrUnsupported)
+	}
+	plan := s.Plan()
+	k := plan.Servers
+	plan.Servers += n
+	if err := s.Scale(ctx, plan); err != nil {
+		return nil, err
+	}
+	var out []ParameterServer
+	for i := k; i < plan.Servers; i++ {
+		srv, err := s.cfg.Server(ServerID(i))
+		if err != nil {
+			return out, fmt.Errorf("elastic: server %s: %w", ServerID(i), err)
+		}
+		out = append(out, srv)
+	}
+	return out, nil
+}
+
+// StopServers implements ServerScaler: it stops the server processes of ids, which must be the
+// plan's highest-numbered, and waits for them to exit.
+func (s *ProcessScaler) StopServers(ctx context.Context, ids []string) error {
+	plan := s.Plan()
+	k := plan.Servers - len(ids)
+	for _, id := range ids {
+		ok := false
+		for j := max(k, 0); j < plan.Servers; j++ {
+			ok = ok || ServerID(j) == id
+		}
+		if !ok {
+			return fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d", ErrInvalidConfig, id, len(ids))
+		}
+	}
+	plan.Servers = k
+	return s.Scale(ctx, plan)
+}
 
 // proc is one node id's life, from its first start to its end; restarts keep the proc.
 type proc struct {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -522,4 +523,33 @@ func TestProcessScalerGivesThePlansSizes(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"GOMAXPROCS=2 GOMEMLIMIT=1073741824"}, lines)
 	assert.ErrorIs(t, s.Scale(ctx, elastic.Plan{Workers: 1, Worker: elastic.Resources{Memory: -1}}), elastic.ErrInvalidConfig)
+}
+
+// A process scaler that can reach its servers (ProcessConfig.Server) starts and stops server
+// processes for a change of the server count, the highest-numbered first.
+func TestProcessScalerStartsAndStopsServers(t *testing.T) {
+	reach := func(id string) (elastic.ParameterServer, error) {
+		return elastic.NewRemoteServer(ps.Node{ID: id, Addr: "127.0.0.1:1"}, elastic.RemoteConfig{Secret: []byte("a secret of the process tests...")})
+	}
+	h := newProcHarness(t, elastic.ProcessConfig{Server: reach}, func(elastic.Launch) string { return "serve" })
+	ctx := waitCtx(t)
+	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
+	added, err := h.s.StartServers(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, added, 2)
+	assert.Equal(t, "ps-1", added[0].Node().ID)
+	assert.Equal(t, "ps-2", added[1].Node().ID)
+	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 1}, h.s.Plan())
+	assert.Equal(t, []string{"ps-0", "ps-1", "ps-2", "worker-0"}, ids(h.s.Processes()))
+	for _, id := range []string{"ps-1", "ps-2"} {
+		h.waitReady(id, 0) // so that it exits 0 at SIGTERM
+	}
+	assert.ErrorIs(t, h.s.StopServers(ctx, []string{"ps-0"}), elastic.ErrInvalidConfig, "not the highest-numbered")
+	require.NoError(t, h.s.StopServers(ctx, []string{"ps-2"}))
+	assert.Equal(t, []string{"ps-0", "ps-1", "worker-0"}, ids(h.s.Processes()))
+	assert.Equal(t, 2, h.s.Plan().Servers)
+
+	plain := newProcHarness(t, elastic.ProcessConfig{}, func(elastic.Launch) string { return "serve" })
+	_, err = plain.s.StartServers(ctx, 1)
+	assert.ErrorIs(t, err, errors.ErrUnsupported, "a scaler that cannot reach its servers does not start them")
 }
