@@ -133,6 +133,10 @@ type frameWriter struct {
 	active  uint64 // token of the interruptible flush in progress, 0 if none
 	tokens  uint64
 	dirtyDL bool // the write deadline was set to the past: clear it before writing
+	// dirtyTok is the flush whose cancellation set it: that flush's own writes must keep it.
+	dirtyTok uint64
+	// beforeWrite, if set (tests), runs at the start of every write.
+	beforeWrite func()
 
 	// watchdog
 	writing  atomic.Uint64 // sequence number of the write in progress, 0 if none
@@ -311,7 +315,7 @@ func (w *frameWriter) flush(ctx context.Context) error {
 			w.imu.Lock()
 			defer w.imu.Unlock()
 			if w.active == tok {
-				w.dirtyDL = true
+				w.dirtyDL, w.dirtyTok = true, tok
 				_ = w.nc.SetWriteDeadline(time.Unix(1, 0))
 			}
 		})
@@ -360,8 +364,13 @@ func (w *frameWriter) writeOut() error {
 	if w.prot != nil {
 		w.out.seal(w.prot, w.pool)
 	}
+	if w.beforeWrite != nil {
+		w.beforeWrite()
+	}
 	w.imu.Lock()
-	if w.dirtyDL {
+	// A deadline an earlier flush's cancellation left is cleared; one this flush's own
+	// cancellation set (it may fire before the first write) stays, or the write would block.
+	if w.dirtyDL && (w.active == 0 || w.dirtyTok != w.active) {
 		w.dirtyDL = false
 		_ = w.nc.SetWriteDeadline(time.Time{})
 	}

@@ -223,3 +223,30 @@ func TestFrameWriterContextInterrupts(t *testing.T) {
 	_ = a2.Close()
 	assert.True(t, errors.Is(<-stuck, net.ErrClosed))
 }
+
+// A flush whose context ends before its first write (between registering its interruption and
+// writing) is still interrupted: the deadline its cancellation set is not cleared as if an
+// earlier flush had left it, so the write does not block on a peer that reads nothing.
+func TestFrameWriterContextEndsBeforeTheWrite(t *testing.T) {
+	a, _ := memPair(t, 1024)
+	w := newFrameWriter(a, 0, nil, nil, func(error) { _ = a.Close() })
+	defer w.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	w.beforeWrite = func() {
+		cancel()
+		waitFor(t, func() bool {
+			w.imu.Lock()
+			defer w.imu.Unlock()
+			return w.dirtyDL
+		}, "the cancellation to set the deadline")
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.send(ctx, wire.Header{Kind: wire.KindResponse, ID: 1}, make([]byte, 64<<10), nil, 0) }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		_ = a.Close()
+		t.Fatal("the write blocked after its context ended")
+	}
+}
