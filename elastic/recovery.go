@@ -57,21 +57,10 @@ type RecoveryEvent struct {
 	Duration    time.Duration
 	// Partial only: the dataset positions trained since the commit and before the restored
 	// slots were published, whose updates to those slots are lost (they count as trained);
-	// LostRecords counts them and TrainedRecords is every position trained so far. The
-	// positions of batches the commit already holds applied to the restored slots are not
-	// among them but in Held: a batch applied before the commit and reported after it (after
-	// a coordinator's takeover, or by a worker that died between its pushes and its report).
+	// LostRecords counts them and TrainedRecords is every position trained so far.
 	Lost           []Span
 	LostRecords    int64
 	TrainedRecords int64
-	// Held are the positions trained since the commit (as Lost) whose batch the commit holds
-	// applied to some of the restored slots, one HeldSpan per batch and table: their updates
-	// of those slots are in the restored rows. Every push of a batch to a server holds all of
-	// the batch's rows there, so a batch held on a server's slots lost nothing on them; only a
-	// step function that pushed a part of a table's ids in one try and the rest in a later
-	// try (after the commit) lost its updates of the other restored slots, which no server
-	// can tell apart: a caller that knows the batch's ids can, with Slots.
-	Held []HeldSpan
 	// Err is set when the attempt failed (it is tried again).
 	Err error
 }
@@ -88,14 +77,6 @@ func (e RecoveryEvent) LostShare() float64 {
 type Span struct {
 	Epoch    int
 	From, To int64
-}
-
-// HeldSpan is positions of one batch that a restored commit holds applied to Slots (restored
-// slots, ascending) of Table.
-type HeldSpan struct {
-	Span
-	Table string
-	Slots []int
 }
 
 // serverEntry is what the coordinator knows of a parameter server's health.
@@ -527,66 +508,15 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	if err != nil {
 		return err
 	}
-	held, err := c.heldBatches(ctx, step, old, ev.Failed)
-	if err != nil {
-		return err
-	}
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
-	// hold those slots start taking updates, but the batches the commit holds on them.
+	// hold those slots start taking updates.
 	c.svc.mu.Lock()
-	ev.Lost, ev.LostRecords, ev.Held = c.ledger.sinceHeld(led, held)
+	ev.Lost, ev.LostRecords = c.ledger.since(led)
 	ev.TrainedRecords = c.ledger.trained()
 	err = c.install(ctx, servers, table)
 	c.svc.mu.Unlock()
 	return err
-}
-
-// heldBatches returns the batches the commit of step holds applied to the slots failed held
-// in old (what Partial restores): the applied states the servers saved with their rows. A
-// batch applied before the commit and reported after it is among them; its updates of those
-// slots are not lost.
-func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.OwnerTable, failed map[string]string) ([]heldBatch, error) {
-	if step == 0 || c.committer == nil {
-		return nil, nil
-	}
-	restored := make([]bool, old.Slots)
-	for id := range failed {
-		for _, s := range old.SlotsOf(id).Members() {
-			restored[s] = true
-		}
-	}
-	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == blobApplied })
-	if err != nil {
-		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
-	}
-	type key struct {
-		table string
-		pos   ps.Position
-	}
-	slots := map[key][]int{} // a batch's slots may be on several servers' checkpoints
-	for _, b := range blobs {
-		state, err := ps.DecodeApplied(b.Data)
-		if err != nil {
-			return nil, fmt.Errorf("elastic: commit %d: applied batches of %s: %w", step, b.Node, err)
-		}
-		for table, entries := range state {
-			for pos, applied := range entries {
-				for _, s := range applied {
-					if int(s) < len(restored) && restored[s] {
-						k := key{table, pos}
-						slots[k] = append(slots[k], int(s))
-					}
-				}
-			}
-		}
-	}
-	held := make([]heldBatch, 0, len(slots))
-	for k, ss := range slots {
-		slices.Sort(ss)
-		held = append(held, heldBatch{table: k.table, pos: k.pos, slots: slices.Compact(ss)})
-	}
-	return held, nil
 }
 
 // restoreEach runs Restore on servers in parallel.
