@@ -127,7 +127,7 @@
 // repartition): a ServerScaler (LocalScaler, or ProcessScaler given ProcessConfig.Server)
 // starts the new servers, the coordinator moves onto them, or off the highest-numbered ones,
 // only the slots whose owner changes (ps.Migrator: each group of slots is copied while its owner serves it, then handed
-// over under a fence of milliseconds and a new owner table), and the drained servers are
+// over under a short fence and a new owner table; bench repartition reports how short), and the drained servers are
 // stopped. Every owner table change (a group handed over, a recovery) and every snapshot hold
 // one lock, so a commit never mixes tables and no snapshot keeps slots fenced; a recovery moves
 // only the failed servers' slots; a move that failed part of the way is finished by the next

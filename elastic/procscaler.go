@@ -217,13 +217,13 @@ func (s *ProcessScaler) StartServers(ctx context.Context, n int) ([]ParameterSer
 // plan's highest-numbered, and waits for them to exit.
 func (s *ProcessScaler) StopServers(ctx context.Context, ids []string) error {
 	plan := s.Plan()
-	k := plan.Servers - len(ids)
+	k := max(plan.Servers-len(ids), 0)
+	var highest []string
+	for j := k; j < plan.Servers; j++ {
+		highest = append(highest, ServerID(j))
+	}
 	for _, id := range ids {
-		ok := false
-		for j := max(k, 0); j < plan.Servers; j++ {
-			ok = ok || ServerID(j) == id
-		}
-		if !ok {
+		if !slices.Contains(highest, id) {
 			return fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d", ErrInvalidConfig, id, len(ids))
 		}
 	}

@@ -758,8 +758,9 @@ type receiver struct {
 }
 
 type receivedTable struct {
-	name string
-	t    *embedding.Table
+	name  string
+	t     *embedding.Table
+	dense bool // moves whole with its name's slot
 }
 
 func (r *receiver) call(ctx context.Context, op byte, body []byte) ([]byte, error) {
@@ -887,7 +888,7 @@ func (r *receiver) tables(resp []byte) error {
 		if h == nil || h.dense != (dense[0] == 1) || string(h.t.Schema()) != string(schema) {
 			return fmt.Errorf("table %q differs between %s and %s", name, r.spec.From.ID, r.s.cfg.ID)
 		}
-		r.tabs = append(r.tabs, receivedTable{name: name, t: h.t})
+		r.tabs = append(r.tabs, receivedTable{name: name, t: h.t, dense: h.dense})
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return fmt.Errorf("%w: migration table list", ErrCorrupt)
@@ -926,7 +927,7 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 			}
 			data := resp[8:]
 			keep := r.set.Contains
-			if r.s.isDense(tb.name) {
+			if tb.dense {
 				keep = nil
 			}
 			err = r.load(tb.t, data, keep)
@@ -984,11 +985,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func (s *Server) isDense(name string) bool {
-	s.own.RLock()
-	defer s.own.RUnlock()
-	h := s.own.tables[name]
-	return h != nil && h.dense
 }

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/ps"
 )
 
@@ -54,12 +51,7 @@ func runScale(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	secret, err := os.ReadFile(*secretFile)
-	if err != nil {
-		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)
-		return 1
-	}
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: *addr, Secret: bytes.TrimSpace(secret)})
+	ctl, err := dialControl(*addr, *secretFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "dlrm scale: %v\n", err)
 		return 1

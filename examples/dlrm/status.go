@@ -57,11 +57,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 }
 
 func fetchStatus(addr, secretFile string, timeout time.Duration) (elastic.Status, error) {
-	secret, err := os.ReadFile(secretFile)
-	if err != nil {
-		return elastic.Status{}, err
-	}
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: addr, Secret: bytes.TrimSpace(secret)})
+	ctl, err := dialControl(addr, secretFile)
 	if err != nil {
 		return elastic.Status{}, err
 	}
@@ -69,4 +65,13 @@ func fetchStatus(addr, secretFile string, timeout time.Duration) (elastic.Status
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return ctl.Status(ctx)
+}
+
+// dialControl reaches the coordinator at addr with the secret in secretFile.
+func dialControl(addr, secretFile string) (*elastic.RemoteControl, error) {
+	secret, err := os.ReadFile(secretFile)
+	if err != nil {
+		return nil, err
+	}
+	return elastic.NewRemoteControl(elastic.RemoteConfig{Addr: addr, Secret: bytes.TrimSpace(secret)})
 }
