@@ -3,7 +3,17 @@
 //	go run ./examples/bench [flags] SUITE [SUITE...]
 //
 // Each suite measures the library against a baseline or a physical limit in the same run, prints a
-// table and writes bench-SUITE.json of the form {"suite":NAME,"metrics":{NAME: number, ...}}.
+// table and writes bench-SUITE.json of the form
+//
+//	{"suite": NAME,
+//	 "metrics": {NAME: number, ...},
+//	 "ratios": {NAME: {"baseline": WHAT, "baseline_metric": NAME, "median": x, "min": x, "max": x, "pairs": n}, ...},
+//	 "tables": {NAME: {"about": TEXT, "columns": [...], "rows": [[...], ...]}, ...},
+//	 "notes": {NAME: TEXT, ...}}
+//
+// Every ratio (a metric named A_vs_B or A_over_B) names its baseline. A ratio measured in interleaved
+// rounds (subject and baseline alternately) gives its median in metrics and its range over the
+// pairs in ratios.
 package main
 
 import (
@@ -112,10 +122,23 @@ func sortedNames(s map[string]suite) []string {
 
 // report collects a suite's metrics in the order they were measured.
 type report struct {
-	suite string
-	names []string
-	vals  map[string]float64
-	notes map[string]string
+	suite  string
+	names  []string
+	vals   map[string]float64
+	notes  map[string]string
+	ratios map[string]ratioRecord
+	tables map[string]sweepTable
+	tnames []string
+}
+
+// ratioRecord is the JSON record of one ratio.
+type ratioRecord struct {
+	Baseline       string  `json:"baseline"`
+	BaselineMetric string  `json:"baseline_metric,omitempty"`
+	Median         float64 `json:"median"`
+	Min            float64 `json:"min,omitempty"`
+	Max            float64 `json:"max,omitempty"`
+	Pairs          int     `json:"pairs,omitempty"`
 }
 
 // add records metric name = v with a short human note (unit, target, baseline).
@@ -131,6 +154,27 @@ func (r *report) add(name string, v float64, note string) {
 	r.notes[name] = note
 }
 
+// addRatio records the ratio name measured in interleaved rounds against baseline (what the baseline
+// does) whose figure is the metric baselineMetric ("" if none).
+func (r *report) addRatio(name string, s spread, baseline, baselineMetric, note string) {
+	r.add(name, s.med, fmt.Sprintf("%s [%.3g-%.3g over %d pairs; baseline: %s]", note, s.lo, s.hi, s.pairs, baseline))
+	if r.ratios == nil {
+		r.ratios = map[string]ratioRecord{}
+	}
+	r.ratios[name] = ratioRecord{Baseline: baseline, BaselineMetric: baselineMetric, Median: s.med, Min: s.lo, Max: s.hi, Pairs: s.pairs}
+}
+
+// addTable records a small table of figures (a size sweep).
+func (r *report) addTable(name string, t sweepTable) {
+	if r.tables == nil {
+		r.tables = map[string]sweepTable{}
+	}
+	if _, dup := r.tables[name]; !dup {
+		r.tnames = append(r.tnames, name)
+	}
+	r.tables[name] = t
+}
+
 // get returns a metric recorded earlier.
 func (r *report) get(name string) float64 { return r.vals[name] }
 
@@ -141,6 +185,20 @@ func (r *report) print(w *os.File) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", n, formatValue(r.vals[n]), r.notes[n])
 	}
 	tw.Flush()
+	for _, n := range r.tnames {
+		t := r.tables[n]
+		fmt.Fprintf(w, "  %s: %s\n", n, t.About)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "    \t%s\t\n", strings.Join(t.Columns, "\t"))
+		for _, row := range t.Rows {
+			fmt.Fprint(tw, "    ")
+			for _, v := range row {
+				fmt.Fprintf(tw, "\t%s", formatValue(v))
+			}
+			fmt.Fprint(tw, "\t\n")
+		}
+		tw.Flush()
+	}
 }
 
 func formatValue(v float64) string {
@@ -158,10 +216,22 @@ func (r *report) write(path string) error {
 	if len(r.names) == 0 {
 		return errors.New("no metrics recorded")
 	}
+	// A ratio recorded with add names its baseline in its note.
+	ratios := map[string]ratioRecord{}
+	for _, n := range r.names {
+		if rec, ok := r.ratios[n]; ok {
+			ratios[n] = rec
+		} else if strings.Contains(n, "_vs_") || strings.Contains(n, "_over_") {
+			ratios[n] = ratioRecord{Baseline: r.notes[n], Median: r.vals[n]}
+		}
+	}
 	b, err := json.MarshalIndent(struct {
-		Suite   string             `json:"suite"`
-		Metrics map[string]float64 `json:"metrics"`
-	}{r.suite, r.vals}, "", "  ")
+		Suite   string                 `json:"suite"`
+		Metrics map[string]float64     `json:"metrics"`
+		Ratios  map[string]ratioRecord `json:"ratios,omitempty"`
+		Tables  map[string]sweepTable  `json:"tables,omitempty"`
+		Notes   map[string]string      `json:"notes"`
+	}{r.suite, r.vals, ratios, r.tables, r.notes}, "", "  ")
 	if err != nil {
 		return err
 	}
