@@ -34,7 +34,7 @@ const synthTestFrom = 1 << 40
 // features as fields of one feature weighted by the value, then one field per categorical
 // field) and plain libSVM (every feature an index; the field map puts each dense feature and
 // each categorical field's index range in its own field).
-func writeFormats(t *testing.T, g *model.Synth, dir, name string, from, n uint64) (criteo, libfm, libsvm string) {
+func writeFormats(t testing.TB, g *model.Synth, dir, name string, from, n uint64) (criteo, libfm, libsvm string) {
 	t.Helper()
 	sc := g.Config()
 	nd, nf := sc.DenseFeatures, len(sc.Vocab)
