@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
@@ -19,17 +20,96 @@ import (
 )
 
 // runCheckpoint measures flash checkpoints of one parameter server holding a dim-64 Adagrad table of
-// more than 2 GiB: the blocking copy into pre-faulted shared memory against a plain memcpy of the same
-// bytes, a 10% incremental snapshot against a full one, the background persist to a directory on
-// disk against a plain sequential write + fsync of the same bytes to the same directory, and a
-// restore from shared memory against the memcpy. Baselines and subjects alternate in rounds so that
-// machine noise hits both alike; figures are medians over the rounds.
+// more than 2 GiB: the blocking copy into pre-faulted shared memory against a memcpy of the same
+// bytes on as many cores as the snapshot copies with, a 10% incremental snapshot against a full one,
+// the background persist to a directory on disk against a write + fsync of the same bytes to the
+// same directory in as many parallel streams as the persister writes, and a restore from shared
+// memory against the same memcpy. Each subject alternates with its baseline in rounds so that
+// machine noise hits both alike; ratios are medians of the per-round ratios, with their range.
+// Without -quick, snapshot and restore times are also swept over table sizes.
 func runCheckpoint(ctx context.Context, opt options, r *report) error {
 	const dim, batch = 64, 4096
 	rows, rounds := 4_200_000, 5
 	if opt.quick {
-		rows, rounds = 200_000, 2
+		rows, rounds = 200_000, 3
 	}
+	if err := ckMain(ctx, opt, r, dim, batch, rows, rounds); err != nil {
+		return err
+	}
+	sizes := []int{rows / 16, rows / 4}
+	if opt.quick {
+		sizes = []int{rows / 4}
+	}
+	return ckSizeSweep(ctx, opt, r, dim, sizes, rows)
+}
+
+// ckCopyWorkers is the number of goroutines a snapshot copies a table with (the table copies its
+// shards on up to GOMAXPROCS goroutines) and a restore loads with (Config.Workers, default
+// GOMAXPROCS): the memcpy baseline copies on as many.
+func ckCopyWorkers() int { return runtime.GOMAXPROCS(0) }
+
+// ckPersistStreams is the number of chunk writes a persist keeps in flight (Config.Workers + 2):
+// the disk baseline writes in as many parallel streams.
+func ckPersistStreams() int { return runtime.GOMAXPROCS(0) + 2 }
+
+// parallelCopy copies src into dst (same length) in workers contiguous parts at once.
+func parallelCopy(dst, src []byte, workers int) {
+	part := (len(src)/workers + 4095) &^ 4095
+	var wg sync.WaitGroup
+	for off := 0; off < len(src); off += part {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}(off, min(off+part, len(src)))
+	}
+	wg.Wait()
+}
+
+// parallelWrite writes src to dir as streams files written at once, each in 4 MiB writes and
+// fsynced, then fsyncs the directory: the best a plain program does with that many streams. The
+// files are removed afterwards.
+func parallelWrite(dir string, src []byte, streams int) error {
+	part := (len(src)/streams + 4095) &^ 4095
+	var wg sync.WaitGroup
+	errs := make([]error, streams)
+	for i := range streams {
+		lo, hi := min(i*part, len(src)), min((i+1)*part, len(src))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("plain-%d", i)))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for off := lo; off < hi && err == nil; off += 4 << 20 {
+				_, err = f.Write(src[off:min(off+4<<20, hi)])
+			}
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if d, err := os.Open(dir); err == nil {
+		if err := d.Sync(); err != nil {
+			errs = append(errs, err)
+		}
+		d.Close()
+	}
+	for i := range streams {
+		os.Remove(filepath.Join(dir, fmt.Sprintf("plain-%d", i)))
+	}
+	return errors.Join(errs...)
+}
+
+// ckMain is the suite at its main size: rows rows, rounds recorded rounds.
+func ckMain(ctx context.Context, opt options, r *report, dim, batch, rows, rounds int) error {
 	shmRoot := "/dev/shm"
 	if st, err := os.Stat(shmRoot); err != nil || !st.IsDir() {
 		shmRoot = os.TempDir()
@@ -111,31 +191,16 @@ func runCheckpoint(ctx context.Context, opt options, r *report) error {
 	for i := 0; i < len(dst); i += os.Getpagesize() {
 		dst[i] = 1
 	}
+	workers, streams := ckCopyWorkers(), ckPersistStreams()
 	memcpy := func() time.Duration {
 		t0 := time.Now()
-		copy(dst, src)
+		parallelCopy(dst, src, workers)
 		return time.Since(t0)
 	}
 	plainWrite := func() (time.Duration, error) {
 		t0 := time.Now()
-		name := filepath.Join(diskDir, "plain")
-		f, err := os.Create(name)
-		if err != nil {
-			return 0, err
-		}
-		for off := 0; off < len(src); off += 4 << 20 {
-			if _, err := f.Write(src[off:min(off+4<<20, len(src))]); err != nil {
-				f.Close()
-				return 0, err
-			}
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		d := time.Since(t0)
-		os.Remove(name)
-		return d, err
+		err := parallelWrite(diskDir, src, streams)
+		return time.Since(t0), err
 	}
 	persistAndCommit := func(step uint64, t0 time.Time) (time.Duration, checkpoint.PersistResult, error) {
 		ref, err := ck.WaitPersisted(ctx, step)
@@ -153,11 +218,12 @@ func runCheckpoint(ctx context.Context, opt options, r *report) error {
 
 	step := uint64(0)
 
-	// Each round: memcpy, the table's own full CopyRaw (no checkpoint code), a full snapshot, its
-	// persist, the plain disk write; then 10% of rows trained, the table's own incremental CopyRaw
-	// and an incremental snapshot. Ratios are medians of the per-round ratios. The first two rounds
-	// are not recorded: they write each generation's pages for the first time and create the table's
-	// change tracker, one-off costs of a new process.
+	// Each round: the memcpy right before a full snapshot, the snapshot's persist, the table's own
+	// full CopyRaw (no checkpoint code), the plain parallel disk write of the same bytes; then 10% of
+	// rows trained, the table's own incremental CopyRaw and an
+	// incremental snapshot. Ratios are medians of the per-round ratios. The first two rounds are not
+	// recorded: they write each generation's pages for the first time and create the table's change
+	// tracker, one-off costs of a new process.
 	var memT, copyFullT, fullT, copyDeltaT, deltaT, persistT, diskT []float64
 	var snapR, incR, persistR []float64
 	var deltaFrac float64
@@ -166,24 +232,28 @@ func runCheckpoint(ctx context.Context, opt options, r *report) error {
 	for round := range warmup + rounds {
 		fmt.Printf("checkpoint: round %d/%d\n", round+1, warmup+rounds)
 		record := round >= warmup
-		mem := ckMillis(memcpy())
+		var mem, full float64
+		snap := func() error {
+			step++
+			info, err := ck.Snapshot(ctx, step, checkpoint.SnapshotFull())
+			full = ckMillis(info.Blocked)
+			return err
+		}
+		mem = ckMillis(memcpy()) // right before the snapshot, whose persist then runs in the background
+		if err := snap(); err != nil {
+			return err
+		}
 		t0 := time.Now()
-		if _, err := tab.CopyRaw(dst, false, false); err != nil {
-			return err
-		}
-		copyFull := ckMillis(time.Since(t0))
-		step++
-		info, err := ck.Snapshot(ctx, step, checkpoint.SnapshotFull())
-		if err != nil {
-			return err
-		}
-		t0 = time.Now()
-		full := ckMillis(info.Blocked)
 		pd, _, err := persistAndCommit(step, t0)
 		if err != nil {
 			return err
 		}
 		lastFull = step
+		t0 = time.Now()
+		if _, err := tab.CopyRaw(dst, false, false); err != nil {
+			return err
+		}
+		copyFull := ckMillis(time.Since(t0))
 		dd, err := plainWrite()
 		if err != nil {
 			return err
@@ -237,17 +307,18 @@ func runCheckpoint(ctx context.Context, opt options, r *report) error {
 	st := ck.Stats()
 	mb := float64(raw) / 1e6
 	r.add("table_gib", float64(raw)/(1<<30), fmt.Sprintf("%d rows x %d B", tab.Len(), tab.RawRowSize()))
-	r.add("memcpy_ms", ckMedian(memT), "baseline: copy of the same bytes between two pre-faulted buffers")
+	memNote := fmt.Sprintf("baseline: copy of the same bytes between two pre-faulted buffers on %d goroutines, as many as the snapshot and the restore copy with; median of every round before a snapshot or a restore", workers)
+	r.add("memcpy_ms", ckMedian(memT), memNote)
 	r.add("copyraw_full_ms", ckMedian(copyFullT), "the table's own CopyRaw of every row into a faulted buffer (no checkpoint code)")
 	r.add("snapshot_block_ms", ckMedian(fullT), "full snapshot: time training waits (copy into pre-faulted shm)")
-	r.add("snapshot_vs_memcpy", ckMedian(snapR), "target <= 1.3 (median of per-round ratios)")
+	r.addRatio("snapshot_vs_memcpy", spreadOf(snapR), "memcpy_ms measured right before each snapshot", "memcpy_ms", "snapshot_block_ms over the memcpy; target <= 1.3")
 	r.add("incremental_fraction", deltaFrac, "bytes of the incremental snapshot / bytes of the full one")
 	r.add("copyraw_delta_ms", ckMedian(copyDeltaT), "the table's own CopyRaw of the changed rows (no checkpoint code)")
 	r.add("incremental10_block_ms", ckMedian(deltaT), "snapshot of the ~10% of rows changed since the previous one")
-	r.add("incremental10_vs_full", ckMedian(incR), "target <= 0.3 (median of per-round ratios)")
+	r.addRatio("incremental10_vs_full", spreadOf(incR), "the full snapshot of the same round", "snapshot_block_ms", "target <= 0.3")
 	r.add("persist_mb_per_s", mb/ckMedian(persistT), "seal + chunk + write + fsync + manifest, raw MB per second, background")
-	r.add("disk_write_mb_per_s", mb/ckMedian(diskT), "baseline: one sequential write + fsync of the same bytes, same directory")
-	r.add("persist_vs_disk", ckMedian(persistR), "target >= 0.7 (median of per-round ratios)")
+	r.add("disk_write_mb_per_s", mb/ckMedian(diskT), fmt.Sprintf("baseline: the same bytes written in %d parallel streams (files) + fsync each, same directory", streams))
+	r.addRatio("persist_vs_disk", spreadOf(persistR), fmt.Sprintf("the same bytes written in %d parallel streams right after the persist, as many as it writes", streams), "disk_write_mb_per_s", "target >= 0.7")
 	r.add("compressed_ratio_s2_persisted", float64(st.PersistedStored)/float64(st.PersistedRaw),
 		"bytes stored / raw over every persist (chunks S2 does not shrink by 1/8 are stored raw)")
 
@@ -344,11 +415,152 @@ func runCheckpoint(ctx context.Context, opt options, r *report) error {
 	}
 	r.add("restore_shm_cold_ms", coldMs, "first restore (full + 10% delta): includes faulting in the new table's memory")
 	r.add("restore_shm_ms", ckMedian(restoreT), "restore of the full checkpoint: verify checksums + LoadRaw into an empty table with reserved room")
-	r.add("memcpy_restore_ms", ckMedian(memT2), "baseline measured alongside the restores")
-	r.add("restore_shm_vs_memcpy", ckMedian(restoreR), "target <= 2.0 (median of per-round ratios)")
+	r.addRatio("restore_shm_vs_memcpy", spreadOf(restoreR), "memcpy_ms measured right before each restore", "memcpy_ms", "restore_shm_ms over the memcpy; target <= 1.3")
 	r.add("loadraw_floor_ms", ckMedian(floorT), "the table's own LoadRaw of the same bytes, no checkpoint code: a floor for any restore")
-	r.add("restore_shm_vs_loadraw", ckMedian(floorR), "what the checkpoint adds on top of the table's load (checksums, plan)")
+	r.addRatio("restore_shm_vs_loadraw", spreadOf(floorR), "loadraw_floor_ms of the same round", "loadraw_floor_ms", "what the checkpoint adds on top of the table's load (checksums, plan)")
+	r.add("memcpy_ms", ckMedian(append(memT, memT2...)), memNote)
 	return nil
+}
+
+// ckSizeSweep reports snapshot blocking time and restore time against table bytes: a fresh table
+// and checkpointer for each number of rows in sizes, and the main size's figures from the report.
+func ckSizeSweep(ctx context.Context, opt options, r *report, dim int, sizes []int, mainRows int) error {
+	t := sweepTable{About: "full snapshot blocking time and restore from shared memory against table size (medians of 3); memcpy: the parallel memcpy of the same bytes",
+		Columns: []string{"rows", "table_mib", "snapshot_block_ms", "restore_shm_ms", "memcpy_ms", "snapshot_ms_per_gib", "restore_ms_per_gib"}}
+	for _, rows := range sizes {
+		fmt.Printf("checkpoint: size sweep, %d rows...\n", rows)
+		p, err := ckSizePoint(ctx, opt, dim, rows)
+		if err != nil {
+			return err
+		}
+		t.Rows = append(t.Rows, p)
+	}
+	gib := r.get("table_gib")
+	t.Rows = append(t.Rows, []float64{float64(mainRows), gib * 1024, r.get("snapshot_block_ms"), r.get("restore_shm_ms"), r.get("memcpy_ms"),
+		r.get("snapshot_block_ms") / gib, r.get("restore_shm_ms") / gib})
+	r.addTable("size_sweep", t)
+	return nil
+}
+
+// ckSizePoint fills a table of rows rows, takes full snapshots into shared memory (persisting and
+// committing each) and restores the last into reserved tables, three times each, and returns a row
+// of the sweep table. The first snapshots of the two generations fault their pages in and are not
+// counted.
+func ckSizePoint(ctx context.Context, opt options, dim, rows int) ([]float64, error) {
+	shmRoot := "/dev/shm"
+	if st, err := os.Stat(shmRoot); err != nil || !st.IsDir() {
+		shmRoot = os.TempDir()
+	}
+	shmDir, err := os.MkdirTemp(shmRoot, "elasticps-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(shmDir)
+	diskDir, err := os.MkdirTemp(opt.dir, "elasticps-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(diskDir)
+	tcfg := embedding.Config{Name: "emb", Dim: dim, Seed: 1, Optimizer: embedding.Optimizer{Kind: embedding.Adagrad}}
+	tab, err := embedding.New(tcfg)
+	if err != nil {
+		return nil, err
+	}
+	const batch = 4096
+	ids := make([]uint64, batch)
+	out := make([]float32, batch*dim)
+	for b := 0; b < rows; b += batch {
+		part := ids[:min(batch, rows-b)]
+		for i := range part {
+			part[i] = ckID(uint64(b + i))
+		}
+		if err := tab.Lookup(part, out[:len(part)*dim]); err != nil {
+			return nil, err
+		}
+	}
+	raw := tab.RawSize(false)
+	store, err := checkpoint.NewFSStorage(filepath.Join(diskDir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	ccfg := checkpoint.Config{Job: "bench", Node: "ps0", Tables: map[string]checkpoint.Table{"emb": tab},
+		Storage: store, ShmDir: shmDir, FullEvery: 1000, Headroom: 0.25}
+	ck, err := checkpoint.New(ccfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { ck.Close() }()
+	committer, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "bench", Storage: store, KeepLast: 2})
+	if err != nil {
+		return nil, err
+	}
+	src := make([]byte, raw)
+	if _, err := tab.CopyRaw(src, false, false); err != nil {
+		return nil, err
+	}
+	dst := make([]byte, raw)
+	parallelCopy(dst, src, ckCopyWorkers())
+	var snapT, restoreT, memT []float64
+	step := uint64(0)
+	for i := range 5 {
+		t0 := time.Now()
+		parallelCopy(dst, src, ckCopyWorkers())
+		mem := ckMillis(time.Since(t0))
+		step++
+		info, err := ck.Snapshot(ctx, step, checkpoint.SnapshotFull())
+		if err != nil {
+			return nil, err
+		}
+		ref, err := ck.WaitPersisted(ctx, step)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := committer.Commit(ctx, step, []checkpoint.ManifestRef{ref}); err != nil {
+			return nil, err
+		}
+		if i >= 2 {
+			snapT, memT = append(snapT, ckMillis(info.Blocked)), append(memT, mem)
+		}
+	}
+	if err := ck.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if err := ck.Close(); err != nil {
+		return nil, err
+	}
+	for range 3 {
+		runtime.GC() // the previous round's table goes
+		t2, err := embedding.New(tcfg)
+		if err != nil {
+			return nil, err
+		}
+		t2.Reserve(rows)
+		ccfg.Tables = map[string]checkpoint.Table{"emb": t2}
+		if ck, err = checkpoint.New(ccfg); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		parallelCopy(dst, src, ckCopyWorkers())
+		memT = append(memT, ckMillis(time.Since(t0)))
+		t0 = time.Now()
+		res, err := ck.Load(ctx, step)
+		if err != nil {
+			return nil, err
+		}
+		restoreT = append(restoreT, ckMillis(time.Since(t0)))
+		if res.Sources["ps0"] != checkpoint.SourceShm {
+			return nil, fmt.Errorf("checkpoint bench: restored from %v, want shm", res.Sources["ps0"])
+		}
+		if t2.Len() != rows {
+			return nil, fmt.Errorf("checkpoint bench: restored %d rows, saved %d", t2.Len(), rows)
+		}
+		if err := ck.Close(); err != nil {
+			return nil, err
+		}
+	}
+	gib := float64(raw) / (1 << 30)
+	sn, rs := ckMedian(snapT), ckMedian(restoreT)
+	return []float64{float64(rows), float64(raw) / (1 << 20), sn, rs, ckMedian(memT), sn / gib, rs / gib}, nil
 }
 
 // ckID spreads row ids over the id space (a splitmix64 step), as hashed feature ids are.
