@@ -95,7 +95,8 @@
 // onto a durable predecessor is written as a full checkpoint.
 //
 // Retention (Committer.Prune, run after each Commit): keep the newest KeepLast commits and every
-// commit whose sequence number is a multiple of KeepEvery, and, once there is one, a fallback: a
+// commit whose sequence number is a multiple of KeepEvery, the one commit a program pinned
+// (Committer.Pin, recorded in JOB/pinned: the best one of a run, say), and, once there is one, a fallback: a
 // commit whose chains share no object with the newest commit's (the newest such, unless a kept
 // commit already is one), so one corrupt byte in the newest chain — in its base, which every
 // later delta needs — never leaves nothing to restore. In effect the previous full checkpoint and

@@ -18,8 +18,8 @@ type PruneResult struct {
 }
 
 // Prune applies retention: it keeps the newest KeepLast commits, every commit whose sequence number
-// is a multiple of KeepEvery and a fallback whose chains share no object with the newest commit's
-// (see the package doc), deletes the other commit records (records first, so a crash midway never
+// is a multiple of KeepEvery, a fallback whose chains share no object with the newest commit's
+// (see the package doc) and the pinned commit (Pin), deletes the other commit records (records first, so a crash midway never
 // leaves a commit whose data is gone), then deletes every object older than the newest commit that no
 // kept commit needs. The newest commit, every manifest a kept delta chains back to (its base and the
 // deltas between), and everything newer than the newest commit (persists in progress) are never
@@ -79,19 +79,34 @@ func (m *Committer) prune(ctx context.Context, all bool) (PruneResult, error) {
 			damaged = append(damaged, b)
 		}
 	}
+	// spare keeps rec too, beyond the policy above.
+	spare := func(rec *commitRecord) {
+		kept = append(kept, rec)
+		slices.SortFunc(kept, func(a, b *commitRecord) int { return cmp.Compare(b.Step, a.Step) })
+		res.Kept = res.Kept[:0]
+		for _, rec := range kept {
+			res.Kept = append(res.Kept, rec.Step)
+		}
+		drop = slices.DeleteFunc(drop, func(s uint64) bool { return s == rec.Step })
+	}
 	// Keep a fallback: a commit whose chains share no object with the newest commit's, so one
 	// corrupt byte in the newest chain (its base, most likely, which every later delta needs)
 	// always leaves a commit to restore. The newest such commit is kept until a kept one is.
 	if fb, err := m.fallback(ctx, valid, kept); err != nil {
 		return res, err
 	} else if fb != nil && !slices.Contains(kept, fb) {
-		kept = append(kept, fb)
-		slices.SortFunc(kept, func(a, b *commitRecord) int { return cmp.Compare(b.Step, a.Step) })
-		res.Kept = res.Kept[:0]
-		for _, rec := range kept {
-			res.Kept = append(res.Kept, rec.Step)
+		spare(fb)
+	}
+	// The pinned commit (Pin) stays besides: after the fallback, so that it never stands in
+	// for one. An unreadable pin stops retention before anything is deleted.
+	pinned, havePin, err := m.Pinned(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, rec := range valid {
+		if havePin && rec.Step == pinned && !slices.Contains(kept, rec) {
+			spare(rec)
 		}
-		drop = slices.DeleteFunc(drop, func(s uint64) bool { return s == fb.Step })
 	}
 
 	// Directories still needed: those of kept commits' manifest chains and blobs, and of the chains of
