@@ -1,0 +1,203 @@
+package autoscale
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Config sets a Planner's quota and thresholds. The zero value of every field means its
+// default; DefaultConfig returns the defaults filled in.
+type Config struct {
+	// MinWorkers and MaxWorkers bound the workers of a plan; defaults 1 and 64.
+	MinWorkers, MaxWorkers int
+	// MinServers and MaxServers bound the parameter servers; defaults 1 and 32.
+	MinServers, MaxServers int
+	// MaxCPU bounds the cores of the whole job, workers and servers; default 0, no bound
+	// beyond the counts.
+	MaxCPU float64
+
+	// Worker and Server are the sizes a plan gives each worker and server when the history has
+	// no similar job; defaults 4 cores each (the server's memory is sized from the model).
+	Worker, Server Resources
+	// InitialWorkers and InitialServers are the counts of a first plan without a similar job in
+	// the history (InitialServers is raised when the model does not fit in that many servers'
+	// MaxServerMemory); defaults 4 and 2.
+	InitialWorkers, InitialServers int
+
+	// MemoryPerModelByte is the server memory a byte of model takes (rows, optimizer state,
+	// the shared-memory checkpoint copy, the runtime) when the history has no similar job to
+	// measure it from; default 3.
+	MemoryPerModelByte float64
+	// MemoryHeadroom multiplies the memory the model needs into the request, and the memory
+	// seen in use into the request after an out-of-memory kill; default 1.25.
+	MemoryHeadroom float64
+	// MaxServerMemory is the largest memory a server may get, in bytes; default 64 GiB. A model
+	// that needs more is spread over more servers.
+	MaxServerMemory int64
+	// MemoryGrowth multiplies a server's memory when it was killed for lack of memory or runs
+	// near its limit; default 1.5.
+	MemoryGrowth float64
+	// NearMemory is the fraction of its memory limit in use at which a server counts as near
+	// the limit and is restarted larger before it is killed; default 0.95.
+	NearMemory float64
+
+	// AddEfficiency is the least marginal efficiency worth adding a process for: the
+	// throughput gained per added core, over the job's throughput per core (1 for linear
+	// scaling). Default 0.5. Higher uses fewer cores and finishes later.
+	AddEfficiency float64
+	// RemoveEfficiency is the marginal efficiency below which a process is removed: the
+	// throughput lost per removed core, over the throughput per core. Default 0.2; it must be
+	// below AddEfficiency, the gap keeping plans from flapping.
+	RemoveEfficiency float64
+	// ReplanEvery is how often the planner reconsiders the counts; default 1 minute.
+	ReplanEvery time.Duration
+	// Settle is how many throughput samples must be observed at a shape before it is judged
+	// (the first after a change include its cost); default 3.
+	Settle int
+	// Cooldown is how long after a change the planner proposes no other change of the counts,
+	// so each is measured before the next; default 2 minutes.
+	Cooldown time.Duration
+	// MaxStep is the most processes one re-plan adds or removes; default 4.
+	MaxStep int
+	// Window is how many of the shapes measured most recently the model is fitted to, each
+	// by the mean of its newest 20 measurements; default 50.
+	Window int
+	// Prior is the model the fit is drawn towards where the samples leave it open; Begin sets
+	// it from a similar job in the history. Nil: none, and the planner explores instead (it
+	// adds a worker, then a server, to see how the job scales).
+	Prior *Model
+	// PriorWeight is how many samples the prior counts as; default 2.
+	PriorWeight float64
+
+	// HotCPU is the share of its cores a server must use, over HotFor, to count as hot;
+	// default 0.85.
+	HotCPU float64
+	// HotFor is how long a server must stay hot before a server is added; default 30 s.
+	HotFor time.Duration
+	// StragglerFactor is how many times the workers' median step time a worker's must be to
+	// count as a straggler; default 2.
+	StragglerFactor float64
+	// StragglerFor is how long a worker must straggle before it is replaced; default 1 minute.
+	StragglerFor time.Duration
+	// StragglerMinWorkers is the fewest workers whose median says what a normal step time is;
+	// default 3.
+	StragglerMinWorkers int
+	// PendingFor is how long a process may wait to be scheduled before its request is
+	// made smaller; default 5 minutes.
+	PendingFor time.Duration
+	// ShrinkFactor multiplies a pending request's cores and memory; default 0.75.
+	ShrinkFactor float64
+	// MinProcess is the smallest request a shrink goes down to; default 1 core and 1 GiB.
+	MinProcess Resources
+
+	// HistoryMaxDistance is how far apart two jobs' profiles may be for one's record to plan
+	// the other: the Euclidean distance of the natural logarithms of model bytes, dataset
+	// samples and batch size. Default 1.5 (about a factor 4.5 in one of them).
+	HistoryMaxDistance float64
+
+	// Logger receives a line per decision; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the Config whose every field holds its default.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+func (c Config) withDefaults() Config {
+	setInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setF := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setInt(&c.MinWorkers, 1)
+	setInt(&c.MaxWorkers, 64)
+	setInt(&c.MinServers, 1)
+	setInt(&c.MaxServers, 32)
+	setF(&c.Worker.CPU, 4)
+	setF(&c.Server.CPU, 4)
+	setInt(&c.InitialWorkers, 4)
+	setInt(&c.InitialServers, 2)
+	setF(&c.MemoryPerModelByte, 3)
+	setF(&c.MemoryHeadroom, 1.25)
+	if c.MaxServerMemory == 0 {
+		c.MaxServerMemory = 64 << 30
+	}
+	setF(&c.MemoryGrowth, 1.5)
+	setF(&c.NearMemory, 0.95)
+	setF(&c.AddEfficiency, 0.5)
+	setF(&c.RemoveEfficiency, 0.2)
+	setD(&c.ReplanEvery, time.Minute)
+	setInt(&c.Settle, 3)
+	setD(&c.Cooldown, 2*time.Minute)
+	setInt(&c.MaxStep, 4)
+	setInt(&c.Window, 50)
+	setF(&c.PriorWeight, 2)
+	setF(&c.HotCPU, 0.85)
+	setD(&c.HotFor, 30*time.Second)
+	setF(&c.StragglerFactor, 2)
+	setD(&c.StragglerFor, time.Minute)
+	setInt(&c.StragglerMinWorkers, 3)
+	setD(&c.PendingFor, 5*time.Minute)
+	setF(&c.ShrinkFactor, 0.75)
+	setF(&c.MinProcess.CPU, 1)
+	if c.MinProcess.Memory == 0 {
+		c.MinProcess.Memory = 1 << 30
+	}
+	setF(&c.HistoryMaxDistance, 1.5)
+	return c
+}
+
+// Validate reports every invalid field at once (wrapping ErrInvalidConfig); zero fields are
+// valid (they take their defaults).
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	bad := func(cond bool, format string, args ...any) {
+		if cond {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	bad(d.MinWorkers < 0 || d.MaxWorkers < d.MinWorkers, "workers between %d and %d", c.MinWorkers, c.MaxWorkers)
+	bad(d.MinServers < 0 || d.MaxServers < d.MinServers, "servers between %d and %d", c.MinServers, c.MaxServers)
+	bad(d.MaxCPU < 0 || !finite(d.MaxCPU), "MaxCPU %g", c.MaxCPU)
+	bad(!(d.Worker.CPU > 0) || !finite(d.Worker.CPU) || d.Worker.Memory < 0, "Worker %+v", c.Worker)
+	bad(!(d.Server.CPU > 0) || !finite(d.Server.CPU) || d.Server.Memory < 0, "Server %+v", c.Server)
+	bad(d.InitialWorkers < 0 || d.InitialServers < 0, "initial counts %d workers, %d servers", c.InitialWorkers, c.InitialServers)
+	bad(!(d.MemoryPerModelByte > 0) || !finite(d.MemoryPerModelByte), "MemoryPerModelByte %g", c.MemoryPerModelByte)
+	bad(!(d.MemoryHeadroom >= 1) || !finite(d.MemoryHeadroom), "MemoryHeadroom %g (at least 1)", c.MemoryHeadroom)
+	bad(d.MaxServerMemory < 0, "MaxServerMemory %d", c.MaxServerMemory)
+	bad(!(d.MemoryGrowth > 1) || !finite(d.MemoryGrowth), "MemoryGrowth %g (above 1)", c.MemoryGrowth)
+	bad(!(d.NearMemory > 0 && d.NearMemory <= 1), "NearMemory %g (in (0, 1])", c.NearMemory)
+	bad(!(d.AddEfficiency > 0) || !finite(d.AddEfficiency), "AddEfficiency %g", c.AddEfficiency)
+	bad(!(d.RemoveEfficiency > 0 && d.RemoveEfficiency < d.AddEfficiency), "RemoveEfficiency %g (in (0, AddEfficiency %g))", d.RemoveEfficiency, d.AddEfficiency)
+	bad(d.ReplanEvery < 0 || d.Cooldown < 0 || d.HotFor < 0 || d.StragglerFor < 0 || d.PendingFor < 0, "negative duration")
+	bad(d.Settle < 0 || d.MaxStep < 0 || d.Window < 0 || d.StragglerMinWorkers < 0, "negative count")
+	bad(!(d.PriorWeight > 0) || !finite(d.PriorWeight), "PriorWeight %g", c.PriorWeight)
+	bad(!(d.HotCPU > 0 && d.HotCPU <= 1), "HotCPU %g (in (0, 1])", c.HotCPU)
+	bad(!(d.StragglerFactor > 1) || !finite(d.StragglerFactor), "StragglerFactor %g (above 1)", c.StragglerFactor)
+	bad(!(d.ShrinkFactor > 0 && d.ShrinkFactor < 1), "ShrinkFactor %g (in (0, 1))", c.ShrinkFactor)
+	bad(!(d.MinProcess.CPU > 0) || d.MinProcess.Memory < 0, "MinProcess %+v", c.MinProcess)
+	bad(!(d.HistoryMaxDistance > 0), "HistoryMaxDistance %g", c.HistoryMaxDistance)
+	if c.Prior != nil {
+		for k, v := range c.Prior.coef() {
+			bad(!(v >= 0) || !finite(v), "Prior coefficient %d: %g", k, v)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}

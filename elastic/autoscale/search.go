@@ -1,0 +1,119 @@
+package autoscale
+
+import "fmt"
+
+// efficiency is the marginal efficiency of going from one shape to another under m: the
+// throughput changed per core changed, over from's throughput per core. Linear scaling gives
+// 1, adding a process that helps nothing 0.
+func efficiency(m Model, from, to Shape) float64 {
+	x0, x1 := m.Throughput(from), m.Throughput(to)
+	c0, c1 := from.CPU(), to.CPU()
+	if c1 == c0 || x0 <= 0 || c0 <= 0 {
+		return 0
+	}
+	return ((x1 - x0) / (c1 - c0)) / (x0 / c0)
+}
+
+// allows reports whether s is within the quota.
+func (c *Config) allows(s Shape) bool {
+	return s.Workers >= c.MinWorkers && s.Workers <= c.MaxWorkers &&
+		s.Servers >= c.MinServers && s.Servers <= c.MaxServers &&
+		(c.MaxCPU == 0 || s.CPU() <= c.MaxCPU+1e-9)
+}
+
+// clamp brings s's counts within the quota's bounds.
+func (c *Config) clamp(s Shape) Shape {
+	s.Workers = min(max(s.Workers, c.MinWorkers), c.MaxWorkers)
+	s.Servers = min(max(s.Servers, c.MinServers), c.MaxServers)
+	return s
+}
+
+// step is one move of a search.
+type step struct {
+	to  Shape
+	eff float64
+}
+
+// grow adds one process at a time, the one of highest marginal efficiency, while that is at
+// least AddEfficiency and the quota allows, up to n processes.
+func (c *Config) grow(m Model, s Shape, n int) []step {
+	var steps []step
+	for range n {
+		best := step{eff: -1}
+		for _, to := range []Shape{with(s, 1, 0), with(s, 0, 1)} {
+			if !c.allows(to) {
+				continue
+			}
+			if e := efficiency(m, s, to); e > best.eff {
+				best = step{to, e}
+			}
+		}
+		if best.eff < c.AddEfficiency {
+			break
+		}
+		steps = append(steps, best)
+		s = best.to
+	}
+	return steps
+}
+
+// shrink removes one process at a time, the one whose loss per core is least, while that is
+// below RemoveEfficiency, up to n processes.
+func (c *Config) shrink(m Model, s Shape, n int) []step {
+	var steps []step
+	for range n {
+		best, found := step{}, false
+		for _, to := range []Shape{with(s, -1, 0), with(s, 0, -1)} {
+			if !c.allows(to) {
+				continue
+			}
+			if e := efficiency(m, s, to); !found || e < best.eff {
+				best, found = step{to, e}, true
+			}
+		}
+		if !found || best.eff >= c.RemoveEfficiency {
+			break
+		}
+		steps = append(steps, best)
+		s = best.to
+	}
+	return steps
+}
+
+func with(s Shape, dw, dp int) Shape {
+	s.Workers += dw
+	s.Servers += dp
+	return s
+}
+
+// replan returns the shape the model recommends from s, and the Decision for it; ok is false
+// when s is best.
+func (c *Config) replan(m Model, s Shape) (Decision, bool) {
+	from := s
+	s = c.clamp(s)
+	steps := c.grow(m, s, c.MaxStep)
+	limit, verb := c.AddEfficiency, ">="
+	if len(steps) == 0 {
+		steps = c.shrink(m, s, c.MaxStep)
+		limit, verb = c.RemoveEfficiency, "<"
+	}
+	if len(steps) > 0 {
+		s = steps[len(steps)-1].to
+	}
+	if s.Workers == from.Workers && s.Servers == from.Servers {
+		return Decision{}, false
+	}
+	d := Decision{
+		Kind: Resize, Shape: s, Limit: limit,
+		Before: m.Throughput(from), After: m.Throughput(s),
+	}
+	change := fmt.Sprintf("%+d workers, %+d servers (%+g cores)", s.Workers-from.Workers, s.Servers-from.Servers, s.CPU()-from.CPU())
+	if len(steps) == 0 {
+		d.Reason = fmt.Sprintf("%s to stay within the quota", change)
+		return d, true
+	}
+	d.Value = steps[0].eff
+	d.Reason = fmt.Sprintf("%s: the model predicts %.0f -> %.0f samples/s (%+.1f%%), marginal efficiency %.2f %s %.2f",
+		change, d.Before, d.After, 100*(d.After/d.Before-1), d.Value, verb, limit)
+	return d, true
+}
