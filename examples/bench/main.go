@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -193,7 +194,11 @@ func (r *report) print(w *os.File) {
 		for _, row := range t.Rows {
 			fmt.Fprint(tw, "    ")
 			for _, v := range row {
-				fmt.Fprintf(tw, "\t%s", formatValue(v))
+				if v == math.Trunc(v) && math.Abs(v) < 1e6 {
+					fmt.Fprintf(tw, "\t%.0f", v) // sizes and counts as they are
+				} else {
+					fmt.Fprintf(tw, "\t%s", formatValue(v))
+				}
 			}
 			fmt.Fprint(tw, "\t\n")
 		}
