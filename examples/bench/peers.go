@@ -16,6 +16,10 @@ import (
 	"time"
 	"unsafe"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/elasticps/elasticps/embedding"
 )
 
@@ -29,6 +33,19 @@ func floatBytes(v []float32) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// bytesFloats returns b as float32s without a copy when b is aligned, else a copy.
+func bytesFloats(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+	}
+	v := make([]float32, len(b)/4)
+	copy(floatBytes(v), b)
+	return v
 }
 
 // split fills parts[o] with the indices into f.uniq of the ids owner o holds.
@@ -335,4 +352,255 @@ func respInt(line []byte, kind byte) (int, bool) {
 		v = v*10 + int(d-'0')
 	}
 	return v, true
+}
+
+// ---- gRPC ----
+
+// grpcVersion is the grpc-go release the peer runs.
+const grpcVersion = grpc.Version
+
+// The peer's tuning, as users of grpc-go tune a service that moves large messages: flow-control
+// windows larger than a batch's answer (which also turns off the bandwidth-delay estimation that
+// would otherwise grow them step by step), larger read and write buffers, and message size limits
+// above the largest batch.
+const (
+	grpcWindow  = 16 << 20
+	grpcBuffer  = 256 << 10
+	grpcMaxSize = 256 << 20
+)
+
+const (
+	grpcPullMethod = "/elasticps.bench.PS/Pull"
+	grpcPushMethod = "/elasticps.bench.PS/Push"
+)
+
+// grpcTableServer is what the gRPC service's methods are called on.
+type grpcTableServer interface {
+	pull(ids []byte) (*wrapperspb.BytesValue, error)
+	push(req []byte) (*wrapperspb.BytesValue, error)
+}
+
+// grpcServiceDesc describes the service PS with two unary methods, both taking and returning
+// google.protobuf.BytesValue: Pull (ids, little-endian uint64s -> rows, little-endian float32s)
+// and Push (step uint64, ids, gradients -> empty). Written by hand, as code generation would.
+func grpcServiceDesc() *grpc.ServiceDesc {
+	method := func(name string, call func(s grpcTableServer, b []byte) (*wrapperspb.BytesValue, error)) grpc.MethodDesc {
+		return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, icp grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			if icp == nil {
+				return call(srv.(grpcTableServer), in.Value)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/elasticps.bench.PS/" + name}
+			return icp(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return call(srv.(grpcTableServer), req.(*wrapperspb.BytesValue).Value)
+			})
+		}}
+	}
+	return &grpc.ServiceDesc{
+		ServiceName: "elasticps.bench.PS",
+		HandlerType: (*grpcTableServer)(nil),
+		Methods: []grpc.MethodDesc{
+			method("Pull", grpcTableServer.pull),
+			method("Push", grpcTableServer.push),
+		},
+		Metadata: "bench",
+	}
+}
+
+// grpcTable serves one server's embedding table over gRPC.
+type grpcTable struct {
+	tab *embedding.Table
+	dim int
+}
+
+func (s *grpcTable) pull(b []byte) (*wrapperspb.BytesValue, error) {
+	ids := make([]uint64, len(b)/8)
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	rows := make([]float32, len(ids)*s.dim)
+	if err := s.tab.Lookup(ids, rows); err != nil {
+		return nil, err
+	}
+	return &wrapperspb.BytesValue{Value: floatBytes(rows)}, nil
+}
+
+func (s *grpcTable) push(b []byte) (*wrapperspb.BytesValue, error) {
+	if len(b) < 8 || (len(b)-8)%(8+4*s.dim) != 0 {
+		return nil, fmt.Errorf("push of %d bytes", len(b))
+	}
+	step := binary.LittleEndian.Uint64(b)
+	n := (len(b) - 8) / (8 + 4*s.dim)
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint64(b[8+8*i:])
+	}
+	if err := s.tab.Apply(ids, bytesFloats(b[8+8*n:]), uint32(step)); err != nil {
+		return nil, err
+	}
+	return &wrapperspb.BytesValue{}, nil
+}
+
+// grpcPeer is one gRPC server per ps server over the same table, and a client per goroutine.
+type grpcPeer struct {
+	srvs    []*grpc.Server
+	wg      sync.WaitGroup
+	clients []*grpcClient
+	once    sync.Once
+}
+
+func startGRPC(cl *psCluster, goroutines, dim int) (*grpcPeer, error) {
+	p := &grpcPeer{}
+	var addrs []string
+	for _, s := range cl.srvs {
+		tab, ok := s.Table("emb")
+		if !ok {
+			return nil, errors.New("server has no table emb")
+		}
+		srv := grpc.NewServer(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+			grpc.ReadBufferSize(grpcBuffer), grpc.WriteBufferSize(grpcBuffer),
+			grpc.MaxRecvMsgSize(grpcMaxSize), grpc.MaxSendMsgSize(grpcMaxSize))
+		srv.RegisterService(grpcServiceDesc(), &grpcTable{tab: tab, dim: dim})
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			p.stop()
+			return nil, err
+		}
+		p.srvs = append(p.srvs, srv)
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); srv.Serve(l) }()
+		addrs = append(addrs, l.Addr().String())
+	}
+	for range goroutines {
+		c := &grpcClient{owner: cl.owner, dim: dim, f: newFolder(4096, dim), parts: make([][]int32, len(addrs)), bufs: make([][]byte, len(addrs))}
+		for _, addr := range addrs {
+			var conns []*grpc.ClientConn
+			for range psConns {
+				cc, err := grpc.NewClient("passthrough:///"+addr,
+					grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithInitialWindowSize(grpcWindow), grpc.WithInitialConnWindowSize(grpcWindow),
+					grpc.WithReadBufferSize(grpcBuffer), grpc.WithWriteBufferSize(grpcBuffer),
+					grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMaxSize), grpc.MaxCallSendMsgSize(grpcMaxSize)))
+				if err != nil {
+					p.stop()
+					return nil, err
+				}
+				conns = append(conns, cc)
+			}
+			c.conns = append(c.conns, conns)
+		}
+		p.clients = append(p.clients, c)
+	}
+	return p, nil
+}
+
+func (p *grpcPeer) stop() {
+	p.once.Do(func() {
+		for _, c := range p.clients {
+			for _, conns := range c.conns {
+				for _, cc := range conns {
+					cc.Close()
+				}
+			}
+		}
+		for _, s := range p.srvs {
+			s.Stop()
+		}
+		p.wg.Wait()
+	})
+}
+
+// grpcClient is one goroutine's client: psConns connections to each server, taken in turn.
+type grpcClient struct {
+	conns [][]*grpc.ClientConn // [server][k]
+	calls int
+	owner func(uint64) int
+	dim   int
+	f     *folder
+	parts [][]int32
+	bufs  [][]byte
+}
+
+// each runs fn for every server with a part, the last in this goroutine and the others in their
+// own, and returns the first error.
+func (c *grpcClient) each(fn func(i int, part []int32) error) error {
+	last := -1
+	for i, part := range c.parts {
+		if len(part) > 0 {
+			last = i
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.parts)+1)
+	for i, part := range c.parts {
+		if len(part) == 0 || i == last {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = fn(i, part) }()
+	}
+	if last >= 0 {
+		errs[len(c.parts)] = fn(last, c.parts[last])
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pull asks every server for its part of the batch's distinct ids at once and copies each row to
+// every position of its id.
+func (c *grpcClient) pull(ctx context.Context, ids []uint64, out []float32) error {
+	f, dim := c.f, c.dim
+	f.fold(ids)
+	split(c.parts, f, c.owner)
+	k := c.calls % psConns
+	c.calls++
+	err := c.each(func(i int, part []int32) error {
+		req := c.bufs[i][:0]
+		for _, u := range part {
+			req = binary.LittleEndian.AppendUint64(req, f.uniq[u])
+		}
+		c.bufs[i] = req
+		resp := new(wrapperspb.BytesValue)
+		if err := c.conns[i][k].Invoke(ctx, grpcPullMethod, &wrapperspb.BytesValue{Value: req}, resp); err != nil {
+			return err
+		}
+		rb := 4 * dim
+		if len(resp.Value) != rb*len(part) {
+			return fmt.Errorf("grpc pull answered %d bytes for %d rows", len(resp.Value), len(part))
+		}
+		for j, u := range part {
+			q := int(f.first[u])
+			copy(floatBytes(out[q*dim:(q+1)*dim]), resp.Value[rb*j:rb*(j+1)])
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.spread(out, len(ids), dim)
+	return nil
+}
+
+// push sums the gradients of repeated ids and sends every server its part at once.
+func (c *grpcClient) push(ctx context.Context, ids []uint64, grads []float32, step uint64) error {
+	f, dim := c.f, c.dim
+	f.fold(ids)
+	sum := f.sumGrads(grads, len(ids), dim)
+	split(c.parts, f, c.owner)
+	k := c.calls % psConns
+	c.calls++
+	return c.each(func(i int, part []int32) error {
+		req := binary.LittleEndian.AppendUint64(c.bufs[i][:0], step)
+		for _, u := range part {
+			req = binary.LittleEndian.AppendUint64(req, f.uniq[u])
+		}
+		for _, u := range part {
+			req = append(req, floatBytes(sum[int(u)*dim:int(u+1)*dim])...)
+		}
+		c.bufs[i] = req
+		return c.conns[i][k].Invoke(ctx, grpcPushMethod, &wrapperspb.BytesValue{Value: req}, new(wrapperspb.BytesValue))
+	})
 }

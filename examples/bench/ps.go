@@ -14,13 +14,13 @@ import (
 )
 
 // psConns is the number of connections each of our clients keeps to each server
-// (ps.ClientConfig.ConnsPerAddr); the Redis peer gets as many per goroutine and instance.
+// (ps.ClientConfig.ConnsPerAddr); the Redis and gRPC peers get as many per goroutine and server.
 const psConns = 2
 
 // runPS measures pulls and pushes through the TCP client against in-process servers, and against
 // baselines doing the same work: the same lookups straight on an embedding.Table (repeated ids
-// folded as the client folds them) and Redis (one instance per server, the same distinct rows,
-// pipelined MGET). Pulls run with each frame protection:
+// folded as the client folds them), Redis (one instance per server, the same distinct rows,
+// pipelined MGET) and a gRPC service over the same tables. Pulls run with each frame protection:
 // integrity (the default), encryption, and none, which the servers here accept for this
 // measurement only (a connection is unprotected only if both ends ask), so the cost of protection
 // is a ratio measured in the same run. Every comparison runs its subject and baseline interleaved
@@ -77,6 +77,11 @@ func runPS(ctx context.Context, opt options, r *report) error {
 		return fmt.Errorf("redis baseline: %w", err)
 	}
 	defer red.stop()
+	gp, err := startGRPC(cl, goroutines, dim)
+	if err != nil {
+		return fmt.Errorf("grpc baseline: %w", err)
+	}
+	defer gp.stop()
 
 	grads := make([]float32, batch*dim)
 	for i := range grads {
@@ -92,6 +97,8 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	localPull := func(g int, b []uint64, out []float32) error { return folders[g].lookup(local, b, out) }
 	step := uint64(0)
 	push := func(g int, b []uint64, out []float32) error { return clients[g].Push(ctx, "emb", b, grads, step) }
+	grpcPull := func(g int, b []uint64, out []float32) error { return gp.clients[g].pull(ctx, b, out) }
+	grpcPush := func(g int, b []uint64, out []float32) error { return gp.clients[g].push(ctx, b, grads, step) }
 	on := func(name string, ids []uint64, fn func(g int, b []uint64, out []float32) error) trial {
 		n := float64(len(ids) / batch * batch)
 		return trial{name, func() (float64, error) {
@@ -102,7 +109,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	}
 	// Connect every client (handshakes, first buffers) before measuring.
 	for _, fn := range []func(g int, b []uint64, out []float32) error{
-		pull(clients), pull(encClients), pull(plainClients), red.pull,
+		pull(clients), pull(encClients), pull(plainClients), red.pull, grpcPull,
 	} {
 		if _, err := parallelBatches(goroutines, zipf[:goroutines*batch], batch, dim, fn); err != nil {
 			return err
@@ -126,13 +133,17 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("ps: pulls against Redis...\n")
+	fmt.Printf("ps: pulls against Redis and gRPC...\n")
 	rd, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("redis", zipf, red.pull))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("ps: pushes...\n")
-	pu, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("push", zipf, push))
+	gr, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("grpc", zipf, grpcPull))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ps: pushes against gRPC...\n")
+	pu, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("push", zipf, push), on("grpc_push", zipf, grpcPush))
 	if err != nil {
 		return err
 	}
@@ -153,8 +164,13 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	redNote := fmt.Sprintf("Redis %s, one instance per server holding that server's rows, %d connections per goroutine and instance, the batch's distinct ids by pipelined MGET to every instance at once, each value read into place with one copy", red.version, psConns)
 	r.add("redis_rows_per_s", rd.median("redis"), "rows/s from "+redNote)
 	r.addRatio("pull_vs_redis", rd.ratio("pull", "redis"), "redis_rows_per_s: "+redNote, "redis_rows_per_s", "target >= 2")
+	grpcNote := fmt.Sprintf("grpc-go %s unary Pull(ids)->bytes and Push over the same tables, one server per ps server, %d connections per goroutine and server, windows %d MiB, the batch's distinct ids to every server at once", grpcVersion, psConns, grpcWindow>>20)
+	r.add("grpc_pull_rows_per_s", gr.median("grpc"), "rows/s from "+grpcNote)
+	r.addRatio("pull_vs_grpc", gr.ratio("pull", "grpc"), "grpc_pull_rows_per_s: "+grpcNote, "grpc_pull_rows_per_s", "target >= 1.5")
 	r.add("push_rows_per_s", pu.median("push"), "rows/s (positions) of Adagrad pushes through the TCP client")
 	r.addRatio("push_vs_pull", pu.ratio("push", "pull"), "pulls of the same batches", "pull_rows_per_s", "target >= 0.5")
+	r.add("grpc_push_rows_per_s", pu.median("grpc_push"), "rows/s of the same pushes through the gRPC peer (gradients of repeated ids summed first, as our client does)")
+	r.addRatio("push_vs_grpc", pu.ratio("push", "grpc_push"), "grpc_push_rows_per_s", "grpc_push_rows_per_s", "our push over gRPC's push of the same batches")
 	r.add("table_rows", float64(rows), fmt.Sprintf("rows x dim %d over %d servers", dim, servers))
 
 	n8, _ := ps.NewOwnerTable(1, ps.DefaultSlots, benchNodes(8), nil)
@@ -198,6 +214,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	}
 	r.addTable("pull_by_batch", byBatch)
 	red.stop()
+	gp.stop()
 	closeClients(clients)
 	closeClients(encClients)
 	closeClients(plainClients)
