@@ -83,6 +83,7 @@ type Coordinator struct {
 	snapSeq    uint64          // snapshot attempts finished (guarded by mu)
 	snapRes    CheckpointEvent // the last one's outcome (guarded by mu)
 	eventMu    sync.Mutex      // one OnCheckpoint call at a time
+	steps      stepTimes       // the workers' batch times (Usage)
 	commits    chan commitJob
 	done       chan struct{} // closed by Close
 	closed     bool
@@ -313,6 +314,7 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 		m := c.core.members[worker]
 		switch {
 		case ok:
+			c.steps.begin(worker, c.clock.now())
 			return true, nil
 		case m == nil || m.epoch != epoch:
 			return true, ErrNotMember
@@ -332,6 +334,7 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
+	c.steps.end(worker, c.clock.now(), ok)
 	c.applyLocked(acts)
 	return nil
 }
