@@ -56,8 +56,8 @@ func line(ev train.Event) string {
 	case train.EventStart, train.EventRestore, train.EventNote:
 		return ev.Message
 	case train.EventEval:
-		return fmt.Sprintf("eval: test AUC %.4f, log loss %.4f on %d held-out records after %s samples (%v)",
-			ev.Eval.AUC, ev.Eval.LogLoss, ev.Eval.Samples, count(ev.Eval.Trained), ev.Eval.Duration.Round(time.Millisecond))
+		return fmt.Sprintf("eval: %s AUC %.4f, log loss %.4f on %d held-out records after %s samples (%v)",
+			ev.Eval.Set, ev.Eval.AUC, ev.Eval.LogLoss, ev.Eval.Samples, count(ev.Eval.Trained), ev.Eval.Duration.Round(time.Millisecond))
 	case train.EventCheckpoint:
 		c := ev.Checkpoint
 		switch {

@@ -11,10 +11,11 @@ import (
 // Config.KeepBest every checkpoint is evaluated while training is paused for its snapshot, so the
 // figures are those of exactly what the commit holds.
 type CommitEval struct {
-	Step    uint64  `json:"step"`    // the commit's step
-	AUC     float64 `json:"auc"`     // held-out AUC
-	LogLoss float64 `json:"logloss"` // held-out log loss
-	Trained int64   `json:"trained"` // samples the model had been trained on
+	Step    uint64  `json:"step"`          // the commit's step
+	Set     string  `json:"set,omitempty"` // the records scored (Eval.Set; "" in older commits: test)
+	AUC     float64 `json:"auc"`           // held-out AUC
+	LogLoss float64 `json:"logloss"`       // held-out log loss
+	Trained int64   `json:"trained"`       // samples the model had been trained on
 }
 
 // keepBest follows the evaluated commits of a run: the best committed one by held-out AUC, the
@@ -131,7 +132,7 @@ func (r *run) evalSnapshot(ctx context.Context, step uint64, meta *runMeta) {
 	ev.Trained = r.samples.Load()
 	r.setEval(ev)
 	r.emit(Event{Kind: EventEval, Eval: ev, Message: fmt.Sprintf("checkpoint of step %d", step)})
-	ce := CommitEval{Step: step, AUC: ev.AUC, LogLoss: ev.LogLoss, Trained: ev.Trained}
+	ce := CommitEval{Step: step, Set: ev.Set, AUC: ev.AUC, LogLoss: ev.LogLoss, Trained: ev.Trained}
 	best, stale, evals := r.best.evaluated(ce)
 	meta.Eval, meta.Best, meta.Stale, meta.Evals = &ce, &best, stale, evals
 }

@@ -3,6 +3,9 @@ package train
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -116,6 +119,41 @@ func TestKeepBestRun(t *testing.T) {
 	assert.Equal(t, evals[uint64(s.Steps)].AUC, s.Eval.AUC, "the final evaluation is the final commit's")
 	assert.Contains(t, s.String(), fmt.Sprintf("at the commit of step %d", bestStep))
 
+	// Retention keeps the newest three commits, a fallback, and the best: not every commit.
+	names, err := filepath.Glob(filepath.Join(cfg.CheckpointDir, jobName, "commits", "*"))
+	require.NoError(t, err)
+	var kept []uint64
+	for _, n := range names {
+		step, err := strconv.ParseUint(filepath.Base(n), 10, 64)
+		require.NoError(t, err)
+		kept = append(kept, step)
+	}
+	require.Greater(t, len(evals), 6, "more commits than retention keeps")
+	assert.LessOrEqual(t, len(kept), 5)
+	assert.Contains(t, kept, bestStep, "the best commit is kept")
+	assert.Contains(t, kept, uint64(s.Steps), "the newest commit is kept")
+
+	// Evaluate "best" loads exactly the parameters of the best commit: the same figures.
+	ev := cfg
+	ev.Evaluate, ev.OnEvent = "best", nil
+	se, err := Run(context.Background(), ev)
+	require.NoError(t, err)
+	assert.Equal(t, bestStep, se.Evaluated)
+	assert.Equal(t, s.Best.AUC, se.Eval.AUC, "the best commit's test AUC, evaluated again")
+	assert.Equal(t, s.Best.LogLoss, se.Eval.LogLoss)
+	assert.Contains(t, se.String(), fmt.Sprintf("commit:      step %d", bestStep))
+	ev.Evaluate = "newest"
+	se, err = Run(context.Background(), ev)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(s.Steps), se.Evaluated)
+	assert.Equal(t, s.Eval.AUC, se.Eval.AUC, "the final commit's")
+	ev.Evaluate = "1"
+	_, err = Run(context.Background(), ev)
+	assert.ErrorIs(t, err, ErrNoCheckpoint, "no commit of step 1")
+	kept2, err := filepath.Glob(filepath.Join(cfg.CheckpointDir, jobName, "commits", "*"))
+	require.NoError(t, err)
+	assert.Equal(t, names, kept2, "evaluating deletes and writes no commit")
+
 	res := cfg
 	res.Resume, res.Epochs, res.OnEvent = true, 4, nil
 	var restored string
@@ -127,6 +165,10 @@ func TestKeepBestRun(t *testing.T) {
 	s2, err := Run(context.Background(), res)
 	require.NoError(t, err)
 	assert.Contains(t, restored, fmt.Sprintf("the best evaluated commit so far is of step %d", bestStep))
+	if s2.Best.Step == bestStep {
+		_, err = os.Stat(filepath.Join(cfg.CheckpointDir, jobName, "commits", fmt.Sprintf("%020d", bestStep)))
+		assert.NoError(t, err, "the best commit survives the resumed run's retention")
+	}
 	require.NotNil(t, s2.Best)
 	assert.GreaterOrEqual(t, s2.Best.AUC, s.Best.AUC)
 	assert.Greater(t, s2.Evaluations, s.Evaluations)

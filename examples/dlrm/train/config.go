@@ -46,6 +46,15 @@ type Config struct {
 	// TestFraction is the share of records held out for evaluation when there are no TestFiles.
 	// Default 0.2.
 	TestFraction float64
+	// ValidFraction carves a validation set out of the training data: this share of the
+	// records left for training (after the held-out test records) is not trained, and the
+	// evaluations during training (EvalEvery) and those of keep-best and early stopping score
+	// it instead of the test set, so that choosing a commit, a stopping point or settings by
+	// them never looks at the test set; the summary reports both. MovieLens and text data: a
+	// seeded random share of the ratings or lines; synthetic data: as many generated records
+	// of their own range (at most TestRecords). Default 0: no validation set, every evaluation
+	// scores the test set.
+	ValidFraction float64
 	// TestRecords caps the held-out set evaluated (exactly, every record) each time. Default
 	// 20 000 for synthetic data (a range far from the training records) and 1 000 000 for
 	// files, where the first TestRecords held-out records are evaluated and later held-out
@@ -117,6 +126,12 @@ type Config struct {
 	FullEvery int
 	// Resume restores the newest committed checkpoint of CheckpointDir before training.
 	Resume bool
+	// Evaluate, instead of training, loads one commit of CheckpointDir into fresh servers and
+	// evaluates it on the test set (and the validation set, with ValidFraction): "best", the
+	// commit a KeepBest run marked best (retention keeps it), "newest", or the step of a commit.
+	// The data and model settings must be those of the run that wrote it. Nothing is trained,
+	// and no checkpoint is written or deleted. Default "": train.
+	Evaluate string
 	// Overwrite lets a run without Resume start in a CheckpointDir that holds the commits of an
 	// earlier run of the job, and deletes them; without it such a run fails with
 	// ErrCheckpointsExist and deletes nothing. Only a coordinator (Run, RunCoordinator) ever
@@ -139,15 +154,16 @@ type Config struct {
 	// EvalEvery evaluates the held-out set this often while training. Default 15s; negative
 	// evaluates only at the end.
 	EvalEvery time.Duration
-	// KeepBest evaluates the held-out set at every checkpoint, while training is paused for its
-	// snapshot, and stores the evaluation in the commit's job state with the best evaluated
-	// commit so far (by AUC), so that each figure is that of exactly the parameters the commit
-	// holds, a resume knows which commit was best, and the summary reports the best beside the
-	// final. The evaluation adds to each checkpoint's pause (about 0.15 s for MovieLens'
-	// 20 000 held-out ratings; TestRecords bounds it), and each EvalEvery tick takes a
-	// checkpoint instead of evaluating the live servers. Every commit is kept (retention cannot
-	// spare the best alone), so the checkpoint directory grows with the run. Embedded mode only
-	// (Run). Default false; EarlyStop sets it.
+	// KeepBest evaluates the held-out set (the validation set, with ValidFraction) at every
+	// checkpoint, while training is paused for its snapshot, and stores the evaluation in the
+	// commit's job state with the best evaluated commit so far (by AUC), so that each figure is
+	// that of exactly the parameters the commit holds, a resume knows which commit was best, and
+	// the summary reports the best beside the final. The best commit is pinned in the
+	// checkpoint directory (checkpoint.Committer.Pin): retention keeps it, and only it, beyond
+	// its usual commits, and Evaluate "best" loads it. The evaluation adds to each checkpoint's
+	// pause (about 0.15 s for MovieLens' 20 000 held-out ratings; TestRecords bounds it), and
+	// each EvalEvery tick takes a checkpoint instead of evaluating the live servers. Embedded
+	// mode only (Run). Default false; EarlyStop sets it.
 	KeepBest bool
 	// EarlyStop stops training after this many evaluated commits in a row without a better AUC
 	// than the best (a final checkpoint follows). Default 0: never. Sets KeepBest.
@@ -376,6 +392,9 @@ func (c Config) Validate() error {
 	if c.TestFraction <= 0 || c.TestFraction >= 1 {
 		bad("TestFraction %v outside (0, 1)", c.TestFraction)
 	}
+	if c.ValidFraction < 0 || c.ValidFraction >= 1 || c.ValidFraction != c.ValidFraction {
+		bad("ValidFraction %v outside [0, 1)", c.ValidFraction)
+	}
 	if c.TestRecords < 2 {
 		bad("TestRecords %d: need at least 2 held-out records", c.TestRecords)
 	}
@@ -441,6 +460,12 @@ func (c Config) Validate() error {
 	if c.LeaseTTL < time.Second {
 		bad("LeaseTTL %v below 1s", c.LeaseTTL)
 	}
+	if _, err := parseEvaluate(c.Evaluate); err != nil {
+		bad("%v", err)
+	}
+	if c.Evaluate != "" && c.Resume {
+		bad("Evaluate loads a commit without training; Resume trains on from one: not both")
+	}
 	if c.EarlyStop < 0 {
 		bad("EarlyStop %d is negative", c.EarlyStop)
 	}
@@ -497,4 +522,27 @@ func ParseScaleAt(s string) ([]ScaleStep, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// evaluateTarget is what Config.Evaluate names: the best commit, the newest, or a step.
+type evaluateTarget struct {
+	best, newest bool
+	step         uint64
+}
+
+// parseEvaluate reads Config.Evaluate ("" is the zero target: train).
+func parseEvaluate(s string) (evaluateTarget, error) {
+	switch s {
+	case "":
+		return evaluateTarget{}, nil
+	case "best":
+		return evaluateTarget{best: true}, nil
+	case "newest":
+		return evaluateTarget{newest: true}, nil
+	}
+	step, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || step == 0 {
+		return evaluateTarget{}, fmt.Errorf("Evaluate %q: want best, newest or the step of a commit", s)
+	}
+	return evaluateTarget{step: step}, nil
 }

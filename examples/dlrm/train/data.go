@@ -29,6 +29,11 @@ type dataSet struct {
 	test     []model.Sample
 	ceiling  *model.Ceiling // synthetic data: the hidden model on the test records
 	heldOut  string         // how the held-out set was made
+	// valid is the validation set carved from the training data (Config.ValidFraction; empty
+	// without), never trained: periodic evaluations and keep-best score it instead of the
+	// test set. validOut says how it was made.
+	valid    []model.Sample
+	validOut string
 	synth    *model.Synth
 	// Text data: the malformed lines of the data and test files, and what the summary should
 	// point out about the input (such as every feature landing in one field).
@@ -52,6 +57,10 @@ func loadData(ctx context.Context, cfg *Config) (*dataSet, error) {
 // synthTestFrom is the first record index of the synthetic held-out range: far beyond any
 // training set, so the two never overlap.
 const synthTestFrom = 1 << 40
+
+// synthValidFrom is the first record index of the synthetic validation range
+// (Config.ValidFraction), beyond the held-out one.
+const synthValidFrom = 1 << 41
 
 func loadSynthetic(cfg *Config) (*dataSet, error) {
 	sc := cfg.Synth
@@ -81,6 +90,22 @@ func loadSynthetic(cfg *Config) (*dataSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	var valid []model.Sample
+	validOut := ""
+	if cfg.ValidFraction > 0 {
+		// The generator has no end: the validation records have their own range, as many as
+		// the fraction of the training records (at most TestRecords), and training keeps all
+		// of its own.
+		nValid := min(int(float64(cfg.TrainRecords)*cfg.ValidFraction), cfg.TestRecords)
+		if nValid < 2 {
+			return nil, fmt.Errorf("synthetic: %d training records cannot give %v to validation", cfg.TrainRecords, cfg.ValidFraction)
+		}
+		valid = make([]model.Sample, nValid)
+		for i := range valid {
+			gen.Sample(synthValidFrom+uint64(i), &valid[i])
+		}
+		validOut = fmt.Sprintf("%d generated records [2^41, 2^41+%d)", nValid, nValid)
+	}
 	vocab := 0
 	for _, v := range sc.Vocab {
 		vocab += v
@@ -91,7 +116,7 @@ func loadSynthetic(cfg *Config) (*dataSet, error) {
 		fields: fields, dense: sc.DenseFeatures, rawDense: sc.DenseFeatures,
 		pooling: make([]model.Pooling, len(fields)),
 		dataset: shard.IndexedDataset(cfg.TrainRecords), source: shard.IndexedSource{Data: data},
-		shuffle: true, test: test, ceiling: &ceil, synth: gen,
+		shuffle: true, test: test, ceiling: &ceil, synth: gen, valid: valid, validOut: validOut,
 		heldOut: fmt.Sprintf("%d generated records [2^40, 2^40+%d)", cfg.TestRecords, cfg.TestRecords),
 	}, nil
 }
@@ -142,16 +167,26 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 	}
 	// A seeded permutation: the first nTest ratings are held out, the rest are trained in the
 	// permuted order, so every shard is a random sample of users and movies.
+	// The validation ratings (Config.ValidFraction) come next, carved from the training part:
+	// the test split is the same with or without them.
 	perm := rand.New(rand.NewPCG(cfg.Seed, 0x6d6f7669656c656e)).Perm(n)
-	testIdx, trainIdx := perm[:nTest], perm[nTest:]
-	var rec shard.Record
+	nValid := int(float64(n-nTest) * cfg.ValidFraction)
+	if cfg.ValidFraction > 0 && (nValid < 2 || nTest+nValid >= n) {
+		return nil, fmt.Errorf("movielens: %d training ratings cannot give %v to validation", n-nTest, cfg.ValidFraction)
+	}
+	testIdx, validIdx, trainIdx := perm[:nTest], perm[nTest:nTest+nValid], perm[nTest+nValid:]
 	keep := min(nTest, cfg.TestRecords)
-	test := make([]model.Sample, keep)
-	for i := range test {
-		if err := ml.ReadRecord(int64(testIdx[i]), &rec); err != nil {
-			return nil, err
-		}
-		sampleFromRecord(&test[i], &rec)
+	test, err := readMovieLens(ml, testIdx[:keep])
+	if err != nil {
+		return nil, err
+	}
+	valid, err := readMovieLens(ml, validIdx[:min(nValid, cfg.TestRecords)])
+	if err != nil {
+		return nil, err
+	}
+	validOut := ""
+	if nValid > 0 {
+		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(valid))
 	}
 	data := shard.IndexedFunc(int64(len(trainIdx)), func(i int64, rec *shard.Record) error {
 		return ml.ReadRecord(int64(trainIdx[i]), rec)
@@ -164,9 +199,22 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 			dir, n, ml.Skipped(), ml.Movies().Len(), schema.Fields, schema.Dense),
 		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
 		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: data},
-		shuffle: true, test: test,
+		shuffle: true, test: test, valid: valid, validOut: validOut,
 		heldOut: fmt.Sprintf("seeded random split: %d of %d ratings held out (%.0f%%), %d evaluated", nTest, n, 100*cfg.TestFraction, keep),
 	}, nil
+}
+
+// readMovieLens reads the ratings of ml at idx into samples.
+func readMovieLens(ml *shard.MovieLens, idx []int) ([]model.Sample, error) {
+	var rec shard.Record
+	out := make([]model.Sample, len(idx))
+	for i, j := range idx {
+		if err := ml.ReadRecord(int64(j), &rec); err != nil {
+			return nil, err
+		}
+		sampleFromRecord(&out[i], &rec)
+	}
+	return out, nil
 }
 
 // movieLensWithTest trains every rating of ml and holds out the ratings of cfg.TestFiles[0]: a
@@ -198,6 +246,27 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 		}
 		sampleFromRecord(&test[i], &rec)
 	}
+	// Validation ratings (Config.ValidFraction): a seeded random share of the training file's.
+	var data shard.Indexed = ml
+	n := int(ml.Len())
+	var valid []model.Sample
+	validOut := ""
+	if cfg.ValidFraction > 0 {
+		perm := rand.New(rand.NewPCG(cfg.Seed, 0x76616c6964)).Perm(n)
+		nValid := int(float64(n) * cfg.ValidFraction)
+		if nValid < 2 || nValid >= n {
+			return nil, fmt.Errorf("movielens: %d training ratings cannot give %v to validation", n, cfg.ValidFraction)
+		}
+		if valid, err = readMovieLens(ml, perm[:min(nValid, cfg.TestRecords)]); err != nil {
+			return nil, err
+		}
+		trainIdx := perm[nValid:]
+		n = len(trainIdx)
+		data = shard.IndexedFunc(int64(n), func(i int64, rec *shard.Record) error {
+			return ml.ReadRecord(int64(trainIdx[i]), rec)
+		})
+		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(valid))
+	}
 	schema := ml.Schema()
 	pooling := make([]model.Pooling, len(schema.Fields))
 	pooling[shard.MovieLensFieldGenre] = model.PoolMean
@@ -205,8 +274,8 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features",
 			dir, ml.Len(), ml.Skipped(), ml.Movies().Len(), schema.Fields, schema.Dense),
 		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
-		dataset: shard.IndexedDataset(ml.Len()), source: shard.IndexedSource{Data: ml},
-		shuffle: true, test: test,
+		dataset: shard.IndexedDataset(int64(n)), source: shard.IndexedSource{Data: data},
+		shuffle: true, test: test, valid: valid, validOut: validOut,
 		heldOut: fmt.Sprintf("test ratings %s: %d of %d evaluated (%d lines skipped)", filepath.Join(tdir, name), keep, tml.Len(), tml.Skipped()),
 	}, nil
 }
@@ -377,20 +446,37 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 	if in.note != "" {
 		d.notes = append(d.notes, in.note)
 	}
+	// Held out by hash: the test records (without test files) and the validation records
+	// (Config.ValidFraction, a share of what is left for training), neither trained.
+	test, valid := heldOut{seed: cfg.Seed}, heldOut{seed: cfg.Seed}
+	if len(cfg.TestFiles) == 0 {
+		test.hi = cfg.TestFraction
+	}
+	valid.lo, valid.hi = test.hi, test.hi+cfg.ValidFraction*(1-test.hi)
 	if len(cfg.TestFiles) > 0 {
 		tsrc := shard.TextSource{FS: tfs, Parser: parser, OnError: onError, Bad: bad}
 		if d.test, err = readText(ctx, tsrc, tshards, cfg.TestRecords, nil); err != nil {
 			return nil, fmt.Errorf("test files: %w", err)
 		}
-		d.source = src
 		d.heldOut = fmt.Sprintf("test files %v: first %d records", cfg.TestFiles, len(d.test))
 	} else {
-		h := heldOut{seed: cfg.Seed, fraction: cfg.TestFraction}
-		if d.test, err = readText(ctx, src, shards, cfg.TestRecords, h.is); err != nil {
+		if d.test, err = readText(ctx, src, shards, cfg.TestRecords, test.is); err != nil {
 			return nil, err
 		}
-		d.source = heldOutSource{inner: src, heldOut: h}
 		d.heldOut = fmt.Sprintf("seeded random split: %.0f%% of lines held out, the first %d evaluated", 100*cfg.TestFraction, len(d.test))
+	}
+	d.source = src
+	if valid.hi > valid.lo {
+		if d.valid, err = readText(ctx, src, shards, cfg.TestRecords, valid.is); err != nil {
+			return nil, err
+		}
+		if len(d.valid) < 2 {
+			return nil, fmt.Errorf("%s: only %d validation records", cfg.Data.Kind, len(d.valid))
+		}
+		d.validOut = fmt.Sprintf("seeded random split of the training lines: %.0f%% held out, the first %d evaluated", 100*cfg.ValidFraction, len(d.valid))
+	}
+	if valid.hi > 0 {
+		d.source = heldOutSource{inner: src, heldOut: heldOut{seed: cfg.Seed, hi: valid.hi}}
 	}
 	if len(d.test) < 2 {
 		err := fmt.Errorf("%s: only %d held-out records", cfg.Data.Kind, len(d.test))
@@ -450,10 +536,11 @@ func readText(ctx context.Context, src shard.Source, shards []shard.Shard, limit
 	return out, nil
 }
 
-// heldOut decides by a seeded hash of a record's dataset position whether it is held out.
+// heldOut decides by a seeded hash of a record's dataset position whether it is held out: the
+// records whose hash, a uniform number in [0, 1), falls in [lo, hi).
 type heldOut struct {
-	seed     uint64
-	fraction float64
+	seed   uint64
+	lo, hi float64
 }
 
 func (h heldOut) is(pos int64) bool {
@@ -461,7 +548,8 @@ func (h heldOut) is(pos int64) bool {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	z ^= z >> 31
-	return float64(z>>11)/(1<<53) < h.fraction
+	u := float64(z>>11) / (1 << 53)
+	return u >= h.lo && u < h.hi
 }
 
 // heldOutSource serves text shards without their held-out records: a held-out record is a gap in

@@ -13,6 +13,9 @@ import (
 // Eval is one evaluation of the held-out set: every held-out record, scored with the parameters
 // the servers hold (the MLP as of the evaluation's start, rows as each chunk is pulled).
 type Eval struct {
+	// Set names the records scored: "test" (the held-out test set) or "validation" (the
+	// validation set carved from the training data, Config.ValidFraction).
+	Set          string
 	AUC, LogLoss float64
 	Samples      int           // held-out records scored
 	Trained      int64         // training samples the model had seen when the evaluation began
@@ -31,11 +34,12 @@ type evaluator struct {
 	tables []string
 	dense  []denseTensor
 	test   []model.Sample
+	set    string // Eval.Set
 	labels []float32
 	logits []float32
 }
 
-func newEvaluator(mcfg model.Config, cli *ps.Client, tables []string, dense []denseTensor, test []model.Sample) (*evaluator, error) {
+func newEvaluator(mcfg model.Config, cli *ps.Client, tables []string, dense []denseTensor, test []model.Sample, set string) (*evaluator, error) {
 	m, err := model.New(mcfg)
 	if err != nil {
 		return nil, err
@@ -44,7 +48,7 @@ func newEvaluator(mcfg model.Config, cli *ps.Client, tables []string, dense []de
 	if err != nil {
 		return nil, err
 	}
-	return &evaluator{cli: cli, m: m, bb: bb, rt: newRouter(len(tables), mcfg.EmbeddingDim), tables: tables, dense: dense, test: test}, nil
+	return &evaluator{cli: cli, m: m, bb: bb, rt: newRouter(len(tables), mcfg.EmbeddingDim), tables: tables, dense: dense, test: test, set: set}, nil
 }
 
 // run scores every held-out record and returns AUC and log loss. Pulling rows of ids the
@@ -90,5 +94,5 @@ func (e *evaluator) run(ctx context.Context) (Eval, error) {
 	if err != nil {
 		return Eval{}, fmt.Errorf("evaluate: %w", err)
 	}
-	return Eval{AUC: auc, LogLoss: ll, Samples: len(e.test), Duration: time.Since(start)}, nil
+	return Eval{Set: e.set, AUC: auc, LogLoss: ll, Samples: len(e.test), Duration: time.Since(start)}, nil
 }

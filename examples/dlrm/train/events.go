@@ -100,8 +100,15 @@ type Summary struct {
 	Elapsed       time.Duration
 	SamplesPerSec float64 // this run's samples over its training time
 
-	Eval Eval // the final evaluation of the held-out set
-	// Best is, with Config.KeepBest, the evaluated commit with the best held-out AUC (nil when
+	// Evaluated is the step of the commit evaluated instead of training (Config.Evaluate), 0
+	// for a training run.
+	Evaluated uint64
+
+	Eval Eval // the final evaluation of the held-out test set
+	// Valid is the final evaluation of the validation set (Config.ValidFraction), nil without.
+	Valid *Eval
+	// Best is, with Config.KeepBest, the evaluated commit with the best AUC (of the validation
+	// set when there is one, else of the test set; nil when
 	// none was evaluated and committed), SinceBest the evaluated commits after it and
 	// Evaluations the evaluated commits, those before a resume included.
 	Best                   *CommitEval
@@ -134,6 +141,11 @@ func (s *Summary) String() string {
 		p("  note:        %s", n)
 	}
 	p("  held out:    %s", s.HeldOut)
+	if s.Evaluated != 0 {
+		p("  commit:      step %d, loaded into %d parameter servers; nothing trained", s.Evaluated, s.Servers)
+		s.evals(p)
+		return b.String()
+	}
 	p("  cluster:     %d parameter servers, %d workers, dispatcher; loopback TCP with the cluster secret", s.Servers, s.Workers)
 	if s.Resumed {
 		p("  resumed:     from step %d (%d samples trained before), tables from %s", s.ResumedStep, s.ResumedSamples, s.ResumedFrom)
@@ -158,22 +170,19 @@ func (s *Summary) String() string {
 			}
 		}
 	}
-	switch {
-	case s.Eval.Samples == 0:
-		p("  test:        not evaluated (nothing trained, or the run failed)")
-	case s.Ceiling != nil:
-		p("  test:        AUC %.4f, log loss %.4f on %d held-out records (the generator's hidden model: AUC %.4f, log loss %.4f)",
-			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
-	default:
-		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
-	}
+	s.evals(p)
 	if b := s.Best; b != nil {
-		final := ""
-		if s.Eval.Samples > 0 {
+		final, set := "", "test"
+		if s.Valid != nil {
+			final = fmt.Sprintf(" (final: validation AUC %.4f)", s.Valid.AUC)
+		} else if s.Eval.Samples > 0 {
 			final = fmt.Sprintf(" (final: AUC %.4f)", s.Eval.AUC)
 		}
-		p("  best:        AUC %.4f, log loss %.4f at the commit of step %d, after %d samples%s; %d commits evaluated, %d after the best",
-			b.AUC, b.LogLoss, b.Step, b.Trained, final, s.Evaluations, s.SinceBest)
+		if b.Set != "" {
+			set = b.Set
+		}
+		p("  best:        %s AUC %.4f, log loss %.4f at the commit of step %d, after %d samples%s; %d commits evaluated, %d after the best",
+			set, b.AUC, b.LogLoss, b.Step, b.Trained, final, s.Evaluations, s.SinceBest)
 	}
 	for _, rp := range s.Repartitions {
 		p("  servers:     %s", repartitionLine(rp))
@@ -238,4 +247,20 @@ func epochLine(e EpochCheck) string {
 		out += fmt.Sprintf(" (first: position %d)", e.FirstDuplicate)
 	}
 	return out
+}
+
+// evals prints the final evaluations.
+func (s *Summary) evals(p func(format string, a ...any)) {
+	if v := s.Valid; v != nil {
+		p("  validation:  AUC %.4f, log loss %.4f on %d validation records (carved from the training data, not trained)", v.AUC, v.LogLoss, v.Samples)
+	}
+	switch {
+	case s.Eval.Samples == 0:
+		p("  test:        not evaluated (nothing trained, or the run failed)")
+	case s.Ceiling != nil:
+		p("  test:        AUC %.4f, log loss %.4f on %d held-out records (the generator's hidden model: AUC %.4f, log loss %.4f)",
+			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
+	default:
+		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+	}
 }

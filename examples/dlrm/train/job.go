@@ -128,7 +128,7 @@ func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkp
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Resume {
+	if cfg.Resume || cfg.Evaluate != "" {
 		return st, nil
 	}
 	commits, err := st.List(ctx, jobName+"/commits/")

@@ -198,7 +198,8 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		return sum, *p
 	}
 	// With keep-best the final checkpoint evaluated what training left: that is the final
-	// evaluation. Otherwise (or without a final commit) evaluate now.
+	// evaluation (of the validation set, when there is one). Otherwise (or without a final
+	// commit) evaluate now. The test set is always scored at the end.
 	var ev Eval
 	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.KeepBest && !cfg.NoFinalCheckpoint {
 		ev = r.lastEvalCopy()
@@ -206,6 +207,17 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	} else {
 		var err error
 		if ev, err = r.eval.run(fctx); err != nil {
+			return sum, err
+		}
+		ev.Trained = r.samples.Load()
+		r.setEval(ev)
+		r.emit(Event{Kind: EventEval, Eval: ev})
+	}
+	if r.eval != r.testEval {
+		valid := ev
+		sum.Valid = &valid
+		var err error
+		if ev, err = r.testEval.run(fctx); err != nil {
 			return sum, err
 		}
 		ev.Trained = r.samples.Load()
@@ -259,6 +271,9 @@ func (r *run) newWorker(name string) (elastic.StepFunc, error) {
 func (r *run) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data: %s\nheld out: %s\n", r.data.desc, r.data.heldOut)
+	if r.data.validOut != "" {
+		fmt.Fprintf(&b, "validation (scored by the evaluations while training, keep-best and early stopping): %s\n", r.data.validOut)
+	}
 	for _, n := range r.data.notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}

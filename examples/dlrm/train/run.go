@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -50,8 +49,10 @@ type run struct {
 	shmDir string
 	admin  *ps.Client
 	ck     ckStats
-	eval   *evaluator
-	scaler *elastic.LocalScaler // the workers
+	// eval scores the set that evaluations during training, keep-best and early stopping use:
+	// the validation set when there is one, else the test set (testEval).
+	eval, testEval *evaluator
+	scaler         *elastic.LocalScaler // the workers
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
@@ -67,6 +68,11 @@ type run struct {
 
 	restoredStep uint64
 	restoredFrom string
+
+	// commits reads the checkpoint directory's commits and keeps the pin of the best one
+	// (pinned: the step pinned by this run, 0 before).
+	commits *checkpoint.Committer
+	pinned  uint64
 
 	// best follows the evaluated commits (Config.KeepBest); evalErr is the first failure of an
 	// evaluation at a snapshot; earlyStop is signalled when Config.EarlyStop evaluations in a
@@ -117,6 +123,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Evaluate != "" {
+		return r.evaluate(ctx)
+	}
 	return r.train(ctx)
 }
 
@@ -147,6 +156,11 @@ func (r *run) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The best commit's pin (keep-best) and the commits Evaluate looks up; this committer
+	// never commits nor prunes.
+	if r.commits, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: r.logger}); err != nil {
+		return err
+	}
 	if r.shmDir, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
@@ -154,7 +168,6 @@ func (r *run) setUp(ctx context.Context) error {
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
 			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger, Recovery: cfg.Recovery,
-			KeepLast:   keepLast(cfg),
 			Dispatcher: r.dispatcherConfig(),
 			JobState: func(step uint64) []byte {
 				return r.jobState(context.WithoutCancel(ctx), step) // the final one follows an interrupt
@@ -184,8 +197,13 @@ func (r *run) setUp(ctx context.Context) error {
 			}
 		}
 	}
-	if cfg.Resume {
+	switch {
+	case cfg.Resume:
 		if err := r.restore(ctx); err != nil {
+			return err
+		}
+	case cfg.Evaluate != "":
+		if err := r.loadCommit(ctx); err != nil {
 			return err
 		}
 	}
@@ -197,7 +215,13 @@ func (r *run) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.eval, err = newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.test)
+	if r.testEval, err = newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.test, "test"); err != nil {
+		return err
+	}
+	r.eval = r.testEval
+	if len(r.data.valid) > 0 {
+		r.eval, err = newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.valid, "validation")
+	}
 	return err
 }
 
@@ -222,15 +246,6 @@ type runMeta struct {
 	Best  *CommitEval `json:"best,omitempty"`
 	Stale int         `json:"stale,omitempty"`
 	Evals int         `json:"evals,omitempty"`
-}
-
-// keepLast is the coordinator's retention: with keep-best every commit is kept, so that the best
-// one is still there at the end (retention cannot be told to spare one commit).
-func keepLast(cfg *Config) int {
-	if cfg.KeepBest {
-		return math.MaxInt32 // elastic.Config has no "keep all"; more commits than any run takes
-	}
-	return 0
 }
 
 // jobState is called by the coordinator at every snapshot, training paused. With keep-best it
@@ -262,6 +277,7 @@ func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
 	out := r.ck.record(ev)
 	if ev.Commit || ev.Err != nil { // a commit, or a snapshot that will not be committed
 		stale := r.best.committed(ev.Step, ev.Commit && ev.Err == nil)
+		r.pinBest()
 		if r.cfg.EarlyStop > 0 && stale >= r.cfg.EarlyStop {
 			select {
 			case r.earlyStop <- struct{}{}:
@@ -288,8 +304,12 @@ func (r *run) fingerprint() string {
 		synth = fmt.Sprintf(" synth=%v/%v/%v/%v/%v/%v/%v", c.Synth.DenseFeatures, c.Synth.Vocab, c.Synth.Hotness, c.Synth.ZipfExponent,
 			c.Synth.LatentDim, c.Synth.Signal, c.Synth.PositiveRate)
 	}
-	return fmt.Sprintf("data=%s%s test=%v/%v/%d train=%d seed=%d shard=%d fields=%s dense=%d dim=%d bottom=%v top=%v init=%v",
-		c.Data, synth, c.TestFiles, c.TestFraction, c.TestRecords, c.TrainRecords, c.Seed, c.ShardSize,
+	valid := ""
+	if c.ValidFraction > 0 {
+		valid = fmt.Sprintf(" valid=%v", c.ValidFraction)
+	}
+	return fmt.Sprintf("data=%s%s test=%v/%v/%d%s train=%d seed=%d shard=%d fields=%s dense=%d dim=%d bottom=%v top=%v init=%v",
+		c.Data, synth, c.TestFiles, c.TestFraction, c.TestRecords, valid, c.TrainRecords, c.Seed, c.ShardSize,
 		strings.Join(r.data.fields, ","), r.mcfg.DenseFeatures, r.mcfg.EmbeddingDim, r.mcfg.BottomHidden, r.mcfg.TopHidden, c.EmbeddingInit)
 }
 
@@ -344,6 +364,9 @@ func (r *run) restore(ctx context.Context) error {
 	r.samples.Store(meta.Samples)
 	r.baseSamp = meta.Samples
 	r.best.restore(meta)
+	if r.cfg.KeepBest {
+		r.pinBest() // the record goes on: a pin lost to a crash after its commit comes back
+	}
 	sources := map[string]checkpoint.Source{}
 	var rows int64
 	for _, s := range r.job.Servers {
@@ -369,4 +392,21 @@ func (r *run) restore(ctx context.Context) error {
 	}
 	r.emit(Event{Kind: EventRestore, Message: msg})
 	return nil
+}
+
+// pinBest pins the best committed evaluation when it is not pinned yet, so that retention keeps
+// it. The commit is the newest when it becomes the best, so no prune can delete it before the
+// pin lands. A failure is a warning: the commit may then be deleted later, nothing else.
+func (r *run) pinBest() {
+	best, _, _ := r.best.state()
+	if best == nil || best.Step == r.pinned || r.commits == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.commits.Pin(ctx, best.Step); err != nil {
+		r.emit(Event{Kind: EventWarning, Message: fmt.Sprintf("could not mark the best commit (step %d) for retention to keep: %v", best.Step, err)})
+		return
+	}
+	r.pinned = best.Step
 }
