@@ -50,6 +50,24 @@
 // Every Decision carries the numbers it was made on (Value against Limit, throughput Before
 // and After) and a Reason in words, and the planner logs it to Config.Logger.
 //
+// # On a live job
+//
+// A Runner drives a Planner from an elastic.Coordinator: each Tick reads Status and Usage,
+// makes the Observation from the differences since the previous tick (throughput from the
+// records trained, each server's CPU share from its serving time over its uptime and
+// RunnerConfig.ServerCPU or the plan's cores, its table memory against the plan's server
+// memory, each worker's mean batch time), and carries out the decisions: SetParallelism for a
+// Resize; SetParallelism and Coordinator.Rebalance for AddServer, whose Applied.Took is the
+// time from the hot server's detection to the slots moved; SetPlan with the larger size and
+// RunnerConfig.RestartServer (LocalRestart for a LocalJob) for RestartServer, the coordinator
+// restoring the server from the newest commit; Coordinator.Fail or RunnerConfig.ReplaceWorker
+// for a straggler; SetPlan for a smaller request. Run ticks every RunnerConfig.Every until its
+// context ends:
+//
+//	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: job.Coordinator(), Planner: p,
+//		RestartServer: autoscale.LocalRestart(job)})
+//	go r.Run(ctx)
+//
 // # Concurrency
 //
 // A Planner's methods are safe for concurrent use; observations must come in time order.

@@ -19,6 +19,7 @@ var (
 	// ErrInvalidProfile is returned by Planner.Begin for a job profile with a non-positive
 	// size.
 	ErrInvalidProfile = errors.New("autoscale: invalid job profile")
-	// ErrClosed is returned by Runner calls after Close.
-	ErrClosed = errors.New("autoscale: closed")
+	// ErrNoRestarter is the error of a RestartServer decision when RunnerConfig.RestartServer
+	// is nil: the runner cannot restart a server.
+	ErrNoRestarter = errors.New("autoscale: no way to restart a server (RunnerConfig.RestartServer)")
 )

@@ -1,0 +1,342 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/elastic"
+)
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	// Coordinator is the job's coordinator, with a scaler that changes the server count (a
+	// ServerScaler) for Resize and AddServer decisions, and Config.Secret set (Usage and
+	// Rebalance reach the servers). Required.
+	Coordinator *elastic.Coordinator
+	// Planner makes the decisions. Required.
+	Planner *Planner
+	// Every is Run's period between observations; default 15 s.
+	Every time.Duration
+	// Now is the clock of the observations; nil: time.Now.
+	Now func() time.Time
+	// WorkerCPU and ServerCPU are the cores of a worker and a server when the coordinator's
+	// plan sets none (elastic.Plan.Worker.CPUs, Server.CPUs); default 1. A server's CPU share
+	// is its serving time per second over ServerCPU.
+	WorkerCPU, ServerCPU float64
+	// RestartServer restarts server id, whose new size the coordinator's plan already holds
+	// (SetPlan), so that it restores its slots from the newest flash checkpoint: for a local
+	// job, LocalRestart. Nil: RestartServer decisions fail with ErrNoRestarter.
+	RestartServer func(ctx context.Context, id, reason string) error
+	// ReplaceWorker stops worker id so that the scaler starts another in its place. Nil:
+	// Coordinator.Fail (the worker is fenced and its shards go to the others; a scaler that
+	// restarts failed workers starts it again).
+	ReplaceWorker func(ctx context.Context, id, reason string) error
+	// Pending lists the processes a cluster scheduler has not placed yet. Nil: none.
+	Pending func() []Pending
+	// RebalanceOver, RebalanceWindow and RebalanceMoves are the arguments of the
+	// Coordinator.Rebalance an AddServer or Rebalance decision calls: a server's share of
+	// the load above RebalanceOver times the average is moved off (default 1.2), measured
+	// over RebalanceWindow (default 1 s), at most RebalanceMoves slots (default 0: no limit).
+	RebalanceOver   float64
+	RebalanceWindow time.Duration
+	RebalanceMoves  int
+	// Logger receives a line per decision carried out; nil discards.
+	Logger *slog.Logger
+}
+
+// Applied is a decision carried out, or not.
+type Applied struct {
+	Decision Decision
+	// Took is how long carrying it out took: for AddServer, from the decision to the last slot
+	// moved by the rebalance.
+	Took time.Duration
+	// Moves counts the slots the rebalance moved (AddServer, Rebalance).
+	Moves int
+	// Err is why it failed.
+	Err error
+}
+
+// Runner drives a Planner from a live job: each Tick reads the coordinator's Status and
+// Usage, turns the differences since the previous tick into an Observation (throughput,
+// each server's CPU share and memory against the plan's server memory, each worker's mean
+// step time), and carries out the planner's decisions through the coordinator: SetParallelism
+// for Resize, SetParallelism and Rebalance for AddServer, SetPlan with the new size and
+// RestartServer for RestartServer, ReplaceWorker, and SetPlan for ShrinkRequest. Tick and
+// Run are called from one goroutine at a time.
+type Runner struct {
+	cfg RunnerConfig
+	log *slog.Logger
+
+	mu   sync.Mutex
+	prev *reading
+}
+
+// reading is one tick's counters.
+type reading struct {
+	at      time.Time
+	records int64
+	servers map[string]elastic.ServerUsage
+	workers map[string]elastic.WorkerUsage
+}
+
+// NewRunner returns a Runner for cfg.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	var errs []error
+	if cfg.Coordinator == nil {
+		errs = append(errs, errors.New("Coordinator is required"))
+	}
+	if cfg.Planner == nil {
+		errs = append(errs, errors.New("Planner is required"))
+	}
+	if cfg.Every < 0 || cfg.WorkerCPU < 0 || cfg.ServerCPU < 0 || cfg.RebalanceWindow < 0 || cfg.RebalanceMoves < 0 {
+		errs = append(errs, errors.New("negative period, cores, window or moves"))
+	}
+	if cfg.RebalanceOver != 0 && cfg.RebalanceOver <= 1 {
+		errs = append(errs, fmt.Errorf("RebalanceOver %g (above 1)", cfg.RebalanceOver))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	if cfg.Every == 0 {
+		cfg.Every = 15 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.WorkerCPU == 0 {
+		cfg.WorkerCPU = 1
+	}
+	if cfg.ServerCPU == 0 {
+		cfg.ServerCPU = 1
+	}
+	if cfg.RebalanceOver == 0 {
+		cfg.RebalanceOver = 1.2
+	}
+	if cfg.RebalanceWindow == 0 {
+		cfg.RebalanceWindow = time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg, log: log}, nil
+}
+
+// Run ticks every RunnerConfig.Every until ctx ends, and returns ctx's error. A failed
+// reading or decision is logged and the next tick tries again.
+func (r *Runner) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		applied, err := r.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("autoscale: no observation", "err", err)
+		}
+		for _, a := range applied {
+			if a.Err != nil {
+				r.log.Warn("autoscale: decision failed", "decision", a.Decision, "err", a.Err)
+			}
+		}
+	}
+}
+
+// Tick takes one observation, hands it to the planner and carries out its decisions, in
+// order; it returns them with their outcomes. It fails only when the coordinator cannot be
+// read.
+func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
+	obs, err := r.Observe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Applied
+	for _, d := range r.cfg.Planner.Observe(obs) {
+		a := r.Apply(ctx, d)
+		r.log.Info("autoscale: applied", "decision", d, "took", a.Took, "moves", a.Moves, "err", a.Err)
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Observe reads the job and returns its Observation: the differences since the previous
+// call (the first has no throughput, CPU shares or step times).
+func (r *Runner) Observe(ctx context.Context) (Observation, error) {
+	c := r.cfg.Coordinator
+	st := c.Status()
+	u, err := c.Usage(ctx)
+	if err != nil {
+		return Observation{}, fmt.Errorf("autoscale: usage: %w", err)
+	}
+	now := r.cfg.Now()
+	cur := &reading{
+		at:      now,
+		records: int64(st.Data.Epoch)*st.Data.Records + st.Data.Done,
+		servers: map[string]elastic.ServerUsage{}, workers: map[string]elastic.WorkerUsage{},
+	}
+	obs := Observation{At: now, Shape: r.shape(st)}
+	failed := false
+	for _, s := range st.Servers {
+		failed = failed || s.Failed
+	}
+	obs.Changing = failed || st.Phase == "recovering" || (st.Repartition != nil && st.Repartition.Running)
+
+	r.mu.Lock()
+	prev := r.prev
+	r.prev = cur
+	r.mu.Unlock()
+	if prev != nil && now.After(prev.at) && cur.records >= prev.records {
+		obs.Throughput = float64(cur.records-prev.records) / now.Sub(prev.at).Seconds()
+	}
+	for _, s := range u.Servers {
+		if s.Err != nil {
+			continue
+		}
+		cur.servers[s.ID] = s
+		sl := ServerLoad{ID: s.ID, Memory: s.MemoryBytes, MemoryLimit: obs.Shape.Server.Memory}
+		if p, ok := prev.server(s.ID); ok && s.Uptime > p.Uptime && s.Busy >= p.Busy {
+			sl.CPU = float64(s.Busy-p.Busy) / float64(s.Uptime-p.Uptime) / obs.Shape.Server.CPU
+		}
+		obs.Servers = append(obs.Servers, sl)
+	}
+	active := map[string]bool{}
+	for _, w := range st.Workers {
+		active[w.ID] = true
+	}
+	for _, w := range u.Workers {
+		cur.workers[w.ID] = w
+		if !active[w.ID] {
+			continue
+		}
+		wl := WorkerLoad{ID: w.ID}
+		if p, ok := prev.worker(w.ID); ok && w.Steps > p.Steps {
+			wl.StepTime = (w.Busy - p.Busy) / time.Duration(w.Steps-p.Steps)
+		}
+		obs.Workers = append(obs.Workers, wl)
+	}
+	if r.cfg.Pending != nil {
+		obs.Pending = r.cfg.Pending()
+	}
+	return obs, nil
+}
+
+func (p *reading) server(id string) (elastic.ServerUsage, bool) {
+	if p == nil {
+		return elastic.ServerUsage{}, false
+	}
+	s, ok := p.servers[id]
+	return s, ok
+}
+
+func (p *reading) worker(id string) (elastic.WorkerUsage, bool) {
+	if p == nil {
+		return elastic.WorkerUsage{}, false
+	}
+	w, ok := p.workers[id]
+	return w, ok
+}
+
+// shape is the job's shape from its status: the servers of the owner table, the plan's
+// workers (or those the coordinator knows, before any plan) and the plan's sizes.
+func (r *Runner) shape(st elastic.Status) Shape {
+	s := Shape{
+		Workers: st.Plan.Workers, Servers: len(st.Servers),
+		Worker: Resources{CPU: st.Plan.Worker.CPUs, Memory: st.Plan.Worker.Memory},
+		Server: Resources{CPU: st.Plan.Server.CPUs, Memory: st.Plan.Server.Memory},
+	}
+	if s.Workers == 0 {
+		s.Workers = len(st.Workers)
+	}
+	if s.Worker.CPU == 0 {
+		s.Worker.CPU = r.cfg.WorkerCPU
+	}
+	if s.Server.CPU == 0 {
+		s.Server.CPU = r.cfg.ServerCPU
+	}
+	return s
+}
+
+// plan is the coordinator's plan with the counts of s and the sizes of the current plan.
+func (r *Runner) plan(s Shape) elastic.Plan {
+	p := r.cfg.Coordinator.Status().Plan
+	p.Workers, p.Servers = s.Workers, s.Servers
+	return p
+}
+
+// Apply carries out one decision through the coordinator.
+func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
+	c := r.cfg.Coordinator
+	start := time.Now()
+	a := Applied{Decision: d}
+	switch d.Kind {
+	case Plan, Resize:
+		p := r.plan(d.Shape)
+		if d.Kind == Plan {
+			p.Worker = elastic.Resources{CPUs: d.Shape.Worker.CPU, Memory: d.Shape.Worker.Memory}
+			p.Server = elastic.Resources{CPUs: d.Shape.Server.CPU, Memory: d.Shape.Server.Memory}
+		}
+		a.Err = c.SetPlan(ctx, p)
+	case AddServer, Rebalance:
+		if d.Kind == AddServer {
+			a.Err = c.SetPlan(ctx, r.plan(d.Shape))
+		}
+		if a.Err == nil {
+			var moves int
+			moves, a.Err = r.rebalance(ctx)
+			a.Moves = moves
+		}
+	case RestartServer:
+		p := r.plan(d.Shape)
+		p.Server = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
+		if r.cfg.RestartServer == nil {
+			a.Err = ErrNoRestarter
+		} else if a.Err = c.SetPlan(ctx, p); a.Err == nil {
+			a.Err = r.cfg.RestartServer(ctx, d.Target, d.Reason)
+		}
+	case ReplaceWorker:
+		if r.cfg.ReplaceWorker != nil {
+			a.Err = r.cfg.ReplaceWorker(ctx, d.Target, d.Reason)
+		} else {
+			c.Fail(d.Target, "autoscale: "+d.Reason)
+		}
+	case ShrinkRequest:
+		p := r.plan(d.Shape)
+		if d.Role == Server {
+			p.Server = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
+		} else {
+			p.Worker = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
+		}
+		a.Err = c.SetPlan(ctx, p)
+	default:
+		a.Err = fmt.Errorf("autoscale: unknown decision %v", d.Kind)
+	}
+	a.Took = time.Since(start)
+	return a
+}
+
+// rebalance moves load off the servers above RebalanceOver times the average.
+func (r *Runner) rebalance(ctx context.Context) (int, error) {
+	moves, err := r.cfg.Coordinator.Rebalance(ctx, r.cfg.RebalanceOver, r.cfg.RebalanceWindow, r.cfg.RebalanceMoves)
+	return len(moves), err
+}
+
+// LocalRestart returns the RunnerConfig.RestartServer of a local job: LocalJob.RestartServer
+// of the server with that id, which the coordinator then restores from the newest commit
+// (from the server's shared memory where it holds it).
+func LocalRestart(job *elastic.LocalJob) func(ctx context.Context, id, reason string) error {
+	return func(ctx context.Context, id, _ string) error {
+		for i, s := range job.Servers {
+			if s.Node().ID == id {
+				return job.RestartServer(ctx, i)
+			}
+		}
+		return fmt.Errorf("autoscale: restart %s: no such server in the job", id)
+	}
+}
