@@ -56,6 +56,7 @@ func allSuites() map[string]suite {
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
 		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers, with checkpoint pauses", run: runDLRM},
 		"elastic":    {about: "worker join, server failures under both recovery policies and a coordinator restart vs stopping and restarting the job", run: runElastic},
+		"autoscale":  {about: "cluster simulator on the Philly-derived DLRM workload: manual vs auto configuration, elastic LAS live vs stop-and-restart", run: runAutoscale},
 	}
 }
 
