@@ -74,7 +74,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.TestRecords, "test-records", 0, "held-out records evaluated (default 20000 synthetic, 1000000 files)")
 	fs.Int64Var(&c.TrainRecords, "train-records", train.DefaultTrainRecords, "synthetic training records")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the data, the split, the initial model and the shuffles")
-	fs.IntVar(&c.EmbeddingDim, "dim", train.DefaultEmbeddingDim, "embedding dimension (and bottom MLP output width)")
+	fs.IntVar(&c.EmbeddingDim, "dim", 0, "embedding dimension (and bottom MLP output width) (default per data: 32 movielens, else 16)")
 	fs.StringVar(&bottom, "bottom", "64,32", `bottom MLP hidden layer widths ("none" for no hidden layer)`)
 	fs.StringVar(&top, "top", "128,64", `top MLP hidden layer widths ("none" for logistic regression over the interactions)`)
 	fs.StringVar(&embOpt, "emb-opt", "", "embedding optimizer: sgd, adagrad, rowwise-adagrad, adam or ftrl (default per data: adam for movielens, else adagrad)")

@@ -183,8 +183,10 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 }
 
 // TestMovieLensAUC trains on MovieLens latest-small with a seeded 80/20 split, three seeds (two
-// workers training asynchronously). An L2-regularised logistic regression on one-hot user, movie
-// and genres reaches AUC 0.784 on such a split; the DLRM must reach 0.795 on average.
+// workers training asynchronously), with the defaults for MovieLens (chosen on a validation split
+// of the training ratings, never on this test split: see DefaultMovieLensDim). An L2-regularised
+// logistic regression on one-hot user, movie and genres reaches AUC 0.784 on such a split; the
+// DLRM must reach 0.80 on average.
 func TestMovieLensAUC(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "shared", "data", "movielens-latest-small")
 	if _, err := os.Stat(filepath.Join(dir, "ratings.csv")); err != nil {
@@ -214,7 +216,7 @@ func TestMovieLensAUC(t *testing.T) {
 	}
 	mean := sum / float64(len(seeds))
 	t.Logf("MovieLens: mean test AUC %.4f over %d seeds", mean, len(seeds))
-	assert.GreaterOrEqual(t, mean, 0.795)
+	assert.GreaterOrEqual(t, mean, 0.80)
 }
 
 func TestParseDataSpec(t *testing.T) {
