@@ -129,7 +129,11 @@ func (a *Auto) spread(aj *autoJob, c Config) Config {
 		return c
 	}
 	if a.maxNode.Mem > 0 {
-		c.Servers = max(c.Servers, int(math.Ceil(aj.rowsGiB/a.maxNode.Mem)))
+		if n := int(math.Ceil(aj.rowsGiB / a.maxNode.Mem)); n > c.Servers {
+			// More servers for the memory, sharing the cores the plan gave the servers.
+			c.ServerCPU = math.Max(1, c.ServerCPU*float64(c.Servers)/float64(n))
+			c.Servers = n
+		}
 	}
 	c.ServerMem = aj.rowsGiB / float64(c.Servers)
 	return c
