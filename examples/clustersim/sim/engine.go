@@ -463,11 +463,13 @@ func (s *State) advance() Sample {
 		if elapsed > 0 {
 			rate = work / elapsed
 		}
-		uw, us := Resources{CPU: 0.1 * c.WorkerCPU, Mem: c.WorkerMem}, Resources{}
+		// A GPU job's use of its cores and memory is not modelled (the traces say nothing of
+		// it): only its GPUs' busy share is.
+		var uw, us Resources
 		if js.PSTruth != nil {
 			uw, us = js.PSTruth.Used(c, rate, js.progress/js.Work)
 		} else if x > 0 {
-			uw = Resources{CPU: c.WorkerCPU * 0.5 * rate / x, Mem: c.WorkerMem * 0.5, GPU: rate / x}
+			uw = Resources{GPU: rate / x}
 		}
 		js.lastUsedWorker, js.lastUsedServer = uw, us
 		used := uw.scale(float64(c.Workers)).add(us.scale(float64(c.Servers)))
