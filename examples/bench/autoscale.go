@@ -80,7 +80,7 @@ func runAutoscale(ctx context.Context, opt options, r *report) error {
 	if len(cm) == 0 {
 		return errors.New("no job completed under both manual and auto configuration")
 	}
-	r.add("jct_median_manual_vs_auto", median(cm)/median(ca), fmt.Sprintf("manual median JCT over auto's over the %d jobs both completed (DLRover-RM: 1.45)", len(cm)))
+	r.add("jct_median_manual_vs_auto", sim.Median(cm)/sim.Median(ca), fmt.Sprintf("manual median JCT over auto's over the %d jobs both completed (DLRover-RM: 1.45)", len(cm)))
 	r.add("cpu_util_auto_minus_manual", 100*(sa.CPUUtil-sm.CPUUtil), fmt.Sprintf("pp of CPU used over allocated, %.1f%% vs %.1f%% (DLRover-RM: +15)", 100*sa.CPUUtil, 100*sm.CPUUtil))
 	r.add("mem_util_auto_minus_manual", 100*(sa.MemUtil-sm.MemUtil), fmt.Sprintf("pp of memory used over allocated, %.1f%% vs %.1f%% (DLRover-RM: +20)", 100*sa.MemUtil, 100*sm.MemUtil))
 	r.add("completion_auto_minus_manual", 100*(sa.CompletionRate-sm.CompletionRate), fmt.Sprintf("pp of %d jobs completed in the trace window, %d vs %d (DLRover-RM: +6)", sm.Jobs, sa.Completed, sm.Completed))

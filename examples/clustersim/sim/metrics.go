@@ -113,3 +113,7 @@ func (r *Result) JCTs() []float64 {
 	slices.Sort(out)
 	return out
 }
+
+// Median is the median of xs (the mean of the middle two for an even count; NaN for none),
+// as the comparisons compute it.
+func Median(xs []float64) float64 { return median(xs) }
