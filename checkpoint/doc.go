@@ -40,7 +40,9 @@
 // MAP_POPULATE so every page is faulted in once when created, and never remapped; and one seal file
 // per generation ("g0.seal", "g1.seal"). A generation holds a chain: a full snapshot followed by the
 // deltas taken after it, appended behind it. Its seal lists each segment (job, node, step, slot set,
-// base step, where each table's records lie) with an xxhash64 per 4 MiB piece, and is replaced as a
+// base step, where each table's records lie, and for a ShardedTable's full copy the record count
+// of each of its groups) with an xxhash64 per piece of whole records of at most 4 MiB, cut within
+// each group (seal version 2; regions sealed by version 1 are still read), and is replaced as a
 // whole by rename; a generation about to receive a new full snapshot loses its seal first. A
 // crash at any point therefore leaves each generation sealed at some complete prefix of its chain.
 //
@@ -113,7 +115,11 @@
 // segment ids recorded in the commit — and from storage otherwise; shared memory that fails its
 // checksums falls back to storage. Each node loads only the slots it owns now (RestoreSlots): from
 // storage it reads only the chunks whose slot range meets them; with another slot count S it reads
-// every chunk and places rows by id. Everything is verified before any table is changed: a corrupt,
+// every chunk and places rows by id. No table is changed by a checkpoint that fails its checks: a
+// node's whole part is verified before it is loaded, except that the full base of a ShardedTable
+// restored from shared memory into an empty table (one node's part, every row of it) is loaded
+// group by group on every worker, each piece verified just before it is loaded, and a piece that
+// fails undoes the whole load and sends that node's part to storage. A corrupt,
 // truncated or uncommitted checkpoint fails Verify or Load with an error wrapping ErrCorrupt,
 // ErrNotFound or ErrNotCommitted, and Restore and Committer.Choose log the reason and move to the
 // previous commit; Committer.ChooseReport also returns the commits skipped, with the reasons (which

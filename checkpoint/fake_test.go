@@ -1,7 +1,9 @@
 package checkpoint
 
 import (
+	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -167,4 +169,90 @@ func mutate(rng *rand.Rand, ts []*fakeTable, version uint64, maxID uint64) {
 			t.del(rng.Uint64N(maxID))
 		}
 	}
+}
+
+// shardedFake is a fakeTable that is also a ShardedTable: its full copies group rows by id mod
+// groups, and a bulk load adds rows as it goes and removes them all again when it is undone.
+type shardedFake struct {
+	*fakeTable
+	groups    int
+	bulkLoads int // LoadRawShards calls accepted
+	pieces    int // load calls that added rows
+}
+
+func newShardedFake(rowSize, groups int) *shardedFake {
+	return &shardedFake{fakeTable: newFakeTable(rowSize), groups: groups}
+}
+
+func (t *shardedFake) key() []byte { return []byte(fmt.Sprintf("fake-groups/%d", t.groups)) }
+
+func (t *shardedFake) CopyRawShards(dst []byte, newBase bool) (int, []int, []byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := slices.Collect(maps.Keys(t.rows))
+	g := uint64(t.groups)
+	slices.SortFunc(ids, func(a, b uint64) int {
+		if a%g != b%g {
+			return cmp.Compare(a%g, b%g)
+		}
+		return cmp.Compare(a, b)
+	})
+	if len(ids)*t.rowSize > len(dst) {
+		return 0, nil, nil, io.ErrShortBuffer
+	}
+	counts := make([]int, t.groups)
+	for i, id := range ids {
+		copy(dst[i*t.rowSize:], t.rows[id])
+		counts[id%g]++
+	}
+	if newBase {
+		clear(t.changed)
+	}
+	return len(ids) * t.rowSize, counts, t.key(), nil
+}
+
+func (t *shardedFake) LoadRawShards(key []byte, counts []int) (func(int, []byte) error, func(bool) (int, error), error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if string(key) != string(t.key()) || len(counts) != t.groups || len(t.rows) != 0 {
+		return nil, nil, fmt.Errorf("%w: fake: another grouping or not empty", errors.ErrUnsupported)
+	}
+	t.bulkLoads++
+	var added []uint64
+	done := make([]int, t.groups)
+	load := func(g int, src []byte) error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if len(src)%t.rowSize != 0 {
+			return fmt.Errorf("fake: %d bytes is not whole records", len(src))
+		}
+		t.pieces++
+		for o := 0; o < len(src); o += t.rowSize {
+			rec := src[o : o+t.rowSize]
+			id := binary.LittleEndian.Uint64(rec)
+			_, dup := t.rows[id]
+			if int(id%uint64(t.groups)) != g || binary.LittleEndian.Uint32(rec[8:]) == DeletionMark || dup || done[g] == counts[g] {
+				return fmt.Errorf("fake: record %d of group %d does not belong", done[g], g)
+			}
+			t.rows[id] = append([]byte(nil), rec...)
+			added = append(added, id)
+			done[g]++
+		}
+		return nil
+	}
+	end := func(keep bool) (int, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if keep && slices.Equal(done, counts) {
+			return len(added), nil
+		}
+		for _, id := range added {
+			delete(t.rows, id)
+		}
+		if keep {
+			return 0, fmt.Errorf("fake: groups got %v records, want %v", done, counts)
+		}
+		return 0, nil
+	}
+	return load, end, nil
 }

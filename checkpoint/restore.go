@@ -89,6 +89,20 @@ type restorePlan struct {
 	nodes   []*nodePlan
 	readers []*region
 	own     int // generation of this node's region used, or -1
+	// bulk are the tables whose full base comes from shared memory group by group, each piece
+	// checked just before it is loaded (see planBulk); verify leaves those pieces to apply.
+	bulk []*bulkLoad
+}
+
+// bulkLoad is the load of one ShardedTable's base segment from one node's shared memory.
+type bulkLoad struct {
+	name  string
+	np    *nodePlan
+	tab   *segTable // the base segment's entry of the table
+	data  []byte
+	load  func(group int, src []byte) error
+	end   func(keep bool) (int, error)
+	ended bool
 }
 
 type nodePlan struct {
@@ -135,9 +149,12 @@ func (c *Checkpointer) Verify(ctx context.Context, step uint64, opts ...RestoreO
 }
 
 // Load restores the committed checkpoint of step into the tables, which should be empty (rows the
-// checkpoint does not hold are left as they are). It verifies everything first, so a corrupt or
-// incomplete checkpoint returns an error wrapping ErrCorrupt or ErrNotCommitted with the tables
-// untouched; an error while applying wraps ErrPartialRestore. After a Load the next snapshot is full.
+// checkpoint does not hold are left as they are). A corrupt or incomplete checkpoint returns an
+// error wrapping ErrCorrupt or ErrNotCommitted with the tables untouched: everything is verified
+// first, but for the pieces of a bulk load from shared memory (see ShardedTable), each verified just
+// before it is loaded, a failure undoing the whole load (then the snapshots in the pipeline have
+// been abandoned already). An error while applying wraps ErrPartialRestore. After a Load the next
+// snapshot is full.
 //
 // Before it changes the tables, Load abandons the snapshots taken earlier whose persists have not been
 // reported: a persist in progress is cancelled and removes what it wrote, the others never start,
@@ -156,6 +173,7 @@ func (c *Checkpointer) Load(ctx context.Context, step uint64, opts ...RestoreOpt
 		return nil, err
 	}
 	defer p.close()
+	c.planBulk(p)
 	if err := c.verify(ctx, p, &o); err != nil {
 		return nil, err
 	}
@@ -227,6 +245,7 @@ func (c *Checkpointer) Restore(ctx context.Context, opts ...RestoreOption) (*Res
 	for _, step := range steps {
 		p, err := c.plan(ctx, step, &o)
 		if err == nil {
+			c.planBulk(p)
 			err = c.verify(ctx, p, &o)
 			if err == nil {
 				r, err := c.apply(ctx, p, &o)
@@ -252,8 +271,77 @@ func skippable(err error) bool {
 }
 
 func (p *restorePlan) close() {
+	p.cancelBulk()
 	for _, r := range p.readers {
 		r.close()
+	}
+}
+
+// cancelBulk ends the bulk loads not yet ended, removing what they loaded, and forgets them.
+func (p *restorePlan) cancelBulk() error {
+	var err error
+	for _, b := range p.bulk {
+		if !b.ended {
+			b.ended = true
+			if _, e := b.end(false); e != nil {
+				err = errors.Join(err, fmt.Errorf("table %s: %w", b.name, e))
+			}
+		}
+	}
+	p.bulk = nil
+	return err
+}
+
+// bulkFor returns the bulk load of table ti of node np's segment k, or nil.
+func (p *restorePlan) bulkFor(np *nodePlan, k int, name string) *bulkLoad {
+	if k != 0 {
+		return nil
+	}
+	for _, b := range p.bulk {
+		if b.np == np && b.name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// planBulk picks the tables that Load loads group by group: when exactly one node's part is
+// loaded, from shared memory, every row of it (no slot filter), a ShardedTable whose base segment
+// records its groups, and the table accepts them (it is empty and partitions alike).
+func (c *Checkpointer) planBulk(p *restorePlan) {
+	var np *nodePlan
+	for _, n := range p.nodes {
+		if n.relevant {
+			if np != nil {
+				return
+			}
+			np = n
+		}
+	}
+	if np == nil || np.src != SourceShm || p.keepFor(np, 0, np.owned.n, true) != nil {
+		return
+	}
+	base := np.segs[0]
+	for _, nt := range c.tables {
+		st, ok := nt.t.(ShardedTable)
+		if !ok {
+			continue
+		}
+		ti := base.tableIndex(nt.name)
+		tab := &base.Tables[ti]
+		if len(tab.Groups) == 0 || !tab.WholeRecords {
+			continue
+		}
+		counts := make([]int, len(tab.Groups))
+		for g, n := range tab.Groups {
+			counts[g] = int(n)
+		}
+		load, end, err := st.LoadRawShards(tab.Key, counts)
+		if err != nil {
+			c.log.Debug("checkpoint: table restored record by record", "table", nt.name, "reason", err)
+			continue
+		}
+		p.bulk = append(p.bulk, &bulkLoad{name: nt.name, np: np, tab: tab, data: np.tdata[0][ti], load: load, end: end})
 	}
 }
 
@@ -511,14 +599,15 @@ func (p *restorePlan) keepFor(np *nodePlan, lo, hi int, fromShm bool) func(uint6
 	}
 }
 
-// verify checks every checksum of what apply will read, without decompressing. A node whose shared
-// memory fails its checksums falls back to storage.
+// verify checks every checksum of what apply will read, without decompressing, except the pieces
+// of bulk loads, which apply checks as it loads them. A node whose shared memory fails its
+// checksums falls back to storage.
 func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpts) error {
 	for _, np := range p.nodes {
 		if np.src != SourceShm {
 			continue
 		}
-		err := c.verifyShm(ctx, np, o)
+		err := c.verifyShm(ctx, p, np, o)
 		if err == nil {
 			continue
 		}
@@ -526,21 +615,38 @@ func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpt
 			return err
 		}
 		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "node", np.node, "err", err)
-		*np = nodePlan{node: np.node, entry: np.entry, relevant: np.relevant, ownGen: -1}
-		if err := c.planStorage(ctx, np, np.entry, p.rec); err != nil {
+		if err := p.cancelBulk(); err != nil {
 			return err
 		}
-		if err := c.checkTables(np); err != nil {
+		if err := c.toStorage(ctx, p, np); err != nil {
 			return err
 		}
 	}
-	own := -1
+	p.setOwn()
+	return c.verifyStorage(ctx, p, o)
+}
+
+// toStorage plans node np's part from storage instead of shared memory.
+func (c *Checkpointer) toStorage(ctx context.Context, p *restorePlan, np *nodePlan) error {
+	*np = nodePlan{node: np.node, entry: np.entry, relevant: np.relevant, ownGen: -1}
+	if err := c.planStorage(ctx, np, np.entry, p.rec); err != nil {
+		return err
+	}
+	return c.checkTables(np)
+}
+
+// setOwn records the generation of this node's own region the plan reads, if any.
+func (p *restorePlan) setOwn() {
+	p.own = -1
 	for _, np := range p.nodes {
 		if np.ownGen >= 0 {
-			own = np.ownGen
+			p.own = np.ownGen
 		}
 	}
-	p.own = own
+}
+
+// verifyStorage checks the chunks and blobs that apply will read from storage.
+func (c *Checkpointer) verifyStorage(ctx context.Context, p *restorePlan, o *restoreOpts) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(c.cfg.Workers)
 	for _, np := range p.nodes {
@@ -572,8 +678,9 @@ func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpt
 	return eg.Wait()
 }
 
-// verifyShm checks the piece checksums of a node's shared-memory chain.
-func (c *Checkpointer) verifyShm(ctx context.Context, np *nodePlan, o *restoreOpts) error {
+// verifyShm checks the piece checksums of a node's shared-memory chain, but for the pieces of
+// the plan's bulk loads.
+func (c *Checkpointer) verifyShm(ctx context.Context, p *restorePlan, np *nodePlan, o *restoreOpts) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(c.cfg.Workers)
 	for k, s := range np.segs {
@@ -581,14 +688,17 @@ func (c *Checkpointer) verifyShm(ctx context.Context, np *nodePlan, o *restoreOp
 			break
 		}
 		for ti, t := range s.Tables {
+			if p.bulkFor(np, k, t.Name) != nil {
+				continue
+			}
 			data := np.tdata[k][ti]
-			for pi, want := range t.Sums {
+			for pi, sp := range t.spans(sealPiece) {
+				want := t.Sums[pi]
 				eg.Go(func() error {
 					if err := ctx.Err(); err != nil {
 						return err
 					}
-					lo := pi * sealPiece
-					if xxhashSum(data[lo:min(lo+sealPiece, len(data))]) != want {
+					if xxhashSum(data[sp.lo:sp.hi]) != want {
 						return corruptf("node %s: shared memory of table %s at step %d, piece %d", np.node, t.Name, s.Step, pi)
 					}
 					return nil
@@ -638,8 +748,30 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 	partial := func(err error) (*Restored, error) {
 		return nil, fmt.Errorf("%w: %w", ErrPartialRestore, err)
 	}
+	var bulkNode *nodePlan
+	if len(p.bulk) > 0 {
+		bulkNode = p.bulk[0].np
+	}
+	bulk, err := c.applyBulk(ctx, p)
+	if errors.Is(err, ErrPartialRestore) {
+		return nil, err
+	}
+	if errors.Is(err, ErrCorrupt) {
+		// A piece failed its checksum as it was about to be loaded; every table is as it was.
+		np := bulkNode
+		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "node", np.node, "err", err)
+		if err := c.toStorage(ctx, p, np); err != nil {
+			return nil, err
+		}
+		p.setOwn()
+		if err := c.verifyStorage(ctx, p, o); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
 	for _, nt := range c.tables {
-		var n int64
+		n := bulk[nt.name]
 		for _, np := range p.nodes {
 			if !np.relevant {
 				continue
@@ -648,6 +780,9 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 			if np.src == SourceShm {
 				keep := p.keepFor(np, 0, np.owned.n, true)
 				for k, s := range np.segs {
+					if p.bulkFor(np, k, nt.name) != nil {
+						continue
+					}
 					applied, err := nt.t.LoadRaw(np.tdata[k][s.tableIndex(nt.name)], keep)
 					if err != nil {
 						return partial(fmt.Errorf("table %s from shared memory of node %s: %w", nt.name, np.node, err))
@@ -726,6 +861,56 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 	}
 	c.mu.Unlock()
 	return res, nil
+}
+
+// applyBulk runs the plan's bulk loads: every group of every such table is a task, and a worker
+// checks each piece of a group's records just before it loads it. It returns the records loaded by
+// table. If any piece fails its checksum (ErrCorrupt) or any load fails, it removes every row the
+// bulk loads added, so every table is as it was; only when that fails too is the error an
+// ErrPartialRestore.
+func (c *Checkpointer) applyBulk(ctx context.Context, p *restorePlan) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(p.bulk) == 0 {
+		return out, nil
+	}
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(c.cfg.Workers)
+	for _, b := range p.bulk {
+		spans := b.tab.spans(sealPiece)
+		for g, r := range b.tab.groupSpans(spans) {
+			eg.Go(func() error {
+				for k := r[0]; k < r[1]; k++ {
+					if err := ectx.Err(); err != nil {
+						return err
+					}
+					piece := b.data[spans[k].lo:spans[k].hi]
+					if xxhashSum(piece) != b.tab.Sums[k] {
+						return corruptf("node %s: shared memory of table %s at step %d, piece %d",
+							b.np.node, b.name, b.np.segs[0].Step, k)
+					}
+					if err := b.load(g, piece); err != nil {
+						return fmt.Errorf("table %s from shared memory of node %s: %w", b.name, b.np.node, err)
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		if aerr := p.cancelBulk(); aerr != nil {
+			return nil, fmt.Errorf("%w: %w; undoing the loads: %w", ErrPartialRestore, err, aerr)
+		}
+		return nil, err
+	}
+	for _, b := range p.bulk {
+		b.ended = true
+		n, err := b.end(true)
+		if err != nil {
+			return nil, fmt.Errorf("%w: table %s from shared memory of node %s: %w", ErrPartialRestore, b.name, b.np.node, err)
+		}
+		out[b.name] = int64(n)
+	}
+	return out, nil
 }
 
 // readBlobs returns the selected blobs of node np.

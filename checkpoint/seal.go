@@ -3,9 +3,10 @@ package checkpoint
 import "fmt"
 
 // A seal file describes the sealed segments of one shared-memory generation: where each table's
-// records and each blob lie in the generation's extent files, and an xxhash64 per piece (sealPiece
-// bytes) of them. Segment 0 is a full snapshot; segments 1.. are deltas appended after it, each
-// holding the rows changed since the previous segment. A seal is replaced as a whole by rename, so a
+// records and each blob lie in the generation's extent files, and an xxhash64 per piece of them
+// (a span of whole records of at most sealPiece bytes, within one group of a grouped table).
+// Segment 0 is a full snapshot; segments 1.. are deltas appended after it, each holding the rows
+// changed since the previous segment. A seal is replaced as a whole by rename, so a
 // reader sees the old or the new one; a generation about to be overwritten loses its seal first.
 type sealFile struct {
 	Job, Node string
@@ -39,7 +40,80 @@ type segTable struct {
 	Extent  uint32
 	Off     uint64
 	Len     uint64
-	Sums    []uint64 // one per sealPiece bytes of [Off, Off+Len); filled when sealed
+	// Groups are the record counts of the table's groups, one after another in [Off, Off+Len),
+	// and Key names the table's grouping, for a full copy of a ShardedTable (else both are empty).
+	Groups []uint64
+	Key    []byte
+	// WholeRecords says how the checksums cut the records: each group (all the records when there
+	// are no groups) in runs of whole records of at most the seal's Piece bytes (at least one
+	// record), as since seal version 2; without it, every Piece bytes from Off (version 1).
+	WholeRecords bool
+	Sums         []uint64 // one per span (see spans); filled when sealed
+}
+
+// span is a range [lo, hi) of a table's records, relative to its Off.
+type span struct{ lo, hi int }
+
+// spans returns the ranges of t's records that its checksums cover, in order.
+func (t *segTable) spans(piece uint64) []span {
+	n := int(t.Len)
+	if !t.WholeRecords {
+		out := make([]span, 0, pieces(t.Len, piece))
+		for lo := 0; lo < n; lo += int(piece) {
+			out = append(out, span{lo, min(lo+int(piece), n)})
+		}
+		return out
+	}
+	rec := int(t.RowSize)
+	step := max(1, int(piece)/rec) * rec
+	var out []span
+	cut := func(lo, hi int) {
+		for ; lo < hi; lo += step {
+			out = append(out, span{lo, min(lo+step, hi)})
+		}
+	}
+	if len(t.Groups) == 0 {
+		cut(0, n)
+		return out
+	}
+	lo := 0
+	for _, g := range t.Groups {
+		hi := lo + int(g)*rec
+		cut(lo, hi)
+		lo = hi
+	}
+	return out
+}
+
+// spanCount is len(t.spans(piece)), computed without making them.
+func (t *segTable) spanCount(piece uint64) int {
+	if !t.WholeRecords {
+		return pieces(t.Len, piece)
+	}
+	step := max(1, piece/uint64(t.RowSize)) * uint64(t.RowSize)
+	if len(t.Groups) == 0 {
+		return pieces(t.Len, step)
+	}
+	n := 0
+	for _, g := range t.Groups {
+		n += pieces(g*uint64(t.RowSize), step)
+	}
+	return n
+}
+
+// groupSpans returns, for each group of t, the index range [first, last) of its spans.
+func (t *segTable) groupSpans(spans []span) [][2]int {
+	out := make([][2]int, len(t.Groups))
+	k, hi := 0, 0
+	for g, c := range t.Groups {
+		hi += int(c) * int(t.RowSize)
+		first := k
+		for k < len(spans) && spans[k].lo < hi {
+			k++
+		}
+		out[g] = [2]int{first, k}
+	}
+	return out
 }
 
 type segBlob struct {
@@ -51,8 +125,9 @@ type segBlob struct {
 }
 
 const (
-	sealMagic   = "EPSSEAL1"
-	sealVersion = 1
+	sealMagic = "EPSSEAL1"
+	// sealVersion is written; version 1 (no groups, checksums every Piece bytes) is still read.
+	sealVersion = 2
 	// sealPiece is the span of one shared-memory checksum.
 	sealPiece = 4 << 20
 )
@@ -87,6 +162,12 @@ func appendSeal(dst []byte, s *sealFile) []byte {
 			e.u32(t.Extent)
 			e.u64(t.Off)
 			e.u64(t.Len)
+			e.bool(t.WholeRecords)
+			e.bytes(t.Key)
+			e.uv(uint64(len(t.Groups)))
+			for _, g := range t.Groups {
+				e.uv(g)
+			}
 			e.uv(uint64(len(t.Sums)))
 			for _, x := range t.Sums {
 				e.u64(x)
@@ -107,7 +188,7 @@ func appendSeal(dst []byte, s *sealFile) []byte {
 // decodeSeal decodes a seal file and checks that every range it names lies inside its extents and
 // carries the right number of checksums.
 func decodeSeal(src []byte) (*sealFile, error) {
-	d, err := openFile(src, sealMagic, sealVersion)
+	d, version, err := openFileVersion(src, sealMagic, 1, sealVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +220,30 @@ func decodeSeal(src []byte) (*sealFile, error) {
 		nt := d.count(1 + 1 + 4 + 4 + 16 + 1)
 		for range nt {
 			t := segTable{Name: d.str(), Schema: d.bytes(), RowSize: d.u32(), Extent: d.u32(), Off: d.u64(), Len: d.u64()}
+			groupsOK := true
+			if version >= 2 {
+				t.WholeRecords = d.bool()
+				t.Key = d.bytes()
+				ng := d.count(1)
+				var sum uint64
+				for range ng {
+					g := d.uv()
+					if g > t.Len {
+						groupsOK = false
+					}
+					t.Groups = append(t.Groups, g)
+					sum += g
+				}
+				groupsOK = groupsOK && (ng == 0 || (t.RowSize > 0 && sum == t.Len/uint64(t.RowSize)))
+			}
 			ns := d.count(8)
 			t.Sums = make([]uint64, 0, ns)
 			for range ns {
 				t.Sums = append(t.Sums, d.u64())
 			}
 			if d.err == nil && (!validIdent(t.Name) || t.RowSize < minRowSize || t.Len%uint64(t.RowSize) != 0 ||
-				!inExtent(t.Extent, t.Off, t.Len) || len(t.Sums) != pieces(t.Len, s.Piece)) {
+				!inExtent(t.Extent, t.Off, t.Len) || !groupsOK || (len(t.Groups) > 0 && !t.WholeRecords) ||
+				len(t.Sums) != t.spanCount(s.Piece)) {
 				d.fail("segment table")
 			}
 			g.Tables = append(g.Tables, t)

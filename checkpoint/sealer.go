@@ -53,13 +53,11 @@ func (c *Checkpointer) seal(job stageJob) {
 	eg.SetLimit(c.cfg.Workers)
 	for ti, t := range seg.Tables {
 		data := tdata[ti]
-		n := pieces(t.Len, sealPiece)
-		sums[ti] = make([]uint64, n)
-		for p := range n {
+		spans := t.spans(sealPiece)
+		sums[ti] = make([]uint64, len(spans))
+		for p, sp := range spans {
 			eg.Go(func() error {
-				lo := p * sealPiece
-				hi := min(lo+sealPiece, len(data))
-				sums[ti][p] = xxhashSum(data[lo:hi])
+				sums[ti][p] = xxhashSum(data[sp.lo:sp.hi])
 				return nil
 			})
 		}

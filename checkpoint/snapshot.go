@@ -224,6 +224,9 @@ func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly
 		var n int
 		var ext int
 		var off int64
+		var counts []int
+		var key []byte
+		sharded, _ := nt.t.(ShardedTable)
 		for attempt := 0; ; attempt++ {
 			size := copySpace(nt.t.RawSize(changedOnly), rowSize)
 			var dst []byte
@@ -232,7 +235,11 @@ func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly
 			if err != nil {
 				return 0, 0, err
 			}
-			n, err = nt.t.CopyRaw(dst, changedOnly, true)
+			if sharded != nil && !changedOnly {
+				n, counts, key, err = sharded.CopyRawShards(dst, true)
+			} else {
+				n, err = nt.t.CopyRaw(dst, changedOnly, true)
+			}
 			if errors.Is(err, io.ErrShortBuffer) && attempt < 4 {
 				continue
 			}
@@ -244,11 +251,28 @@ func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly
 			}
 			break
 		}
+		st := segTable{Name: nt.name, Schema: append([]byte(nil), nt.t.Schema()...),
+			RowSize: uint32(rowSize), Extent: uint32(ext), Off: uint64(off), Len: uint64(n), WholeRecords: true}
+		if counts != nil {
+			total := 0
+			st.Groups = make([]uint64, len(counts))
+			for i, k := range counts {
+				if k < 0 {
+					total = -1
+					break
+				}
+				st.Groups[i] = uint64(k)
+				total += k
+			}
+			if total*rowSize != n {
+				return 0, 0, fmt.Errorf("checkpoint: copy table %s: group counts of %d records for %d bytes", nt.name, total, n)
+			}
+			st.Key = key
+		}
 		c.mu.Lock()
 		g.extents[ext].used = alignUp(off + int64(n))
 		c.mu.Unlock()
-		seg.Tables = append(seg.Tables, segTable{Name: nt.name, Schema: append([]byte(nil), nt.t.Schema()...),
-			RowSize: uint32(rowSize), Extent: uint32(ext), Off: uint64(off), Len: uint64(n)})
+		seg.Tables = append(seg.Tables, st)
 		total += int64(n)
 	}
 	for _, b := range blobs {

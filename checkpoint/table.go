@@ -31,6 +31,29 @@ type Table interface {
 	LoadRaw(src []byte, keep func(id uint64) bool) (int, error)
 }
 
+// ShardedTable is a Table whose full copies hold its rows grouped by an internal partition (the
+// shards of an embedding table), and which can take such a copy back group by group. A full
+// snapshot records each group's record count; a restore from shared memory into an empty table of
+// the same partition then hands every group its records as they lie, on all workers at once,
+// checking each piece's checksum just before the piece is loaded, and undoes the whole load if a
+// piece fails, so the table is left as it was. The checkpointer detects the interface by type
+// assertion; a plain Table is restored with LoadRaw.
+type ShardedTable interface {
+	Table
+	// CopyRawShards is CopyRaw(dst, false, newBase) that also returns the record count of each
+	// group, in the order the groups follow one another in dst, and a key naming the partition:
+	// tables with equal keys put every id in the same group.
+	CopyRawShards(dst []byte, newBase bool) (n int, counts []int, key []byte, err error)
+	// LoadRawShards starts loading records that a CopyRawShards with this key and these counts
+	// wrote, into this table. It fails, changing nothing, when the table is not empty or
+	// partitions otherwise. Then load(g, src) adds the next records of group g, in order (calls
+	// for different groups run concurrently, those for one group one at a time), and one call of
+	// end after the last load either keeps the rows (end(true), which fails unless every group got
+	// its count) or removes every row the load added (end(false), or a failed end(true)). Bad
+	// records make load fail; the checkpointer then calls end(false).
+	LoadRawShards(key []byte, counts []int) (load func(group int, src []byte) error, end func(keep bool) (int, error), err error)
+}
+
 // DeletionMark is the little-endian uint32 at bytes [8:12) of a deletion record.
 const DeletionMark = 0xFFFFFFFF
 

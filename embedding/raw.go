@@ -91,21 +91,27 @@ func (t *Table) RawSize(changedOnly bool) int {
 // than RawSize(changedOnly) returns io.ErrShortBuffer and changes nothing; changedOnly before any
 // newBase copy returns ErrNoBase.
 func (t *Table) CopyRaw(dst []byte, changedOnly, newBase bool) (int, error) {
+	return t.copyRawBase(dst, changedOnly, newBase, nil)
+}
+
+// copyRawBase is CopyRaw; a full copy also stores each shard's record count in counts (nil: not
+// wanted).
+func (t *Table) copyRawBase(dst []byte, changedOnly, newBase bool, counts []int) (int, error) {
 	if !changedOnly && !newBase {
-		return t.copyRaw(dst, nil, false, false, nil)
+		return t.copyRaw(dst, nil, false, false, nil, counts)
 	}
 	// Copies against the base run one at a time, so the first base is made exactly once.
 	t.baseMu.Lock()
 	defer t.baseMu.Unlock()
 	if tr := t.baseTracker(); tr != nil {
-		return t.copyRaw(dst, tr, changedOnly, newBase, nil)
+		return t.copyRaw(dst, tr, changedOnly, newBase, nil, counts)
 	}
 	if changedOnly {
 		return 0, ErrNoBase
 	}
 	// The first base: record changes from this copy on; a failed copy leaves no base behind.
 	tr := t.NewTracker()
-	n, err := t.copyRaw(dst, tr, false, true, nil)
+	n, err := t.copyRaw(dst, tr, false, true, nil, counts)
 	if err != nil {
 		tr.Close()
 		return n, err
@@ -118,7 +124,7 @@ func (t *Table) CopyRaw(dst []byte, changedOnly, newBase bool) (int, error) {
 
 // CopyRawSlots copies every row whose id keep accepts, like CopyRaw without a tracker.
 func (t *Table) CopyRawSlots(dst []byte, keep func(id uint64) bool) (int, error) {
-	return t.copyRaw(dst, nil, false, false, keep)
+	return t.copyRaw(dst, nil, false, false, keep, nil)
 }
 
 // baseTracker returns CopyRaw's tracker, or nil before the first base copy.
@@ -128,7 +134,7 @@ func (t *Table) baseTracker() *Tracker {
 	return t.base
 }
 
-func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep func(uint64) bool) (int, error) {
+func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep func(uint64) bool, counts []int) (int, error) {
 	if tr != nil {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
@@ -147,7 +153,7 @@ func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep f
 	var n int
 	var err error
 	if !changedOnly && keep == nil {
-		n, err = t.copyAllLocked(dst)
+		n, err = t.copyAllLocked(dst, counts)
 	} else {
 		n, err = t.copySelectedLocked(dst, tr, changedOnly, keep)
 	}
@@ -159,12 +165,16 @@ func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep f
 	return n, err
 }
 
-// copyAllLocked copies every live row, shards in parallel into precomputed places.
-func (t *Table) copyAllLocked(dst []byte) (int, error) {
+// copyAllLocked copies every live row, shards in parallel into precomputed places, and stores
+// each shard's record count in counts unless it is nil.
+func (t *Table) copyAllLocked(dst []byte, counts []int) (int, error) {
 	rec := t.RawRowSize()
 	off := make([]int, len(t.shards)+1)
 	for i := range t.shards {
 		off[i+1] = off[i] + t.shards[i].live*rec
+		if counts != nil {
+			counts[i] = t.shards[i].live
+		}
 	}
 	total := off[len(t.shards)]
 	if total > len(dst) {

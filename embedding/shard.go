@@ -280,9 +280,17 @@ func (s *shard) reserveIndexLocked(t *Table, rows int) {
 
 // reserveRowsLocked allocates slab chunks for rows rows in all, touching every page so that later
 // inserts do not stop on page faults. It stops early when the system is out of memory.
-func (s *shard) reserveRowsLocked(rows, stride int) {
+func (s *shard) reserveRowsLocked(rows, stride int) { s.growRowsLocked(rows, stride, true) }
+
+// growRowsLocked allocates slab chunks for rows rows in all, touching every page with touch. The
+// whole chunks it adds come from one allocation, one after another in memory, so rows loaded in
+// bulk are copied in runs longer than a chunk. It stops early when the system is out of memory.
+func (s *shard) growRowsLocked(rows, stride int, touch bool) {
 	rows = min(rows, MaxRowsPerShard)
-	touch := func(w []uint32) {
+	touchPages := func(w []uint32) {
+		if !touch {
+			return
+		}
 		for k := 0; k < len(w); k += 1024 { // one word per 4 KiB page
 			w[k] = 0
 		}
@@ -292,15 +300,31 @@ func (s *shard) reserveRowsLocked(rows, stride int) {
 		if !s.growChunkLocked(n-1, chunkRows*stride) {
 			return
 		}
-		touch(s.words[n-1][had:])
+		touchPages(s.words[n-1][had:])
 	}
-	for len(s.words)*chunkRows < rows {
-		w := s.arena.alloc(chunkRows * stride)
-		if w == nil {
-			return
+	missing := (rows - len(s.words)*chunkRows + chunkRows - 1) / chunkRows
+	if missing <= 0 {
+		return
+	}
+	cw := chunkRows * stride
+	w := s.arena.alloc(missing * cw)
+	if w == nil {
+		// No room for all of them at once: as many single chunks as there is memory for.
+		for len(s.words)*chunkRows < rows {
+			c := s.arena.alloc(cw)
+			if c == nil {
+				return
+			}
+			touchPages(c)
+			s.setChunk(len(s.words), c, true)
 		}
-		touch(w)
-		s.setChunk(len(s.words), w, true)
+		return
+	}
+	touchPages(w)
+	// Chunks cut from one allocation are full, so never grown or freed alone; the table frees
+	// the allocation as a whole.
+	for k := range missing {
+		s.setChunk(len(s.words), w[k*cw:(k+1)*cw:(k+1)*cw], true)
 	}
 }
 

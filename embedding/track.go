@@ -96,11 +96,11 @@ func (tr *Tracker) Size() int {
 // in the same critical section, also of rows keep rejected. A dst smaller than Size returns
 // io.ErrShortBuffer and changes nothing.
 func (tr *Tracker) CopyRaw(dst []byte, keep func(id uint64) bool, reset bool) (int, error) {
-	return tr.t.copyRaw(dst, tr, true, reset, keep)
+	return tr.t.copyRaw(dst, tr, true, reset, keep, nil)
 }
 
 // Reset clears the record of changes.
 func (tr *Tracker) Reset() error {
-	_, err := tr.t.copyRaw(nil, tr, true, true, func(uint64) bool { return false })
+	_, err := tr.t.copyRaw(nil, tr, true, true, func(uint64) bool { return false }, nil)
 	return err
 }
