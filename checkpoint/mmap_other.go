@@ -7,7 +7,7 @@ import (
 	"os"
 )
 
-// The shared-memory tier needs Linux (fallocate, MAP_POPULATE, flock on tmpfs).
+// The shared-memory tier needs Linux (fallocate, populated shared mappings, flock on tmpfs).
 
 var errNoShm = errors.New("checkpoint: shared-memory regions need Linux")
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // SnapshotOption varies one Snapshot.
@@ -357,22 +359,24 @@ func (c *Checkpointer) addExtent(g *generation, gi int, size int64) error {
 // needed, so that snapshots up to that size allocate nothing while training waits. Creating shared
 // memory is slow (every page is faulted in once); call Reserve at start-up with the expected size of
 // a full snapshot plus room for deltas. Snapshots grow the region themselves when it is too small.
+//
+// The generations are reserved at once: each file's blocks are reserved by one thread (the file
+// system serialises them), and the two files' reservations overlap.
 func (c *Checkpointer) Reserve(ctx context.Context, bytes int64) error {
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var eg errgroup.Group
 	for gi, g := range c.reg.gens {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		c.mu.Lock()
 		have := g.largest()
 		c.mu.Unlock()
 		if have >= bytes {
 			continue
 		}
-		if err := c.addExtent(g, gi, bytes); err != nil {
-			return err
-		}
+		eg.Go(func() error { return c.addExtent(g, gi, bytes) })
 	}
-	return nil
+	return eg.Wait()
 }
