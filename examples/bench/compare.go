@@ -62,10 +62,12 @@ func interleave(ctx context.Context, rounds int, into samples, trials ...trial) 
 // median returns the median figure of a trial.
 func (s samples) median(name string) float64 { return median(s[name]) }
 
-// spread is a ratio measured in several rounds: its median and range.
+// spread is a ratio measured in several rounds: its median and range, and the medians of the
+// subject's and the baseline's figures in those rounds (0 if not known).
 type spread struct {
 	med, lo, hi float64
 	pairs       int
+	subj, base  float64
 }
 
 // ratio returns subject/baseline of each round, summarised.
@@ -76,7 +78,11 @@ func (s samples) ratio(subject, baseline string) spread {
 	for i := range r {
 		r[i] = a[i] / b[i]
 	}
-	return spreadOf(r)
+	sp := spreadOf(r)
+	if n > 0 {
+		sp.subj, sp.base = median(a[:n]), median(b[:n])
+	}
+	return sp
 }
 
 // spreadOf summarises per-round ratios.

@@ -7,13 +7,14 @@
 //
 //	{"suite": NAME,
 //	 "metrics": {NAME: number, ...},
-//	 "ratios": {NAME: {"baseline": WHAT, "baseline_metric": NAME, "median": x, "min": x, "max": x, "pairs": n}, ...},
+//	 "ratios": {NAME: {"baseline": WHAT, "baseline_metric": NAME, "median": x, "min": x, "max": x, "pairs": n,
+//	                   "subject_median": x, "baseline_median": x}, ...},
 //	 "tables": {NAME: {"about": TEXT, "columns": [...], "rows": [[...], ...]}, ...},
 //	 "notes": {NAME: TEXT, ...}}
 //
 // Every ratio (a metric named A_vs_B or A_over_B) names its baseline. A ratio measured in interleaved
 // rounds (subject and baseline alternately) gives its median in metrics and its range over the
-// pairs in ratios.
+// pairs in ratios, with the medians of the subject's and the baseline's figures in those rounds.
 package main
 
 import (
@@ -141,6 +142,9 @@ type ratioRecord struct {
 	Min            float64 `json:"min,omitempty"`
 	Max            float64 `json:"max,omitempty"`
 	Pairs          int     `json:"pairs,omitempty"`
+	// The medians of the subject's and the baseline's own figures in the same rounds.
+	SubjectMedian  float64 `json:"subject_median,omitempty"`
+	BaselineMedian float64 `json:"baseline_median,omitempty"`
 }
 
 // add records metric name = v with a short human note (unit, target, baseline).
@@ -159,11 +163,16 @@ func (r *report) add(name string, v float64, note string) {
 // addRatio records the ratio name measured in interleaved rounds against baseline (what the baseline
 // does) whose figure is the metric baselineMetric ("" if none).
 func (r *report) addRatio(name string, s spread, baseline, baselineMetric, note string) {
-	r.add(name, s.med, fmt.Sprintf("%s [%.3g-%.3g over %d pairs; baseline: %s]", note, s.lo, s.hi, s.pairs, baseline))
+	of := ""
+	if s.base != 0 {
+		of = fmt.Sprintf(" (%s over %s)", formatValue(s.subj), formatValue(s.base))
+	}
+	r.add(name, s.med, fmt.Sprintf("%s [%.3g-%.3g over %d pairs%s; baseline: %s]", note, s.lo, s.hi, s.pairs, of, baseline))
 	if r.ratios == nil {
 		r.ratios = map[string]ratioRecord{}
 	}
-	r.ratios[name] = ratioRecord{Baseline: baseline, BaselineMetric: baselineMetric, Median: s.med, Min: s.lo, Max: s.hi, Pairs: s.pairs}
+	r.ratios[name] = ratioRecord{Baseline: baseline, BaselineMetric: baselineMetric, Median: s.med, Min: s.lo, Max: s.hi, Pairs: s.pairs,
+		SubjectMedian: s.subj, BaselineMedian: s.base}
 }
 
 // addTable records a small table of figures (a size sweep).
