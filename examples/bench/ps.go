@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -116,6 +117,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 		}
 	}
 
+	runtime.GC() // the garbage of filling and loading, collected before anything is timed
 	fmt.Printf("ps: pulls by frame protection...\n")
 	prot, err := interleave(ctx, rounds, nil,
 		on("unprotected", zipf, pull(plainClients)),
