@@ -18,9 +18,15 @@ type Config struct {
 	// MaxCPU bounds the cores of the whole job, workers and servers; default 0, no bound
 	// beyond the counts.
 	MaxCPU float64
+	// MaxMemory bounds the bytes of memory of the whole job, workers and servers; default 0,
+	// no bound. A plan over it loses workers first; the memory the servers need for the
+	// model's rows is never cut for it (a job whose rows alone exceed it runs MinWorkers
+	// workers, over the quota, rather than being killed for lack of memory).
+	MaxMemory int64
 
 	// Worker and Server are the sizes a plan gives each worker and server when the history has
-	// no similar job; defaults 4 cores each (the server's memory is sized from the model).
+	// no similar job; defaults 4 cores each (the server's memory is sized from the model; a
+	// worker's memory, 0 by default, is not set until it is measured).
 	Worker, Server Resources
 	// InitialWorkers and InitialServers are the counts of a first plan without a similar job in
 	// the history (InitialServers is raised when the model does not fit in that many servers'
@@ -31,8 +37,9 @@ type Config struct {
 	// the shared-memory checkpoint copy, the runtime) when the history has no similar job to
 	// measure it from; default 3.
 	MemoryPerModelByte float64
-	// MemoryHeadroom multiplies the memory the model needs into the request, and the memory
-	// seen in use into the request after an out-of-memory kill; default 1.25.
+	// MemoryHeadroom multiplies the memory the model needs into the request, the memory
+	// seen in use into the request after an out-of-memory kill, and the most memory a worker
+	// was seen to use into its right size; default 1.25.
 	MemoryHeadroom float64
 	// MaxServerMemory is the largest memory a server may get, in bytes; default 64 GiB. A model
 	// that needs more is spread over more servers.
@@ -43,6 +50,22 @@ type Config struct {
 	// NearMemory is the fraction of its memory limit in use at which a server counts as near
 	// the limit and is restarted larger before it is killed; default 0.95.
 	NearMemory float64
+
+	// CPUHeadroom multiplies the most cores a process of a role was seen to use (over the
+	// Settle or more newest observations at its size) into that role's right size: the
+	// re-plan sizes each role's processes from what they use, like a vertical autoscaler.
+	// Default 1.5: room for bursts the observation period averages away, and a floor on how
+	// busy a process is kept (at most 1/1.5 of its cores on average), which bounds what a
+	// process whose speed grows with its cores loses. A cut whose measured throughput loss is
+	// worth the cores (marginal efficiency at least AddEfficiency) is undone, and that role is
+	// not cut below the size again.
+	CPUHeadroom float64
+	// CPUStep is the granularity of a right-sized process's cores; default 0.5.
+	CPUStep float64
+	// RightsizeMargin is how far a role's right size must be from its size, as a fraction of
+	// the size, before the re-plan changes it (so that noise does not resize the job every
+	// period); default 0.2.
+	RightsizeMargin float64
 
 	// AddEfficiency is the least marginal efficiency worth adding a process for: the
 	// throughput gained per added core, over the job's throughput per core (1 for linear
@@ -88,7 +111,10 @@ type Config struct {
 	// PendingFor is how long a process may wait to be scheduled before its request is
 	// made smaller; default 5 minutes.
 	PendingFor time.Duration
-	// ShrinkFactor multiplies a pending request's cores and memory; default 0.75.
+	// ShrinkFactor multiplies a pending request's cores and memory; default 0.75. A server's
+	// memory never goes below its share of what the model's rows need (the profile's size or
+	// the most measured, times MemoryHeadroom), nor a worker's below the most a worker was
+	// seen to use times MemoryHeadroom.
 	ShrinkFactor float64
 	// MinProcess is the smallest request a shrink goes down to; default 1 core and 1 GiB.
 	MinProcess Resources
@@ -136,6 +162,9 @@ func (c Config) withDefaults() Config {
 	}
 	setF(&c.MemoryGrowth, 1.5)
 	setF(&c.NearMemory, 0.95)
+	setF(&c.CPUHeadroom, 1.5)
+	setF(&c.CPUStep, 0.5)
+	setF(&c.RightsizeMargin, 0.2)
 	setF(&c.AddEfficiency, 0.5)
 	setF(&c.RemoveEfficiency, 0.2)
 	setD(&c.ReplanEvery, time.Minute)
@@ -173,6 +202,7 @@ func (c Config) Validate() error {
 	bad(d.MinWorkers < 0 || d.MaxWorkers < d.MinWorkers, "workers between %d and %d", c.MinWorkers, c.MaxWorkers)
 	bad(d.MinServers < 0 || d.MaxServers < d.MinServers, "servers between %d and %d", c.MinServers, c.MaxServers)
 	bad(d.MaxCPU < 0 || !finite(d.MaxCPU), "MaxCPU %g", c.MaxCPU)
+	bad(d.MaxMemory < 0, "MaxMemory %d", c.MaxMemory)
 	bad(!(d.Worker.CPU > 0) || !finite(d.Worker.CPU) || d.Worker.Memory < 0, "Worker %+v", c.Worker)
 	bad(!(d.Server.CPU > 0) || !finite(d.Server.CPU) || d.Server.Memory < 0, "Server %+v", c.Server)
 	bad(d.InitialWorkers < 0 || d.InitialServers < 0, "initial counts %d workers, %d servers", c.InitialWorkers, c.InitialServers)
@@ -181,6 +211,9 @@ func (c Config) Validate() error {
 	bad(d.MaxServerMemory < 0, "MaxServerMemory %d", c.MaxServerMemory)
 	bad(!(d.MemoryGrowth > 1) || !finite(d.MemoryGrowth), "MemoryGrowth %g (above 1)", c.MemoryGrowth)
 	bad(!(d.NearMemory > 0 && d.NearMemory <= 1), "NearMemory %g (in (0, 1])", c.NearMemory)
+	bad(!(d.CPUHeadroom >= 1) || !finite(d.CPUHeadroom), "CPUHeadroom %g (at least 1)", c.CPUHeadroom)
+	bad(!(d.CPUStep > 0) || !finite(d.CPUStep), "CPUStep %g", c.CPUStep)
+	bad(!(d.RightsizeMargin > 0 && d.RightsizeMargin < 1), "RightsizeMargin %g (in (0, 1))", c.RightsizeMargin)
 	bad(!(d.AddEfficiency > 0) || !finite(d.AddEfficiency), "AddEfficiency %g", c.AddEfficiency)
 	bad(!(d.RemoveEfficiency > 0 && d.RemoveEfficiency < d.AddEfficiency), "RemoveEfficiency %g (in (0, AddEfficiency %g))", d.RemoveEfficiency, d.AddEfficiency)
 	bad(d.ReplanEvery < 0 || d.Cooldown < 0 || d.HotFor < 0 || d.StragglerFor < 0 || d.PendingFor < 0, "negative duration")

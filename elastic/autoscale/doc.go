@@ -38,14 +38,23 @@
 //     passed since the last change: it fits the model to the measurements of the newest Window shapes and adds
 //     the worker or server of highest marginal efficiency (throughput gained per core over
 //     throughput per core) while that is at least AddEfficiency and the quota allows, or
-//     removes those whose loss per core is below RemoveEfficiency (Resize). Without a prior it
-//     first explores: a worker more, then a server more, to see how the job scales.
+//     removes those whose loss per core is below RemoveEfficiency (Resize), within the quota's
+//     counts, cores (MaxCPU) and memory (MaxMemory); a change of the server count spreads the
+//     servers' memory anew. Before the counts it right-sizes each role's processes from what
+//     they were measured to use: cores to the most a process used times CPUHeadroom (more for
+//     a worker that uses nearly all of its own), a worker's memory to the most one used times
+//     MemoryHeadroom; a cut of cores whose measured cost in throughput is worth the cores is
+//     undone. Without a prior it first explores: a worker more, then a server more, to see
+//     how the job scales.
 //  3. Observe answers instability at once: a server hot (CPU share at least HotCPU for HotFor)
 //     gets a server added and the hottest slots moved by load (AddServer; Rebalance at
 //     MaxServers); a server killed for lack of memory, or near its limit, is restarted larger
-//     and restores from the flash checkpoint (RestartServer); a worker whose step time stays
+//     and restores from the flash checkpoint (RestartServer), or, at MaxServerMemory, has its
+//     rows spread over more servers (AddServer; at once when it was killed); a worker whose
+//     step time stays
 //     StragglerFactor times the median is replaced (ReplaceWorker); a request pending longer
-//     than PendingFor is made smaller (ShrinkRequest).
+//     than PendingFor is made smaller (ShrinkRequest), never below what it is known to need
+//     (a server's share of the rows, a worker's measured peak, with MemoryHeadroom).
 //
 // Every Decision carries the numbers it was made on (Value against Limit, throughput Before
 // and After) and a Reason in words, and the planner logs it to Config.Logger.

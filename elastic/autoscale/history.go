@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -57,8 +58,42 @@ type JobRecord struct {
 	// Throughput is its mean measured samples per second at Shape.
 	Throughput float64 `json:"throughput,omitempty"`
 	// PeakServerMemory is the most memory one of its servers used, in bytes (0: unknown).
-	PeakServerMemory int64     `json:"peak_server_memory,omitempty"`
+	PeakServerMemory int64 `json:"peak_server_memory,omitempty"`
+	// PeakWorkerMemory is the most memory one of its workers used, in bytes (0: unknown).
+	PeakWorkerMemory int64     `json:"peak_worker_memory,omitempty"`
 	Finished         time.Time `json:"finished,omitzero"`
+}
+
+// memoryPerModelByte is the server memory the job took per byte of its model: its peak
+// server memory times its servers over its model bytes.
+func (r JobRecord) memoryPerModelByte() (float64, bool) {
+	if r.PeakServerMemory <= 0 || r.Profile.ModelBytes <= 0 || r.Shape.Servers <= 0 {
+		return 0, false
+	}
+	return float64(r.PeakServerMemory) * float64(r.Shape.Servers) / float64(r.Profile.ModelBytes), true
+}
+
+// platformMemoryPerModelByte is the median memory per model byte of the records of kind (of
+// every record when none is of that kind), and how many records it is the median of.
+func platformMemoryPerModelByte(kind string, recs []JobRecord) (float64, int) {
+	for pass := range 2 {
+		var vs []float64
+		for _, r := range recs {
+			if v, ok := r.memoryPerModelByte(); ok && (pass == 1 || r.Profile.Kind == kind) {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		slices.Sort(vs)
+		n := len(vs)
+		if n%2 == 1 {
+			return vs[n/2], n
+		}
+		return (vs[n/2-1] + vs[n/2]) / 2, n
+	}
+	return 0, 0
 }
 
 // nearest returns the record whose profile is closest to p, within max, preferring records

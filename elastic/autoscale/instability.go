@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -9,7 +10,11 @@ import (
 // memoryLocked is the out-of-memory rule: a server killed for lack of memory, or using
 // NearMemory of its limit, is restarted with MemoryGrowth times the limit (or MemoryHeadroom
 // times what it used, if more), at most MaxServerMemory, and restores its slots from the
-// flash checkpoint; a server at MaxServerMemory already gets another server beside it instead.
+// flash checkpoint. A server at MaxServerMemory already cannot grow: the rows are spread over
+// more servers (AddServer, each server's share of MemoryGrowth times the servers' memory in
+// all, as many servers as that needs at MaxServerMemory each). A kill at the cap is answered
+// at once, whatever the Cooldown (the job cannot go on as it is); a server only near the cap
+// waits for the Cooldown. At MaxServers nothing can be done, and the planner logs it.
 func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) {
 	c := &p.cfg
 	limit := sv.MemoryLimit
@@ -22,6 +27,12 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 		}
 		delete(p.asked, sv.ID)
 	}
+	if p.spreadTo > 0 {
+		if obs.Shape.Servers < p.spreadTo {
+			return Decision{}, false // the servers asked for are not there yet
+		}
+		p.spreadTo = 0
+	}
 	near := limit > 0 && float64(sv.Memory) >= c.NearMemory*float64(limit)
 	if !sv.OOMKilled && !near {
 		return Decision{}, false
@@ -33,20 +44,40 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 	}
 	d := Decision{At: obs.At, Target: sv.ID, Role: Server, Value: float64(sv.Memory), Limit: float64(limit)}
 	if limit >= c.MaxServerMemory {
-		s := with(obs.Shape, 0, 1)
-		if !c.allows(s) || obs.At.Sub(p.changed) < c.Cooldown {
+		if !sv.OOMKilled && obs.At.Sub(p.changed) < c.Cooldown {
 			return Decision{}, false
 		}
+		total := float64(limit) * float64(obs.Shape.Servers) * c.MemoryGrowth
+		n := max(obs.Shape.Servers+1, int(math.Ceil(total/float64(c.MaxServerMemory))))
+		n = min(n, c.MaxServers)
+		if n <= obs.Shape.Servers {
+			p.log.Warn("autoscale: a server needs more memory than MaxServerMemory and the job has MaxServers already",
+				"server", sv.ID, "memory", sv.Memory, "limit", limit, "servers", obs.Shape.Servers)
+			return Decision{}, false
+		}
+		s := obs.Shape
+		s.Servers = n
+		s = c.withinQuota(spread(s, total))
+		p.serverTotal = total
+		p.rowsNeed = max(p.rowsNeed, float64(sv.Memory)*float64(obs.Shape.Servers)*c.MemoryHeadroom)
+		p.spreadTo = n
 		d.Kind, d.Shape = AddServer, s
-		d.Reason = fmt.Sprintf("%s, already the largest a server may have (%.2f GiB): its slots are spread over one more server", what, gib(c.MaxServerMemory))
+		d.Reason = fmt.Sprintf("%s, already the largest a server may have (%.2f GiB): its rows are spread over %d servers of %.2f GiB (x%.2f the servers' memory in all)",
+			what, gib(c.MaxServerMemory), n, gib(s.Server.Memory), c.MemoryGrowth)
 		return d, true
 	}
 	grown := max(float64(limit)*c.MemoryGrowth, float64(sv.Memory)*c.MemoryHeadroom)
 	size := Resources{CPU: obs.Shape.Server.CPU, Memory: min(roundMiB(grown), c.MaxServerMemory)}
 	p.asked[sv.ID] = size.Memory
+	p.serverTotal = float64(size.Memory) * float64(obs.Shape.Servers)
+	p.rowsNeed = max(p.rowsNeed, float64(sv.Memory)*float64(obs.Shape.Servers)*c.MemoryHeadroom)
 	d.Kind, d.Size, d.Shape = RestartServer, size, obs.Shape
 	d.Shape.Server.Memory = size.Memory
+	d.Shape = c.withinQuota(d.Shape)
 	d.Reason = fmt.Sprintf("%s: restart it with %.2f GiB and restore its slots from the flash checkpoint", what, gib(size.Memory))
+	if d.Shape.Workers < obs.Shape.Workers {
+		d.Reason += fmt.Sprintf("; %d workers to stay within the quota", d.Shape.Workers)
+	}
 	return d, true
 }
 
@@ -92,7 +123,7 @@ func (p *Planner) hotLocked(obs Observation) (Decision, bool) {
 		Before: obs.Throughput, Shape: obs.Shape,
 	}
 	what := fmt.Sprintf("CPU share %.2f >= %.2f for %v (mean of %d servers %.2f)", hot.CPU, c.HotCPU, held.Round(time.Second), len(obs.Servers), mean)
-	if s := with(obs.Shape, 0, 1); c.allows(s) {
+	if s := spread(with(obs.Shape, 0, 1), p.serverTotal); c.allows(s) {
 		d.Kind, d.Shape = AddServer, s
 		d.Reason = what + fmt.Sprintf(": add server %d and move the hottest slots by measured load", s.Servers)
 	} else {
@@ -159,8 +190,11 @@ func (p *Planner) stragglersLocked(obs Observation) []Decision {
 }
 
 // pendingLocked is the pending-request rule: a process that waited PendingFor is asked for
-// again ShrinkFactor times as large, down to MinProcess; one at MinProcess already is given
-// up (the count drops by one, not below the quota's minimum).
+// again ShrinkFactor times as large, down to MinProcess, and never below what it is known to
+// need: a server's share of the memory the rows need (rowsNeed; at most MaxServerMemory), a
+// worker's peak memory times MemoryHeadroom. One that can shrink no further is given up (the
+// count drops by one, not below the quota's minimum; a server only when the others can hold
+// its rows within MaxServerMemory, their memory then their larger share).
 func (p *Planner) pendingLocked(obs Observation) []Decision {
 	c := &p.cfg
 	var ds []Decision
@@ -169,19 +203,33 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 			continue
 		}
 		d := Decision{At: obs.At, Target: pd.ID, Role: pd.Role, Shape: obs.Shape, Value: pd.Waited.Seconds(), Limit: c.PendingFor.Seconds()}
-		size := Resources{CPU: max(pd.Size.CPU*c.ShrinkFactor, c.MinProcess.CPU), Memory: max(int64(float64(pd.Size.Memory)*c.ShrinkFactor), c.MinProcess.Memory)}
-		if pd.Size.Memory == 0 {
-			size.Memory = 0
+		floor := p.memoryFloorLocked(pd.Role, obs.Shape.Servers)
+		size := Resources{CPU: max(pd.Size.CPU*c.ShrinkFactor, c.MinProcess.CPU), Memory: max(int64(float64(pd.Size.Memory)*c.ShrinkFactor), c.MinProcess.Memory, floor)}
+		if pd.Size.Memory == 0 || size.Memory > pd.Size.Memory {
+			size.Memory = pd.Size.Memory
 		}
 		if size.CPU < pd.Size.CPU || size.Memory < pd.Size.Memory {
 			d.Kind, d.Size = ShrinkRequest, size
+			if pd.Role == Server {
+				d.Shape.Server = size
+			} else {
+				d.Shape.Worker = size
+			}
 			d.Reason = fmt.Sprintf("pending for %v >= %v: ask for %v instead of %v", pd.Waited.Round(time.Second), c.PendingFor, size, pd.Size)
+			if size.Memory == floor && floor > 0 {
+				d.Reason += fmt.Sprintf(" (%.2f GiB is the least it needs)", gib(floor))
+			}
 			ds = append(ds, d)
 			continue
 		}
 		s := obs.Shape
 		if pd.Role == Server {
 			s = with(s, 0, -1)
+			if need := p.memoryFloorLocked(Server, s.Servers); need > c.MaxServerMemory {
+				continue // the others cannot hold its rows
+			} else if need > s.Server.Memory {
+				s.Server.Memory = need
+			}
 		} else {
 			s = with(s, -1, 0)
 		}
@@ -194,4 +242,20 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 		ds = append(ds, d)
 	}
 	return ds
+}
+
+// memoryFloorLocked is the least memory a process of role may ask for: a server's share of
+// the rows' need over servers servers, a worker's peak use times MemoryHeadroom; 0 when
+// unknown.
+func (p *Planner) memoryFloorLocked(role Role, servers int) int64 {
+	if role == Server {
+		if p.rowsNeed <= 0 || servers <= 0 {
+			return 0
+		}
+		return roundMiB(p.rowsNeed / float64(servers))
+	}
+	if p.peakWorkerMem <= 0 {
+		return 0
+	}
+	return roundMiB(float64(p.peakWorkerMem) * p.cfg.MemoryHeadroom)
 }

@@ -29,6 +29,11 @@ func (s Shape) CPU() float64 {
 	return float64(s.Workers)*s.Worker.CPU + float64(s.Servers)*s.Server.CPU
 }
 
+// Memory returns the bytes of memory the whole shape asks for (a size of 0 counts 0).
+func (s Shape) Memory() int64 {
+	return int64(s.Workers)*s.Worker.Memory + int64(s.Servers)*s.Server.Memory
+}
+
 // String returns "4 workers x 2 CPU, 2 servers x 4 CPU 3.0 GiB".
 func (s Shape) String() string {
 	return fmt.Sprintf("%d workers x %s, %d servers x %s", s.Workers, s.Worker, s.Servers, s.Server)

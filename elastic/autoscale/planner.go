@@ -45,6 +45,11 @@ type WorkerLoad struct {
 	ID string
 	// StepTime is its mean time per batch since the previous observation (0: none finished).
 	StepTime time.Duration
+	// CPU is the share of its cores it used since the previous observation, 0 to 1 (0: not
+	// measured; the workers' cores are then not right-sized).
+	CPU float64
+	// Memory is the bytes it uses (0: not measured; the workers' memory is then not sized).
+	Memory int64
 }
 
 // Pending is a process that waits to be scheduled.
@@ -79,9 +84,23 @@ type Planner struct {
 	serverCounts        map[int]bool
 	hotSince            map[string]time.Time
 	slowSince           map[string]time.Time
-	// asked is the memory a RestartServer asked for, by server, until it is seen.
-	asked   map[string]int64
-	peakMem int64
+	// asked is the memory a RestartServer asked for, by server, until it is seen; spreadTo
+	// the server count an AddServer for memory asked for, until it is seen.
+	asked    map[string]int64
+	spreadTo int
+	peakMem  int64
+	// serverTotal is the bytes of memory the servers are given in all, which a change of
+	// their count spreads anew; rowsNeed the least the model's rows need in all, with
+	// MemoryHeadroom (the profile's estimate, or more as measured), below which no server's
+	// share is cut. Both 0 until known.
+	serverTotal, rowsNeed float64
+	// Right-sizing: the most cores a worker and a server used in each observation at the
+	// current sizes, newest last; the most memory a worker used; the cores a role is not cut
+	// below again; the latest cut of cores, until its effect is measured.
+	workerUsed, serverUsed []float64
+	peakWorkerMem          int64
+	floorCPU               map[Role]float64
+	cut                    *coreCut
 }
 
 // NewPlanner returns a Planner for cfg (zero fields take their defaults).
@@ -98,7 +117,7 @@ func NewPlanner(cfg Config) (*Planner, error) {
 		cfg: cfg, log: log, prior: cfg.Prior,
 		workerCounts: map[int]bool{}, serverCounts: map[int]bool{},
 		hotSince: map[string]time.Time{}, slowSince: map[string]time.Time{},
-		asked: map[string]int64{},
+		asked: map[string]int64{}, floorCPU: map[Role]float64{},
 	}, nil
 }
 
@@ -107,12 +126,15 @@ func (p *Planner) Config() Config { return p.cfg }
 
 // Begin returns a job's first plan, from its profile and the records of earlier jobs
 // (LoadHistory): the nearest record of a job within Config.HistoryMaxDistance gives its
-// model (the prior of later fits, unless Config.Prior is set), its process sizes and its
-// memory per model byte; the servers are as many as the model's memory needs
-// (MaxServerMemory each) and the model suggests, the workers as many as the model finds
-// worth their cores. Without such a record it is InitialWorkers and InitialServers of
-// Config.Worker and Config.Server. It returns ErrInvalidProfile for a profile with a
-// non-positive size or a model too large for MaxServers servers.
+// model (the prior of later fits, unless Config.Prior is set), its process sizes (right-sized
+// while it ran) and its memory per model byte; the servers are as many as the model's memory
+// needs (MaxServerMemory each) and the model suggests, the workers as many as the model finds
+// worth their cores within the quota's cores and memory. Without such a record it is
+// InitialWorkers and InitialServers of Config.Worker and Config.Server, and the memory per
+// model byte is the median measured by the earlier jobs of the profile's kind (of any kind
+// when none), MemoryPerModelByte without any: what a byte of model costs in memory is the
+// platform's, not the job's. It returns ErrInvalidProfile for a profile with a non-positive
+// size or a model too large for MaxServers servers.
 func (p *Planner) Begin(profile JobProfile, history []JobRecord, at time.Time) (Decision, error) {
 	if err := profile.validate(); err != nil {
 		return Decision{}, err
@@ -120,9 +142,10 @@ func (p *Planner) Begin(profile JobProfile, history []JobRecord, at time.Time) (
 	c := &p.cfg
 	rec, dist, found := nearest(profile, history, c.HistoryMaxDistance)
 	perByte, why := c.MemoryPerModelByte, "default"
-	if found && rec.PeakServerMemory > 0 && rec.Profile.ModelBytes > 0 && rec.Shape.Servers > 0 {
-		perByte = float64(rec.PeakServerMemory) * float64(rec.Shape.Servers) / float64(rec.Profile.ModelBytes)
-		why = "measured by " + rec.Job
+	if v, ok := rec.memoryPerModelByte(); found && ok {
+		perByte, why = v, "measured by "+rec.Job
+	} else if v, n := platformMemoryPerModelByte(profile.Kind, history); n > 0 {
+		perByte, why = v, fmt.Sprintf("the median measured by %d earlier jobs", n)
 	}
 	need := float64(profile.ModelBytes) * perByte * c.MemoryHeadroom
 	minServers := max(int(math.Ceil(need/float64(c.MaxServerMemory))), c.MinServers)
@@ -141,7 +164,7 @@ func (p *Planner) Begin(profile JobProfile, history []JobRecord, at time.Time) (
 		if !s.valid() {
 			s.Worker, s.Server = c.Worker, c.Server
 		}
-		for _, st := range c.grow(*model, s, c.MaxWorkers+c.MaxServers) {
+		for _, st := range c.grow(*model, spread(s, need), c.MaxWorkers+c.MaxServers, need) {
 			s = st.to
 		}
 		d.Reason = fmt.Sprintf("the model of %s (profile distance %.2f) predicts %.0f samples/s", rec.Job, dist, model.Throughput(s))
@@ -154,12 +177,8 @@ func (p *Planner) Begin(profile JobProfile, history []JobRecord, at time.Time) (
 		d.Reason = "no similar job in the history: the configured initial shape"
 	}
 	s = c.clamp(s)
-	if c.MaxCPU > 0 {
-		for s.CPU() > c.MaxCPU && s.Workers > c.MinWorkers {
-			s.Workers--
-		}
-	}
 	s.Server.Memory = roundMiB(need / float64(s.Servers))
+	s = c.withinQuota(s)
 	d.Shape = s
 	d.Reason += fmt.Sprintf("; servers need %.2f GiB for a %.2f GiB model (%.2f bytes per model byte, %s, x%.2f headroom): %.2f GiB each",
 		need/(1<<30), float64(profile.ModelBytes)/(1<<30), perByte, why, c.MemoryHeadroom, float64(s.Server.Memory)/(1<<30))
@@ -177,6 +196,7 @@ func (p *Planner) Begin(profile JobProfile, history []JobRecord, at time.Time) (
 	}
 	p.shape = s
 	p.changed = at
+	p.serverTotal, p.rowsNeed = float64(s.Server.Memory)*float64(s.Servers), need
 	p.mu.Unlock()
 	p.logDecision(d)
 	return d, nil
@@ -209,7 +229,18 @@ func (p *Planner) observeLocked(obs Observation) []Decision {
 		p.changed = obs.At
 		clear(p.hotSince)
 	}
+	if !sameSize(obs.Shape, p.shape) {
+		// What a process uses depends on the counts as well as its cores.
+		p.workerUsed, p.serverUsed = nil, nil
+	}
+	if p.cut != nil && !sameSize(obs.Shape, p.cut.to) && !sameSize(obs.Shape, p.cut.from) {
+		p.cut = nil // something else changed the job: the cut cannot be judged alone
+	}
 	p.shape = obs.Shape
+	if p.serverTotal == 0 && obs.Shape.Server.Memory > 0 {
+		p.serverTotal = float64(obs.Shape.Server.Memory) * float64(obs.Shape.Servers)
+	}
+	p.useLocked(obs)
 	if !obs.Changing && obs.Throughput > 0 && obs.Shape.valid() && !math.IsInf(obs.Throughput, 0) {
 		p.addLocked(obs.Shape, obs.Throughput)
 		p.atShape++
@@ -252,6 +283,9 @@ func (p *Planner) replanLocked(obs Observation) (Decision, bool) {
 		return Decision{}, false
 	}
 	p.lastReplan = obs.At
+	if d, ok := p.rightsizeLocked(obs); ok {
+		return d, true
+	}
 	if p.prior == nil && (len(p.workerCounts) < 2 || len(p.serverCounts) < 2) {
 		return p.exploreLocked(obs)
 	}
@@ -260,7 +294,7 @@ func (p *Planner) replanLocked(obs Observation) (Decision, bool) {
 		p.log.Warn("autoscale: no model", "err", err)
 		return Decision{}, false
 	}
-	d, ok := c.replan(m, obs.Shape)
+	d, ok := c.replan(m, obs.Shape, p.serverTotal)
 	if !ok {
 		p.log.Debug("autoscale: shape kept", "shape", obs.Shape.String(), "model", m.String())
 		return Decision{}, false
@@ -283,7 +317,7 @@ func (p *Planner) exploreLocked(obs Observation) (Decision, bool) {
 	if len(p.workerCounts) < 2 {
 		moves, what = []Shape{with(obs.Shape, 1, 0), with(obs.Shape, -1, 0)}, "workers"
 	} else {
-		moves, what = []Shape{with(obs.Shape, 0, 1), with(obs.Shape, 0, -1)}, "servers"
+		moves, what = []Shape{spread(with(obs.Shape, 0, 1), p.serverTotal), spread(with(obs.Shape, 0, -1), p.serverTotal)}, "servers"
 	}
 	for _, s := range moves {
 		if c.allows(s) {
@@ -368,7 +402,7 @@ func (p *Planner) Model() (Model, []Sample, error) {
 func (p *Planner) Record(job string, profile JobProfile, finished time.Time) JobRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := JobRecord{Job: job, Profile: profile, Shape: p.shape, PeakServerMemory: p.peakMem, Finished: finished}
+	r := JobRecord{Job: job, Profile: profile, Shape: p.shape, PeakServerMemory: p.peakMem, PeakWorkerMemory: p.peakWorkerMem, Finished: finished}
 	if m, err := p.fitLocked(); err == nil {
 		r.Model = &m
 	}

@@ -52,7 +52,7 @@ func run(t *testing.T, p *Planner, j *job, s Shape, n int) (Shape, []Decision) {
 func best(c Config, m Model, s Shape) Shape {
 	c = c.withDefaults()
 	for range 10 {
-		d, ok := c.replan(m, s)
+		d, ok := c.replan(m, s, 0)
 		if !ok {
 			break
 		}
@@ -100,7 +100,7 @@ func TestReplanConverges(t *testing.T) {
 func TestReplanQuota(t *testing.T) {
 	linear := Model{WorkerCompute: 400e-6} // every worker adds as much as the first
 	c := Config{MaxWorkers: 10, MaxServers: 4, MaxCPU: 30, MaxStep: 100}.withDefaults()
-	d, ok := c.replan(linear, cores(2, 1))
+	d, ok := c.replan(linear, cores(2, 1), 0)
 	require.True(t, ok)
 	assert.Equal(t, cores(6, 1), d.Shape) // 6*4 + 1*4 = 28 cores, the most within 30
 	// A worker doubles the throughput of 2 for 4 of 12 cores: (x/4)/(x/12) = 1.5 (1 were the
@@ -109,14 +109,14 @@ func TestReplanQuota(t *testing.T) {
 
 	c = Config{MaxWorkers: 10, MaxServers: 4}.withDefaults()
 	busy := Model{WorkerCompute: 400e-6, ServerCompute: 400e-6}
-	d, ok = c.replan(busy, cores(12, 6))
+	d, ok = c.replan(busy, cores(12, 6), 0)
 	require.True(t, ok)
 	assert.Equal(t, cores(10, 4), d.Shape, "%v", d)
 	assert.Contains(t, d.Reason, "quota")
 
 	// Servers that add nothing are removed, MaxStep at a time.
 	c = Config{MaxStep: 2, MaxWorkers: 4}.withDefaults()
-	d, ok = c.replan(linear, cores(4, 8))
+	d, ok = c.replan(linear, cores(4, 8), 0)
 	require.True(t, ok)
 	assert.Equal(t, cores(4, 6), d.Shape)
 	assert.Less(t, d.Value, c.RemoveEfficiency)
@@ -133,7 +133,7 @@ func TestReplanHysteresis(t *testing.T) {
 	up, down := efficiency(m, s, with(s, 1, 0)), efficiency(m, s, with(s, -1, 0))
 	require.InDelta(t, 0.40, up, 0.01)
 	require.InDelta(t, 0.47, down, 0.01)
-	_, ok := c.replan(m, s)
+	_, ok := c.replan(m, s, 0)
 	assert.False(t, ok, "up %.2f down %.2f", up, down)
 }
 
@@ -199,7 +199,7 @@ func TestBeginFromHistory(t *testing.T) {
 	assert.Equal(t, 8.0, d.Shape.Server.CPU)
 	// The plan is where growing stops paying under the near job's model, and its prior is that model.
 	c := p.Config()
-	assert.Empty(t, c.grow(m, d.Shape, 1), "%v", d.Shape)
+	assert.Empty(t, c.grow(m, d.Shape, 1, 0), "%v", d.Shape)
 	assert.Equal(t, &m, p.prior)
 	assert.Greater(t, d.After, 0.0)
 
@@ -363,7 +363,9 @@ func TestPendingShrinks(t *testing.T) {
 	require.Len(t, ds, 1)
 	assert.Equal(t, ShrinkRequest, ds[0].Kind)
 	assert.Equal(t, Resources{CPU: 6, Memory: 12 << 30}, ds[0].Size)
-	assert.Equal(t, s, ds[0].Shape)
+	want := s
+	want.Worker = ds[0].Size
+	assert.Equal(t, want, ds[0].Shape, "the shape once the smaller worker is asked for")
 	// At the smallest size already, the process is given up.
 	ds = obs(Pending{ID: "ps-2", Role: Server, Size: Resources{CPU: 1, Memory: 1 << 30}, Waited: time.Hour})
 	require.Len(t, ds, 1)

@@ -63,8 +63,8 @@ type Applied struct {
 // Runner drives a Planner from a live job: each Tick reads the coordinator's Status and
 // Usage, turns the differences since the previous tick into an Observation (throughput,
 // each server's CPU share and memory against the plan's server memory, each worker's mean
-// step time), and carries out the planner's decisions through the coordinator: SetParallelism
-// for Resize, SetParallelism and Rebalance for AddServer, SetPlan with the new size and
+// step time), and carries out the planner's decisions through the coordinator: SetPlan with the
+// counts and any new process sizes for Resize, SetParallelism and Rebalance for AddServer, SetPlan with the new size and
 // RestartServer for RestartServer, ReplaceWorker, and SetPlan for ShrinkRequest. Tick and
 // Run are called from one goroutine at a time.
 type Runner struct {
@@ -270,6 +270,20 @@ func (r *Runner) plan(s Shape) elastic.Plan {
 	return p
 }
 
+// sized is the coordinator's plan with d's counts, and d's process sizes where they differ
+// from the job's (a right-size, or servers' memory spread anew), or all of them.
+func (r *Runner) sized(d Decision, all bool) elastic.Plan {
+	p := r.plan(d.Shape)
+	cur := r.shape(r.cfg.Coordinator.Status())
+	if all || d.Shape.Worker != cur.Worker {
+		p.Worker = elastic.Resources{CPUs: d.Shape.Worker.CPU, Memory: d.Shape.Worker.Memory}
+	}
+	if all || d.Shape.Server != cur.Server {
+		p.Server = elastic.Resources{CPUs: d.Shape.Server.CPU, Memory: d.Shape.Server.Memory}
+	}
+	return p
+}
+
 // Apply carries out one decision through the coordinator.
 func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 	c := r.cfg.Coordinator
@@ -277,15 +291,10 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 	a := Applied{Decision: d}
 	switch d.Kind {
 	case Plan, Resize:
-		p := r.plan(d.Shape)
-		if d.Kind == Plan {
-			p.Worker = elastic.Resources{CPUs: d.Shape.Worker.CPU, Memory: d.Shape.Worker.Memory}
-			p.Server = elastic.Resources{CPUs: d.Shape.Server.CPU, Memory: d.Shape.Server.Memory}
-		}
-		a.Err = c.SetPlan(ctx, p)
+		a.Err = c.SetPlan(ctx, r.sized(d, d.Kind == Plan))
 	case AddServer, Rebalance:
 		if d.Kind == AddServer {
-			a.Err = c.SetPlan(ctx, r.plan(d.Shape))
+			a.Err = c.SetPlan(ctx, r.sized(d, false))
 		}
 		if a.Err == nil {
 			var moves int

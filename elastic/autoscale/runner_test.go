@@ -127,6 +127,21 @@ func TestLiveHotServerAddsServerAndMovesSlots(t *testing.T) {
 	require.NoError(t, err)
 	before, err := l.c.OwnerTable(ctx, 0)
 	require.NoError(t, err)
+	// Both workers have trained a batch, so both have step times to report.
+	for {
+		l.train(t, ctx, 1)
+		u, err := l.c.Usage(ctx)
+		require.NoError(t, err)
+		n := 0
+		for _, w := range u.Workers {
+			if w.Steps > 0 {
+				n++
+			}
+		}
+		if n == 2 {
+			break
+		}
+	}
 
 	var applied []autoscale.Applied
 	for tick := 0; tick < 4 && len(applied) == 0; tick++ {

@@ -14,11 +14,33 @@ func efficiency(m Model, from, to Shape) float64 {
 	return ((x1 - x0) / (c1 - c0)) / (x0 / c0)
 }
 
-// allows reports whether s is within the quota.
+// allows reports whether s is within the quota: counts, cores, memory, and a server's
+// memory at most MaxServerMemory.
 func (c *Config) allows(s Shape) bool {
 	return s.Workers >= c.MinWorkers && s.Workers <= c.MaxWorkers &&
 		s.Servers >= c.MinServers && s.Servers <= c.MaxServers &&
-		(c.MaxCPU == 0 || s.CPU() <= c.MaxCPU+1e-9)
+		(c.MaxCPU == 0 || s.CPU() <= c.MaxCPU+1e-9) &&
+		(c.MaxMemory == 0 || s.Memory() <= c.MaxMemory) &&
+		s.Server.Memory <= c.MaxServerMemory
+}
+
+// withinQuota takes workers away, down to MinWorkers, while s is over the quota's cores or
+// memory. The servers are left alone: their memory holds the model's rows.
+func (c *Config) withinQuota(s Shape) Shape {
+	for s.Workers > c.MinWorkers &&
+		((c.MaxCPU > 0 && s.CPU() > c.MaxCPU+1e-9) || (c.MaxMemory > 0 && s.Memory() > c.MaxMemory)) {
+		s.Workers--
+	}
+	return s
+}
+
+// spread gives each of s's servers an equal share of total bytes of server memory (0: s's
+// server memory is kept), at least 1 MiB.
+func spread(s Shape, total float64) Shape {
+	if total > 0 && s.Servers > 0 {
+		s.Server.Memory = max(roundMiB(total/float64(s.Servers)), 1<<20)
+	}
+	return s
 }
 
 // clamp brings s's counts within the quota's bounds.
@@ -36,11 +58,14 @@ type step struct {
 
 // grow adds one process at a time, the one of highest marginal efficiency, while that is at
 // least AddEfficiency and the quota allows, up to n processes.
-func (c *Config) grow(m Model, s Shape, n int) []step {
+//
+// A step that changes the servers spreads total bytes of server memory over them (0: each
+// keeps its memory).
+func (c *Config) grow(m Model, s Shape, n int, total float64) []step {
 	var steps []step
 	for range n {
 		best := step{eff: -1}
-		for _, to := range []Shape{with(s, 1, 0), with(s, 0, 1)} {
+		for _, to := range []Shape{with(s, 1, 0), spread(with(s, 0, 1), total)} {
 			if !c.allows(to) {
 				continue
 			}
@@ -59,11 +84,11 @@ func (c *Config) grow(m Model, s Shape, n int) []step {
 
 // shrink removes one process at a time, the one whose loss per core is least, while that is
 // below RemoveEfficiency, up to n processes.
-func (c *Config) shrink(m Model, s Shape, n int) []step {
+func (c *Config) shrink(m Model, s Shape, n int, total float64) []step {
 	var steps []step
 	for range n {
 		best, found := step{}, false
-		for _, to := range []Shape{with(s, -1, 0), with(s, 0, -1)} {
+		for _, to := range []Shape{with(s, -1, 0), spread(with(s, 0, -1), total)} {
 			if !c.allows(to) {
 				continue
 			}
@@ -87,14 +112,18 @@ func with(s Shape, dw, dp int) Shape {
 }
 
 // replan returns the shape the model recommends from s, and the Decision for it; ok is false
-// when s is best.
-func (c *Config) replan(m Model, s Shape) (Decision, bool) {
+// when s is best. total is the bytes of memory the servers share (0: unknown, each server
+// keeps its memory).
+func (c *Config) replan(m Model, s Shape, total float64) (Decision, bool) {
 	from := s
-	s = c.clamp(s)
-	steps := c.grow(m, s, c.MaxStep)
+	s = c.withinQuota(c.clamp(s))
+	if s.Servers != from.Servers {
+		s = spread(s, total)
+	}
+	steps := c.grow(m, s, c.MaxStep, total)
 	limit, verb := c.AddEfficiency, ">="
 	if len(steps) == 0 {
-		steps = c.shrink(m, s, c.MaxStep)
+		steps = c.shrink(m, s, c.MaxStep, total)
 		limit, verb = c.RemoveEfficiency, "<"
 	}
 	if len(steps) > 0 {

@@ -1,0 +1,197 @@
+package autoscale
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// coreCut is a right-size that took cores from a role's processes: from the shape before to
+// the shape after, so that the throughput measured at each says whether the cores were worth
+// their cost.
+type coreCut struct {
+	from, to Shape
+	roles    []Role
+}
+
+// useLocked records what the processes of obs used: the most cores a worker and a server used
+// (their CPU share times their cores), and the most memory a worker used. An observation of
+// a job being changed says nothing of its steady use and is skipped.
+func (p *Planner) useLocked(obs Observation) {
+	if obs.Changing || !obs.Shape.valid() {
+		return
+	}
+	most := func(n int, share func(int) float64, cores float64) (float64, bool) {
+		var m float64
+		seen := false
+		for i := range n {
+			if v := share(i); v > 0 && !math.IsInf(v, 0) {
+				m, seen = max(m, min(v, 1)*cores), true
+			}
+		}
+		return m, seen
+	}
+	keep := func(xs []float64, x float64) []float64 {
+		xs = append(xs, x)
+		if len(xs) > perShape {
+			xs = slices.Delete(xs, 0, len(xs)-perShape)
+		}
+		return xs
+	}
+	if u, ok := most(len(obs.Workers), func(i int) float64 { return obs.Workers[i].CPU }, obs.Shape.Worker.CPU); ok {
+		p.workerUsed = keep(p.workerUsed, u)
+	}
+	if u, ok := most(len(obs.Servers), func(i int) float64 { return obs.Servers[i].CPU }, obs.Shape.Server.CPU); ok {
+		p.serverUsed = keep(p.serverUsed, u)
+	}
+	for _, w := range obs.Workers {
+		p.peakWorkerMem = max(p.peakWorkerMem, w.Memory)
+	}
+	var rows float64
+	for _, sv := range obs.Servers {
+		rows += float64(sv.Memory)
+	}
+	p.rowsNeed = max(p.rowsNeed, rows*p.cfg.MemoryHeadroom)
+}
+
+// roundUp rounds x up to a multiple of step.
+func roundUp(x, step float64) float64 { return math.Ceil(x/step-1e-9) * step }
+
+// rightsizeLocked sizes each role's processes from what they were measured to use, once the
+// job has run Settle observations at its sizes:
+//
+//   - cores: the most a process of the role used in an observation, over the newest
+//     measured at the current sizes, times CPUHeadroom, rounded up to CPUStep, at least
+//     MinProcess.CPU and any floor a reverted cut left; a worker whose mean share is at least
+//     HotCPU gets CPUHeadroom times its cores instead (a hot server gets a server: hotLocked);
+//   - a worker's memory: the most a worker used times MemoryHeadroom, at least
+//     MinProcess.Memory; MemoryGrowth times the limit when one used NearMemory of it.
+//
+// A size changes only when its right size is more than RightsizeMargin away from it. The
+// counts are then brought within the quota (growth that the quota does not allow is not
+// made). A cut of cores is judged once the new sizes have settled: when the throughput it
+// cost, per core saved, is worth at least AddEfficiency of the throughput per core, the cores
+// are given back and the role is not cut below them again.
+func (p *Planner) rightsizeLocked(obs Observation) (Decision, bool) {
+	c := &p.cfg
+	if d, ok := p.judgeCutLocked(obs); ok {
+		return d, true
+	}
+	s := obs.Shape
+	to := s
+	var why []string
+	var cutRoles []Role
+	size := func(role Role, r *Resources, used []float64, hot bool) {
+		if len(used) < c.Settle || len(used) == 0 {
+			return
+		}
+		peak, mean := slices.Max(used), 0.0
+		for _, u := range used {
+			mean += u / float64(len(used))
+		}
+		target := max(roundUp(peak*c.CPUHeadroom, c.CPUStep), c.MinProcess.CPU, p.floorCPU[role])
+		what := fmt.Sprintf("%ss use at most %.2f of %g cores: %g with x%.2f headroom", role, peak, r.CPU, target, c.CPUHeadroom)
+		if hot && mean >= c.HotCPU*r.CPU {
+			target = roundUp(r.CPU*c.CPUHeadroom, c.CPUStep)
+			what = fmt.Sprintf("%ss use %.0f%% of their %g cores on average (hot at %.0f%%): %g", role, 100*mean/r.CPU, r.CPU, 100*c.HotCPU, target)
+		}
+		if math.Abs(target-r.CPU) <= c.RightsizeMargin*r.CPU {
+			return
+		}
+		if target < r.CPU {
+			cutRoles = append(cutRoles, role)
+		}
+		r.CPU = target
+		why = append(why, what)
+	}
+	size(Worker, &to.Worker, p.workerUsed, true)
+	size(Server, &to.Server, p.serverUsed, false)
+	if p.peakWorkerMem > 0 {
+		target := max(roundMiB(float64(p.peakWorkerMem)*c.MemoryHeadroom), c.MinProcess.Memory)
+		cur := s.Worker.Memory
+		what := fmt.Sprintf("workers use at most %.2f GiB: %.2f GiB with x%.2f headroom", gib(p.peakWorkerMem), gib(target), c.MemoryHeadroom)
+		if cur > 0 && float64(p.peakWorkerMem) >= c.NearMemory*float64(cur) {
+			target = max(target, roundMiB(float64(cur)*c.MemoryGrowth))
+			what = fmt.Sprintf("workers use %.2f of %.2f GiB (near at %.0f%%): %.2f GiB", gib(p.peakWorkerMem), gib(cur), 100*c.NearMemory, gib(target))
+		}
+		if cur == 0 || math.Abs(float64(target-cur)) > c.RightsizeMargin*float64(cur) {
+			to.Worker.Memory = target
+			why = append(why, what)
+		}
+	}
+	if len(why) == 0 {
+		return Decision{}, false
+	}
+	grown := to.CPU() > s.CPU() || to.Worker.Memory > s.Worker.Memory
+	to = c.withinQuota(to)
+	if !c.allows(to) || (grown && to.Workers < s.Workers) {
+		// Larger processes the quota has no room for: keep the job as it is rather than
+		// trade workers for cores.
+		return Decision{}, false
+	}
+	d := Decision{
+		Kind: Resize, At: obs.At, Shape: to, Before: obs.Throughput,
+		Value: to.CPU(), Limit: s.CPU(),
+		Reason: fmt.Sprintf("right-size from measured use: %s; %g -> %g cores, %.1f -> %.1f GiB in all",
+			strings.Join(why, "; "), s.CPU(), to.CPU(), gib(s.Memory()), gib(to.Memory())),
+	}
+	if len(cutRoles) > 0 {
+		p.cut = &coreCut{from: s, to: to, roles: cutRoles}
+	}
+	return d, true
+}
+
+// judgeCutLocked measures the latest cut of cores once the shape it made has Settle samples:
+// the throughput lost per core saved over the throughput per core before. At AddEfficiency
+// or more the cores were worth keeping: they are given back and become the roles' floor.
+func (p *Planner) judgeCutLocked(obs Observation) (Decision, bool) {
+	c := &p.cfg
+	cut := p.cut
+	if cut == nil || !sameSize(obs.Shape, cut.to) || p.atShape < c.Settle {
+		return Decision{}, false
+	}
+	p.cut = nil
+	before, after := p.meanAtLocked(cut.from), p.meanAtLocked(cut.to)
+	c0, c1 := cut.from.CPU(), cut.to.CPU()
+	if before <= 0 || after <= 0 || c1 >= c0 {
+		return Decision{}, false
+	}
+	eff := ((before - after) / (c0 - c1)) / (before / c0)
+	if eff < c.AddEfficiency {
+		return Decision{}, false
+	}
+	back := obs.Shape
+	for _, r := range cut.roles {
+		if r == Worker {
+			back.Worker.CPU = cut.from.Worker.CPU
+		} else {
+			back.Server.CPU = cut.from.Server.CPU
+		}
+		p.floorCPU[r] = max(p.floorCPU[r], map[Role]float64{Worker: cut.from.Worker.CPU, Server: cut.from.Server.CPU}[r])
+	}
+	back = c.withinQuota(back)
+	return Decision{
+		Kind: Resize, At: obs.At, Shape: back, Before: after, After: before, Value: eff, Limit: c.AddEfficiency,
+		Reason: fmt.Sprintf("the right-size from %g to %g cores cost %.0f -> %.0f samples/s, marginal efficiency %.2f >= %.2f: the cores go back and stay",
+			c0, c1, before, after, eff, c.AddEfficiency),
+	}, true
+}
+
+// meanAtLocked is the mean throughput measured most recently at s's counts and cores (0:
+// none).
+func (p *Planner) meanAtLocked(s Shape) float64 {
+	x := 0.0
+	for _, m := range p.samplesLocked() {
+		if sameSize(m.Shape, s) {
+			x = m.Throughput
+		}
+	}
+	return x
+}
+
+// sameSize reports whether a and b have the same counts and cores (their memory may differ
+// by a rounding of whoever reports the shape).
+func sameSize(a, b Shape) bool {
+	return a.Workers == b.Workers && a.Servers == b.Servers && a.Worker.CPU == b.Worker.CPU && a.Server.CPU == b.Server.CPU
+}
