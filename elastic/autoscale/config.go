@@ -94,6 +94,11 @@ type Config struct {
 	Prior *Model
 	// PriorWeight is how many samples the prior counts as; default 2.
 	PriorWeight float64
+	// PriorTolerance is how many times off (either way) the throughput measured at a shape
+	// may be from what the model of the history's similar job predicts there before that
+	// model is dropped and the planner explores as without one; default 1.5. A Prior set in
+	// the Config is never dropped.
+	PriorTolerance float64
 
 	// HotCPU is the share of its cores a server must use, over HotFor, to count as hot;
 	// default 0.85.
@@ -173,6 +178,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.MaxStep, 4)
 	setInt(&c.Window, 50)
 	setF(&c.PriorWeight, 2)
+	setF(&c.PriorTolerance, 1.5)
 	setF(&c.HotCPU, 0.85)
 	setD(&c.HotFor, 30*time.Second)
 	setF(&c.StragglerFactor, 2)
@@ -219,6 +225,7 @@ func (c Config) Validate() error {
 	bad(d.ReplanEvery < 0 || d.Cooldown < 0 || d.HotFor < 0 || d.StragglerFor < 0 || d.PendingFor < 0, "negative duration")
 	bad(d.Settle < 0 || d.MaxStep < 0 || d.Window < 0 || d.StragglerMinWorkers < 0, "negative count")
 	bad(!(d.PriorWeight > 0) || !finite(d.PriorWeight), "PriorWeight %g", c.PriorWeight)
+	bad(!(d.PriorTolerance > 1) || !finite(d.PriorTolerance), "PriorTolerance %g (above 1)", c.PriorTolerance)
 	bad(!(d.HotCPU > 0 && d.HotCPU <= 1), "HotCPU %g (in (0, 1])", c.HotCPU)
 	bad(!(d.StragglerFactor > 1) || !finite(d.StragglerFactor), "StragglerFactor %g (above 1)", c.StragglerFactor)
 	bad(!(d.ShrinkFactor > 0 && d.ShrinkFactor < 1), "ShrinkFactor %g (in (0, 1))", c.ShrinkFactor)

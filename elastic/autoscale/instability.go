@@ -21,17 +21,21 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 	if limit == 0 {
 		limit = obs.Shape.Server.Memory
 	}
-	if asked := p.asked[sv.ID]; asked > 0 {
-		if limit < asked {
-			return Decision{}, false // the restart asked for is not done yet
-		}
+	// A restart or spread asked for and not carried out yet is not asked again, unless the
+	// server was killed meanwhile: then it is asked for again, at least as large.
+	asked := p.asked[sv.ID]
+	if asked > 0 && limit >= asked {
 		delete(p.asked, sv.ID)
+		asked = 0
 	}
-	if p.spreadTo > 0 {
-		if obs.Shape.Servers < p.spreadTo {
-			return Decision{}, false // the servers asked for are not there yet
-		}
+	if asked > 0 && !sv.OOMKilled {
+		return Decision{}, false
+	}
+	if p.spreadTo > 0 && obs.Shape.Servers >= p.spreadTo {
 		p.spreadTo = 0
+	}
+	if p.spreadTo > 0 && !sv.OOMKilled {
+		return Decision{}, false
 	}
 	near := limit > 0 && float64(sv.Memory) >= c.NearMemory*float64(limit)
 	if !sv.OOMKilled && !near {
@@ -48,7 +52,7 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 			return Decision{}, false
 		}
 		total := float64(limit) * float64(obs.Shape.Servers) * c.MemoryGrowth
-		n := max(obs.Shape.Servers+1, int(math.Ceil(total/float64(c.MaxServerMemory))))
+		n := max(obs.Shape.Servers+1, int(math.Ceil(total/float64(c.MaxServerMemory))), p.spreadTo)
 		n = min(n, c.MaxServers)
 		if n <= obs.Shape.Servers {
 			p.log.Warn("autoscale: a server needs more memory than MaxServerMemory and the job has MaxServers already",
@@ -66,7 +70,7 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 			what, gib(c.MaxServerMemory), n, gib(s.Server.Memory), c.MemoryGrowth)
 		return d, true
 	}
-	grown := max(float64(limit)*c.MemoryGrowth, float64(sv.Memory)*c.MemoryHeadroom)
+	grown := max(float64(limit)*c.MemoryGrowth, float64(sv.Memory)*c.MemoryHeadroom, float64(asked))
 	size := Resources{CPU: obs.Shape.Server.CPU, Memory: min(roundMiB(grown), c.MaxServerMemory)}
 	p.asked[sv.ID] = size.Memory
 	p.serverTotal = float64(size.Memory) * float64(obs.Shape.Servers)

@@ -252,6 +252,9 @@ func (p *Planner) observeLocked(obs Observation) []Decision {
 	resized := false
 	for _, sv := range obs.Servers {
 		p.peakMem = max(p.peakMem, sv.Memory)
+		if resized && ds[len(ds)-1].Kind == AddServer {
+			continue // the rows are spread over more servers: one decision for all of them
+		}
 		if d, ok := p.memoryLocked(obs, sv); ok {
 			ds = append(ds, d)
 			resized = true // AddServer or RestartServer: the shape changes
@@ -283,8 +286,31 @@ func (p *Planner) replanLocked(obs Observation) (Decision, bool) {
 		return Decision{}, false
 	}
 	p.lastReplan = obs.At
-	if d, ok := p.rightsizeLocked(obs); ok {
+	// A cut of cores is judged first, at the shape it made; then the counts; the processes
+	// are right-sized only at counts the model keeps, since what a process uses depends on
+	// how many share the work.
+	if d, ok := p.judgeCutLocked(obs); ok {
 		return d, true
+	}
+	if d, ok := p.countsLocked(obs); ok {
+		return d, true
+	}
+	return p.rightsizeLocked(obs)
+}
+
+// countsLocked is the re-plan of the counts: exploration without a prior, else the model's
+// recommendation, the cores of a process raised where its measured use, scaled by the load
+// per process the model predicts, needs more with CPUHeadroom.
+func (p *Planner) countsLocked(obs Observation) (Decision, bool) {
+	c := &p.cfg
+	if p.prior != nil && p.cfg.Prior == nil {
+		// A prior from the history that the job's own measurements contradict (off by more
+		// than PriorTolerance) plans nothing: without it the planner explores.
+		pred, got := p.prior.Throughput(obs.Shape), p.meanAtLocked(obs.Shape)
+		if pred > 0 && got > 0 && math.Abs(math.Log(got/pred)) > math.Log(c.PriorTolerance) {
+			p.log.Info("autoscale: prior dropped", "predicted", pred, "measured", got, "shape", obs.Shape.String())
+			p.prior = nil
+		}
 	}
 	if p.prior == nil && (len(p.workerCounts) < 2 || len(p.serverCounts) < 2) {
 		return p.exploreLocked(obs)
@@ -298,6 +324,10 @@ func (p *Planner) replanLocked(obs Observation) (Decision, bool) {
 	if !ok {
 		p.log.Debug("autoscale: shape kept", "shape", obs.Shape.String(), "model", m.String())
 		return Decision{}, false
+	}
+	if s, why := p.scaleCoresLocked(obs.Shape, d.Shape, m.Throughput(obs.Shape), d.After); why != "" {
+		d.Shape = s
+		d.Reason += "; " + why
 	}
 	d.At = obs.At
 	d.Before = obs.Throughput

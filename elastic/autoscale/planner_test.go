@@ -310,6 +310,11 @@ func TestOutOfMemory(t *testing.T) {
 	assert.Contains(t, d.Reason, "flash checkpoint")
 	// While the restart is under way (the limit still 8 GiB) it is not asked again.
 	assert.Empty(t, obs(20, ServerLoad{ID: "ps-0", Memory: 79 << 30 / 10}))
+	// Killed before the restart came: it is asked for again.
+	ds = obs(25, ServerLoad{ID: "ps-0", Memory: 8 << 30, OOMKilled: true})
+	require.Len(t, ds, 1)
+	assert.Equal(t, RestartServer, ds[0].Kind)
+	assert.Equal(t, int64(12<<30), ds[0].Size.Memory)
 	// Restarted at 12 GiB and killed there: 1.5 x 12 = 18 GiB, capped at 16.
 	ds = obs(30, ServerLoad{ID: "ps-0", Memory: 11 << 30, MemoryLimit: 12 << 30, OOMKilled: true})
 	require.Len(t, ds, 1)

@@ -70,14 +70,11 @@ func roundUp(x, step float64) float64 { return math.Ceil(x/step-1e-9) * step }
 //
 // A size changes only when its right size is more than RightsizeMargin away from it. The
 // counts are then brought within the quota (growth that the quota does not allow is not
-// made). A cut of cores is judged once the new sizes have settled: when the throughput it
+// made). A cut of cores is judged (judgeCutLocked) once the new sizes have settled: when the throughput it
 // cost, per core saved, is worth at least AddEfficiency of the throughput per core, the cores
 // are given back and the role is not cut below them again.
 func (p *Planner) rightsizeLocked(obs Observation) (Decision, bool) {
 	c := &p.cfg
-	if d, ok := p.judgeCutLocked(obs); ok {
-		return d, true
-	}
 	s := obs.Shape
 	to := s
 	var why []string
@@ -194,4 +191,37 @@ func (p *Planner) meanAtLocked(s Shape) float64 {
 // by a rounding of whoever reports the shape).
 func sameSize(a, b Shape) bool {
 	return a.Workers == b.Workers && a.Servers == b.Servers && a.Worker.CPU == b.Worker.CPU && a.Server.CPU == b.Server.CPU
+}
+
+// scaleCoresLocked raises the cores of to's processes where the most a process of the role
+// was measured to use at from, scaled by the load per process the model predicts (before at
+// from, after at to), needs more than it has with CPUHeadroom; why says what changed ("":
+// nothing). A shape the quota does not allow is left as it was.
+func (p *Planner) scaleCoresLocked(from, to Shape, before, after float64) (Shape, string) {
+	c := &p.cfg
+	if !(before > 0) || !(after > 0) {
+		return to, ""
+	}
+	out := to
+	var why []string
+	scale := func(role Role, r *Resources, used []float64, n0, n1 int) {
+		if len(used) == 0 || n0 <= 0 || n1 <= 0 {
+			return
+		}
+		f := (after / float64(n1)) / (before / float64(n0))
+		if f <= 1 {
+			return // as much load each or less: the right-size, at the new counts, sees to it
+		}
+		target := roundUp(slices.Max(used)*f*c.CPUHeadroom, c.CPUStep)
+		if target > r.CPU {
+			why = append(why, fmt.Sprintf("%ss %g -> %g cores for %.2fx the load each", role, r.CPU, target, f))
+			r.CPU = target
+		}
+	}
+	scale(Worker, &out.Worker, p.workerUsed, from.Workers, to.Workers)
+	scale(Server, &out.Server, p.serverUsed, from.Servers, to.Servers)
+	if len(why) == 0 || !c.allows(out) {
+		return to, ""
+	}
+	return out, strings.Join(why, ", ")
 }

@@ -84,7 +84,7 @@ func TestRightsizeCutsToMeasuredUse(t *testing.T) {
 // A worker that uses its cores (mean share at least HotCPU) gets CPUHeadroom times them when
 // the quota has room, and nothing when it has not.
 func TestRightsizeGrowsBusyWorkers(t *testing.T) {
-	p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6, PerWorker: 1}, MaxWorkers: 4, MaxCPU: 40})
+	p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6}, MinWorkers: 4, MaxWorkers: 4, MaxServers: 1, MaxCPU: 40})
 	require.NoError(t, err)
 	u := &usageJob{p: p, at: t0, workerUsed: 2, serverUsed: 1.5, x: flat(1000)}
 	s := Shape{Workers: 4, Servers: 1, Worker: Resources{CPU: 2}, Server: Resources{CPU: 2}}
@@ -93,7 +93,7 @@ func TestRightsizeGrowsBusyWorkers(t *testing.T) {
 	assert.Equal(t, 4, d.Shape.Workers)
 	assert.Contains(t, d.Reason, "on average")
 
-	p, err = NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6, PerWorker: 1}, MaxWorkers: 4, MaxCPU: 10})
+	p, err = NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6}, MinWorkers: 4, MaxWorkers: 4, MaxServers: 1, MaxCPU: 10})
 	require.NoError(t, err)
 	u = &usageJob{p: p, at: t0, workerUsed: 2, serverUsed: 1.5, x: flat(1000)}
 	for range 20 {
@@ -116,7 +116,7 @@ func TestRightsizeUndoesACostlyCut(t *testing.T) {
 		{"cheap", 950, false}, // 5%: efficiency 0.11
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6, PerWorker: 1}, MaxWorkers: 4, MaxServers: 1})
+			p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6}, MinWorkers: 4, MaxWorkers: 4, MaxServers: 1})
 			require.NoError(t, err)
 			x := func(sh Shape) float64 {
 				if sh.Worker.CPU < 8 {
@@ -161,7 +161,7 @@ func TestRightsizeUndoesACostlyCut(t *testing.T) {
 
 // A worker near its memory limit gets MemoryGrowth times it.
 func TestRightsizeGrowsWorkerMemory(t *testing.T) {
-	p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6, PerWorker: 1}, MaxWorkers: 2, MaxServers: 1})
+	p, err := NewPlanner(Config{Prior: &Model{WorkerCompute: 400e-6}, MinWorkers: 2, MaxWorkers: 2, MaxServers: 1})
 	require.NoError(t, err)
 	u := &usageJob{p: p, at: t0, workerUsed: 1.5, serverUsed: 1.5, workerMem: 39 << 28, x: flat(1000)} // 9.75 GiB
 	s := Shape{Workers: 2, Servers: 1, Worker: Resources{CPU: 2, Memory: 10 << 30}, Server: Resources{CPU: 2, Memory: 4 << 30}}
@@ -194,6 +194,9 @@ func TestMemoryQuota(t *testing.T) {
 	q := c.withinQuota(s)
 	assert.Equal(t, 1, q.Workers)
 	assert.Equal(t, int64(48<<30), q.Server.Memory)
+	// Such a shape is allowed (its cores may be right-sized), with no more workers.
+	assert.True(t, c.allows(q))
+	assert.False(t, c.allows(with(q, 1, 0)))
 }
 
 // A change of the server count spreads the servers' memory anew: fewer servers each get a
@@ -231,8 +234,15 @@ func TestOutOfMemoryAtTheCapInCooldown(t *testing.T) {
 	assert.Equal(t, 3, d.Shape.Servers)
 	assert.Equal(t, int64(16<<30), d.Shape.Server.Memory)
 	assert.Contains(t, d.Reason, "spread over 3 servers")
-	// Not again while the third server is not there.
-	assert.Empty(t, obs(30, s, ServerLoad{ID: "ps-0", Memory: 16 << 30, OOMKilled: true}))
+	// Not again while the third server is not there, for a server near the cap ...
+	assert.Empty(t, obs(30, s, ServerLoad{ID: "ps-0", Memory: 155 << 26}, ServerLoad{ID: "ps-1", Memory: 155 << 26}))
+	// ... but a server killed again meanwhile gets the same spread again, once for all of them.
+	ds = obs(40, s, ServerLoad{ID: "ps-0", Memory: 16 << 30, OOMKilled: true}, ServerLoad{ID: "ps-1", Memory: 16 << 30, OOMKilled: true})
+	require.Len(t, ds, 1)
+	assert.Equal(t, 3, ds[0].Shape.Servers)
+	// Once there, a server near the cap waits for the Cooldown.
+	s3 := ds[0].Shape
+	assert.Empty(t, obs(50, s3, ServerLoad{ID: "ps-0", Memory: 155 << 26}))
 	// At MaxServers there is nothing to do.
 	p, err = NewPlanner(Config{MaxServerMemory: 16 << 30, MaxServers: 2})
 	require.NoError(t, err)
@@ -281,4 +291,27 @@ func TestBeginMemoryFromEveryRecord(t *testing.T) {
 	assert.Contains(t, d.Reason, "no similar job")
 	assert.Contains(t, d.Reason, "median measured by 3 earlier jobs")
 	assert.InDelta(t, 1.5*(1<<40), d.Value, 1)
+}
+
+// A re-plan that gives each server more load gives it the cores its measured use, scaled by
+// that load, needs with CPUHeadroom; one that gives it less leaves the cores to the right-size.
+func TestReplanScalesCoresWithTheLoad(t *testing.T) {
+	p, err := NewPlanner(Config{})
+	require.NoError(t, err)
+	p.serverUsed = []float64{1.5, 2}
+	p.workerUsed = []float64{3}
+	from := Shape{Workers: 4, Servers: 2, Worker: Resources{CPU: 4}, Server: Resources{CPU: 4}}
+	to := with(from, 4, 0)
+	// Twice the throughput over as many servers: 2 x 2 x 1.5 = 6 cores a server; the workers'
+	// load each is as before.
+	got, why := p.scaleCoresLocked(from, to, 1000, 2000)
+	assert.Equal(t, 6.0, got.Server.CPU)
+	assert.Equal(t, 4.0, got.Worker.CPU)
+	assert.Contains(t, why, "servers 4 -> 6 cores")
+	// Twice the servers for 10% more: half the load each, the servers' cores kept; the
+	// workers' 10% more load each needs 3 x 1.1 x 1.5 = 4.95 -> 5 cores.
+	got, why = p.scaleCoresLocked(from, with(from, 0, 2), 1000, 1100)
+	assert.Equal(t, 4.0, got.Server.CPU)
+	assert.Equal(t, 5.0, got.Worker.CPU)
+	assert.NotContains(t, why, "servers")
 }

@@ -20,8 +20,18 @@ func (c *Config) allows(s Shape) bool {
 	return s.Workers >= c.MinWorkers && s.Workers <= c.MaxWorkers &&
 		s.Servers >= c.MinServers && s.Servers <= c.MaxServers &&
 		(c.MaxCPU == 0 || s.CPU() <= c.MaxCPU+1e-9) &&
-		(c.MaxMemory == 0 || s.Memory() <= c.MaxMemory) &&
-		s.Server.Memory <= c.MaxServerMemory
+		c.memoryAllows(s) && s.Server.Memory <= c.MaxServerMemory
+}
+
+// memoryAllows reports whether s is within MaxMemory, or, when the servers' memory for the
+// rows leaves no room for more, has MinWorkers workers at most: the rows' memory is never
+// what the quota refuses.
+func (c *Config) memoryAllows(s Shape) bool {
+	if c.MaxMemory == 0 {
+		return true
+	}
+	rows := int64(s.Servers)*s.Server.Memory + int64(c.MinWorkers)*s.Worker.Memory
+	return s.Memory() <= max(c.MaxMemory, rows)
 }
 
 // withinQuota takes workers away, down to MinWorkers, while s is over the quota's cores or
