@@ -13,14 +13,13 @@ import (
 // coordinator runs (package elastic/autoscale): each job gets a Planner; its first shape comes
 // from Planner.Begin with the job's profile and the records of the jobs finished so far in
 // the run (the history); every tick the job's observation (throughput with noise, each
-// server's CPU share and memory, each worker's step time) goes to Planner.Observe and its
-// decisions are carried out: re-plans and added servers resize the job (priced by the run's
-// ScaleCost), a server that ran out of memory or nears its limit restarts larger from the
-// checkpoint, and the first job in the queue, once it has waited longer than PendingFor, asks
-// for smaller processes. Jobs start in arrival order as soon as their plan fits, as under FIFO.
-//
-// The planner sizes server memory and both roles' cores; it does not size a worker's memory,
-// which stays what the user asked for.
+// server's CPU share and memory, each worker's CPU share, memory and step time) goes to
+// Planner.Observe and its decisions are carried out: re-plans resize the job or right-size its
+// processes, added servers resize it (each change priced by the run's ScaleCost), a server
+// that ran out of memory or nears its limit restarts larger from the checkpoint (or its rows
+// are spread over more servers), and the first job in the queue, once it has waited longer
+// than PendingFor, asks for smaller processes. Jobs start in arrival order as soon as their
+// plan fits, as under FIFO. The planner's quota is the cores and memory the user asked for.
 type Auto struct {
 	cfg     autoscale.Config
 	label   string
@@ -35,14 +34,13 @@ type autoJob struct {
 	profile autoscale.JobProfile
 	plan    Config // the configuration to start or run with
 	waited  float64
-	// rowsGiB is the servers' memory in total the planner sized for the model (its first
-	// plan, raised by every restart larger); the servers share it whatever their count.
-	rowsGiB float64
 }
 
 // NewAuto returns the policy with planner configuration cfg (zero fields: the package
-// defaults), which it checks, and the records of earlier jobs to plan from. Each job's planner gets cfg with MaxCPU set to the cores the
-// user asked for: the auto configuration never takes more than the job's quota.
+// defaults), which it checks, and the records of earlier jobs to plan from. Each job's planner
+// gets cfg with MaxCPU and MaxMemory set to the cores and memory the user asked for: the auto
+// configuration takes no more than the job's quota (but for the memory its model's rows turn
+// out to need).
 func NewAuto(cfg autoscale.Config, label string, history []autoscale.JobRecord) (*Auto, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -77,25 +75,30 @@ func (a *Auto) shapeOf(c Config) autoscale.Shape {
 }
 
 // configOf turns a planned shape into a configuration for job j, each process no larger than
-// a node.
+// a node; a worker's memory is the user's until the planner sizes it.
 func (a *Auto) configOf(j *Job, sh autoscale.Shape) Config {
 	c := Config{Workers: sh.Workers, Servers: sh.Servers, WorkerCPU: sh.Worker.CPU, ServerCPU: sh.Server.CPU,
-		WorkerMem: j.Request.WorkerMem, ServerMem: float64(sh.Server.Memory) / gib}
+		WorkerMem: float64(sh.Worker.Memory) / gib, ServerMem: float64(sh.Server.Memory) / gib}
+	if c.WorkerMem <= 0 {
+		c.WorkerMem = j.Request.WorkerMem
+	}
 	if c.ServerMem <= 0 {
 		c.ServerMem = j.Request.ServerMem
 	}
 	if a.maxNode.CPU > 0 {
 		c.WorkerCPU, c.ServerCPU = math.Min(c.WorkerCPU, a.maxNode.CPU), math.Min(c.ServerCPU, a.maxNode.CPU)
-		c.ServerMem = math.Min(c.ServerMem, a.maxNode.Mem)
+		c.WorkerMem, c.ServerMem = math.Min(c.WorkerMem, a.maxNode.Mem), math.Min(c.ServerMem, a.maxNode.Mem)
 	}
 	return c
 }
 
 func (a *Auto) begin(s *State, j *Job) (*autoJob, error) {
 	cfg := a.cfg
-	cfg.MaxCPU = j.Request.Demand().CPU
+	req := j.Request.Demand()
+	cfg.MaxCPU = req.CPU
+	cfg.MaxMemory = int64(req.Mem * gib)
 	// Without a similar earlier job the plan starts from what the user asked for.
-	cfg.Worker = autoscale.Resources{CPU: j.Request.WorkerCPU}
+	cfg.Worker = autoscale.Resources{CPU: j.Request.WorkerCPU, Memory: int64(j.Request.WorkerMem * gib)}
 	cfg.Server = autoscale.Resources{CPU: j.Request.ServerCPU}
 	cfg.InitialWorkers, cfg.InitialServers = j.Request.Workers, j.Request.Servers
 	cfg.MaxServerMemory = min(cfg.MaxServerMemory, int64(a.maxNode.Mem*gib))
@@ -115,39 +118,8 @@ func (a *Auto) begin(s *State, j *Job) (*autoJob, error) {
 		return nil, fmt.Errorf("job %s: %w", j.Name, err)
 	}
 	a.decided++
-	aj.rowsGiB = float64(d.Shape.Server.Memory) * float64(d.Shape.Servers) / gib
-	aj.plan = withinQuota(j, a.spread(aj, a.configOf(j, d.Shape)))
+	aj.plan = a.configOf(j, d.Shape)
 	return aj, nil
-}
-
-// spread gives c's servers an equal share of the memory sized for the rows, with more servers
-// when a share would not fit on a node. The planner's re-plans and pending rule size a
-// server's cores and count but would shrink its memory below the rows' too, so the memory
-// is kept here.
-func (a *Auto) spread(aj *autoJob, c Config) Config {
-	if aj.rowsGiB <= 0 || c.Servers <= 0 {
-		return c
-	}
-	if a.maxNode.Mem > 0 {
-		if n := int(math.Ceil(aj.rowsGiB / a.maxNode.Mem)); n > c.Servers {
-			// More servers for the memory, sharing the cores the plan gave the servers.
-			c.ServerCPU = math.Max(1, c.ServerCPU*float64(c.Servers)/float64(n))
-			c.Servers = n
-		}
-	}
-	c.ServerMem = aj.rowsGiB / float64(c.Servers)
-	return c
-}
-
-// withinQuota trims workers until j's memory is within what its user asked for: the planner's
-// quota bounds the job's cores (MaxCPU), not its memory, and a worker keeps the memory its
-// user asked for.
-func withinQuota(j *Job, c Config) Config {
-	quota := j.Request.Demand().Mem
-	for c.Workers > 1 && c.Demand().Mem > quota {
-		c.Workers--
-	}
-	return c
 }
 
 // observation builds what the job's monitoring would report.
@@ -160,39 +132,31 @@ func (a *Auto) observation(s *State, j *Job, o Observation, oom bool) autoscale.
 			Memory: int64(o.Server.Mem * gib), MemoryLimit: int64(c.ServerMem * gib), OOMKilled: oom,
 		})
 	}
+	var step time.Duration
 	if o.Throughput > 0 && j.Profile.Batch > 0 {
-		step := time.Duration(float64(j.Profile.Batch) * float64(c.Workers) / o.Throughput * float64(time.Second))
-		for i := range c.Workers {
-			obs.Workers = append(obs.Workers, autoscale.WorkerLoad{ID: fmt.Sprintf("worker-%d", i), StepTime: step})
-		}
+		step = time.Duration(float64(j.Profile.Batch) * float64(c.Workers) / o.Throughput * float64(time.Second))
+	}
+	for i := range c.Workers {
+		obs.Workers = append(obs.Workers, autoscale.WorkerLoad{ID: fmt.Sprintf("worker-%d", i), StepTime: step,
+			CPU: math.Min(1, o.Worker.CPU/c.WorkerCPU), Memory: int64(o.Worker.Mem * gib)})
 	}
 	return obs
 }
 
-// apply carries out decisions on j's configuration and returns the new one.
-func (a *Auto) apply(aj *autoJob, j *Job, c Config, ds []autoscale.Decision) Config {
+// apply carries out decisions on j's configuration and returns the new one. The planner's
+// shapes carry the counts and sizes; a restart larger gives every server the new size (the
+// servers are alike here: what one runs short of, all do).
+func (a *Auto) apply(j *Job, c Config, ds []autoscale.Decision) Config {
 	for _, d := range ds {
 		a.decided++
 		switch d.Kind {
-		case autoscale.Resize, autoscale.AddServer:
-			c = a.configOf(j, d.Shape)
-		case autoscale.RestartServer:
-			// The servers are alike here: what one runs short of, all do.
-			aj.rowsGiB = math.Max(aj.rowsGiB, float64(d.Size.Memory)*float64(c.Servers)/gib)
-		case autoscale.ShrinkRequest:
-			if d.Size.CPU > 0 {
-				if d.Role == autoscale.Server {
-					c.ServerCPU = d.Size.CPU
-				} else {
-					c.WorkerCPU = d.Size.CPU
-				}
-			}
-			if d.Shape.Workers > 0 && (d.Shape.Workers != c.Workers || d.Shape.Servers != c.Servers) {
-				c.Workers, c.Servers = d.Shape.Workers, d.Shape.Servers
+		case autoscale.Resize, autoscale.AddServer, autoscale.RestartServer, autoscale.ShrinkRequest:
+			if d.Shape.Workers > 0 {
+				c = a.configOf(j, d.Shape)
 			}
 		}
 	}
-	return withinQuota(j, a.spread(aj, c))
+	return c
 }
 
 // Schedule implements Policy.
@@ -216,7 +180,7 @@ func (a *Auto) Schedule(s *State) {
 		if len(ds) == 0 {
 			continue
 		}
-		if n := a.apply(aj, j, s.Config(j), ds); n != s.Config(j) && s.Resize(j, n) {
+		if n := a.apply(j, s.Config(j), ds); n != s.Config(j) && s.Resize(j, n) {
 			aj.plan = n
 		}
 	}
@@ -246,15 +210,18 @@ func (a *Auto) Schedule(s *State) {
 			{ID: "workers", Role: autoscale.Worker, Size: a.shapeOf(c).Worker, Waited: time.Duration(aj.waited * float64(time.Second))},
 		}}
 		if ds := aj.planner.Observe(obs); len(ds) > 0 {
-			if n := a.apply(aj, j, c, ds); n != c {
+			if n := a.apply(j, c, ds); n != c {
 				aj.plan, aj.waited = n, 0
 			}
 		}
 	}
 }
 
-// OnOOM implements OOMHandler: the planner sees the server killed and says how large to
-// restart it; the job restarts from its checkpoint with that.
+// OnOOM implements OOMHandler: the planner sees the servers killed and says how large to
+// restart them, or over how many servers to spread the rows; the job restarts from its
+// checkpoint with that. A planner that decides nothing (a restart it asked for that has not
+// been carried out, or MaxServers at MaxServerMemory) lets the job fail, as it would without
+// one.
 func (a *Auto) OnOOM(s *State, j *Job) (Config, bool) {
 	aj := a.jobs[j.ID]
 	if aj == nil || aj.planner == nil {
@@ -262,12 +229,9 @@ func (a *Auto) OnOOM(s *State, j *Job) (Config, bool) {
 	}
 	c := aj.plan
 	o := Observation{Config: c, Server: Resources{Mem: c.ServerMem}}
-	n := a.apply(aj, j, c, aj.planner.Observe(a.observation(s, j, o, true)))
+	n := a.apply(j, c, aj.planner.Observe(a.observation(s, j, o, true)))
 	if n.ServerMem*float64(n.Servers) <= c.ServerMem*float64(c.Servers) {
-		// No larger restart decided (the planner's cooldown, or a node's memory already):
-		// half as much again, over more servers if need be.
-		aj.rowsGiB = 1.5 * c.ServerMem * float64(c.Servers)
-		n = a.spread(aj, n)
+		return Config{}, false
 	}
 	aj.plan = n
 	return n, true
