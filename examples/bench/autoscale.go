@@ -29,7 +29,11 @@ var (
 //   - completion_auto_minus_manual: jobs completed within the trace window, percentage points
 //     (DLRover-RM: +6);
 //   - jct_mean_stop_restart_vs_live: elastic LAS's mean JCT when each change stops and
-//     restarts the job, over its mean JCT when servers move live.
+//     restarts the job, over its mean JCT when servers move live;
+//   - hot_ps_detect_to_rebalanced_s: the live hot-server scenario on an in-process job (one
+//     server serving every row): from the autoscale runner's AddServer decision, once the
+//     server was hot for HotFor, to the new server started and the hot slots moved by
+//     measured load (Applied.Took). The job has 4096 slots, 1024 with -quick.
 func runAutoscale(ctx context.Context, opt options, r *report) error {
 	if _, err := os.Stat(*autoscaleTraces + "/" + sim.PhillyPath); err != nil {
 		return fmt.Errorf("traces not found at %s (run from the repository root beside ../shared/data, or pass -traces): %w", *autoscaleTraces, err)
@@ -84,6 +88,15 @@ func runAutoscale(ctx context.Context, opt options, r *report) error {
 	r.add("cpu_util_auto_minus_manual", 100*(sa.CPUUtil-sm.CPUUtil), fmt.Sprintf("pp of CPU used over allocated, %.1f%% vs %.1f%% (DLRover-RM: +15)", 100*sa.CPUUtil, 100*sm.CPUUtil))
 	r.add("mem_util_auto_minus_manual", 100*(sa.MemUtil-sm.MemUtil), fmt.Sprintf("pp of memory used over allocated, %.1f%% vs %.1f%% (DLRover-RM: +20)", 100*sa.MemUtil, 100*sm.MemUtil))
 	r.add("completion_auto_minus_manual", 100*(sa.CompletionRate-sm.CompletionRate), fmt.Sprintf("pp of %d jobs completed in the trace window, %d vs %d (DLRover-RM: +6)", sm.Jobs, sa.Completed, sm.Completed))
+	slots := 4096
+	if opt.quick {
+		slots = 1024
+	}
+	hot, err := runHotPS(ctx, slots)
+	if err != nil {
+		return fmt.Errorf("live hot-server scenario: %w", err)
+	}
+	r.add("hot_ps_detect_to_rebalanced_s", hot.took.Seconds(), fmt.Sprintf("s from the AddServer decision (ps-0 hot for 20 s) to a third server started and %d slots moved by measured load; %d of %d hot slots left on ps-0 (%d slots, in process)", hot.moves, hot.hot, hotSlots, slots))
 	sl, ss := live.Summary(), stop.Summary()
 	r.add("jct_mean_stop_restart_vs_live", ss.MeanJCT/sl.MeanJCT, fmt.Sprintf("elastic LAS mean JCT, stop-and-restart (%.0f s) over live scaling (%.0f s), priced by %s", ss.MeanJCT, sl.MeanJCT, source))
 	return nil
