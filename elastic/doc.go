@@ -84,13 +84,15 @@
 //     replacement, or survivors) load just those slots of the commit, the replacement is fenced
 //     like the others, and the new table is published. The positions trained between the commit
 //     and the publication lost their updates on those slots: RecoveryEvent.Lost lists them
-//     (they count as trained). A batch whose push to the failed server was under way when it
-//     failed is not lost: its push lands after the recovery. The count misses nothing when
-//     workers report every batch as it ends (shard.ReaderConfig.ReportEvery 1); otherwise a
-//     batch pushed before the failure and reported only after the publication is missed. It
-//     over-counts when the commit restored holds batches applied but not yet reported (taken
-//     after a coordinator takeover, or after a worker died halfway through a push, before the
-//     replays): those are listed lost although the commit holds their updates.
+//     (they count as trained). The batches in flight at the publication are voided: their
+//     workers are failed and join again, and the batches are trained again, so one that had
+//     reached the failed server and not yet reported lands on the restored slots (the servers
+//     that applied it skip it) instead of being lost unseen. Batches the commit restored
+//     already holds (applied before it and reported after it: after a coordinator's takeover,
+//     or by a worker that died between its pushes and its report) are not lost on the slots
+//     they reached: RecoveryEvent.Held lists them. The count misses nothing when workers
+//     report every batch as it ends (shard.ReaderConfig.ReportEvery 1); otherwise a batch
+//     ended but not yet reported at the publication is missed.
 //
 // Meanwhile a Session retries a batch whose function failed for want of a server until
 // ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker

@@ -5,17 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
+
+	"github.com/elasticps/elasticps/ps"
 )
 
 // ledger counts, independently of the dispatcher, which dataset positions the model has trained
 // in each epoch: a bitmap per epoch, set as each batch ends applied and reported, and a count of
 // positions set twice. The coordinator saves it with every commit and restores it with it, so it
 // always describes exactly the training the model holds. Safe for concurrent use.
+//
+// Positions are dataset-wide: offset o of shard k is position base+o, base being the shard's
+// (shard.Shard.Base, the same in every epoch). The bases of the shards whose positions were
+// marked are noted with them (noteShard), so that a batch's place as the servers know it
+// (ps.Position: epoch, shard, offsets) converts to positions (global); they are not saved, since
+// only positions marked since the ledger was made or decoded are ever converted (sinceHeld).
 type ledger struct {
 	mu     sync.Mutex
 	epochs map[int]*epochBits
+	bases  map[uint32]int64 // by shard index
 }
 
 type epochBits struct {
@@ -25,7 +35,22 @@ type epochBits struct {
 	firstDup int64 // first position set twice, -1 if none
 }
 
-func newLedger() *ledger { return &ledger{epochs: map[int]*epochBits{}} }
+func newLedger() *ledger { return &ledger{epochs: map[int]*epochBits{}, bases: map[uint32]int64{}} }
+
+// noteShard records that offset o of shard k is dataset position base+o. Call it before marking
+// positions of the shard.
+func (l *ledger) noteShard(k uint32, base int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bases[k] = base
+}
+
+// global returns the positions [from, to) of p, and false when no position of p's shard was
+// marked.
+func (l *ledger) globalLocked(p ps.Position) (from, to int64, ok bool) {
+	base, ok := l.bases[p.Shard]
+	return base + p.Start, base + p.End, ok
+}
 
 // mark records that positions [from, to) of epoch were trained.
 func (l *ledger) mark(epoch int, from, to int64) {
@@ -196,9 +221,26 @@ func (l *ledger) trained() int64 {
 	return n
 }
 
+// heldBatch is a batch that a checkpoint holds applied to some slots of a table: the servers'
+// applied state saved with their rows.
+type heldBatch struct {
+	table string
+	pos   ps.Position
+	slots []int // ascending
+}
+
 // since returns the positions marked in l and not in old, as spans in epoch and position
 // order, and their count.
 func (l *ledger) since(old *ledger) ([]Span, int64) {
+	lost, n, _ := l.sinceHeld(old, nil)
+	return lost, n
+}
+
+// sinceHeld returns the positions marked in l and not in old, but those of the batches held
+// (old's checkpoint holds them applied), as spans in epoch and position order, and their
+// count; and, apart, the positions marked in l and not in old that belong to a held batch, a
+// HeldSpan for each held batch and table, in epoch, position and table order.
+func (l *ledger) sinceHeld(old *ledger, held []heldBatch) ([]Span, int64, []HeldSpan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old.mu.Lock()
@@ -208,33 +250,80 @@ func (l *ledger) since(old *ledger) ([]Span, int64) {
 		keys = append(keys, k)
 	}
 	sort.Ints(keys)
+	fresh := make(map[int][]uint64, len(keys)) // marked in l, not in old
+	for _, k := range keys {
+		e, o := l.epochs[k], old.epochs[k]
+		words := slices.Clone(e.words)
+		if o != nil {
+			for w := range min(len(words), len(o.words)) {
+				words[w] &^= o.words[w]
+			}
+		}
+		fresh[k] = words
+	}
+	isSet := func(words []uint64, p int64) bool {
+		return p >= 0 && p/64 < int64(len(words)) && words[p/64]&(1<<(p%64)) != 0
+	}
+	var kept []HeldSpan
+	var clear []Span
+	for _, h := range held {
+		from, to, ok := l.globalLocked(h.pos)
+		words := fresh[int(h.pos.Epoch)]
+		if !ok || words == nil {
+			continue // nothing of its shard (epoch) was marked: it was not trained since
+		}
+		for _, sp := range spansOf(int(h.pos.Epoch), words, from, to, isSet) {
+			kept = append(kept, HeldSpan{Span: sp, Table: h.table, Slots: h.slots})
+			clear = append(clear, sp)
+		}
+	}
+	for _, sp := range clear {
+		words := fresh[sp.Epoch]
+		for p := sp.From; p < sp.To; p++ {
+			words[p/64] &^= 1 << (p % 64)
+		}
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		a, b := kept[i], kept[j]
+		if a.Epoch != b.Epoch {
+			return a.Epoch < b.Epoch
+		}
+		if a.From != b.From {
+			return a.From < b.From
+		}
+		return a.Table < b.Table
+	})
 	var spans []Span
 	var n int64
 	for _, k := range keys {
-		e, o := l.epochs[k], old.epochs[k]
-		open := int64(-1)
-		for w, word := range e.words {
-			if o != nil && w < len(o.words) {
-				word &^= o.words[w]
-			}
-			for b := range 64 {
-				p := int64(w)*64 + int64(b)
-				set := word&(1<<b) != 0
-				switch {
-				case set && open < 0:
-					open = p
-				case !set && open >= 0:
-					spans = append(spans, Span{Epoch: k, From: open, To: p})
-					n += p - open
-					open = -1
-				}
-			}
-		}
-		if open >= 0 {
-			end := int64(len(e.words)) * 64
-			spans = append(spans, Span{Epoch: k, From: open, To: end})
-			n += end - open
+		words := fresh[k]
+		for _, sp := range spansOf(k, words, 0, int64(len(words))*64, isSet) {
+			spans = append(spans, sp)
+			n += sp.To - sp.From
 		}
 	}
-	return spans, n
+	return spans, n, kept
+}
+
+// spansOf returns the runs of positions in [from, to) that set reports set in words.
+func spansOf(epoch int, words []uint64, from, to int64, set func([]uint64, int64) bool) []Span {
+	var out []Span
+	open := int64(-1)
+	for p := from; p < to; p++ {
+		if p%64 == 0 && p+64 <= to && open < 0 && (p/64 >= int64(len(words)) || words[p/64] == 0) {
+			p += 63 // a word with nothing set
+			continue
+		}
+		switch s := set(words, p); {
+		case s && open < 0:
+			open = p
+		case !s && open >= 0:
+			out = append(out, Span{Epoch: epoch, From: open, To: p})
+			open = -1
+		}
+	}
+	if open >= 0 {
+		out = append(out, Span{Epoch: epoch, From: open, To: to})
+	}
+	return out
 }

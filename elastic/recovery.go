@@ -57,10 +57,21 @@ type RecoveryEvent struct {
 	Duration    time.Duration
 	// Partial only: the dataset positions trained since the commit and before the restored
 	// slots were published, whose updates to those slots are lost (they count as trained);
-	// LostRecords counts them and TrainedRecords is every position trained so far.
+	// LostRecords counts them and TrainedRecords is every position trained so far. The
+	// positions of batches the commit already holds applied to the restored slots are not
+	// among them but in Held: a batch applied before the commit and reported after it (after
+	// a coordinator's takeover, or by a worker that died between its pushes and its report).
 	Lost           []Span
 	LostRecords    int64
 	TrainedRecords int64
+	// Held are the positions trained since the commit (as Lost) whose batch the commit holds
+	// applied to some of the restored slots, one HeldSpan per batch and table: their updates
+	// of those slots are in the restored rows. Every push of a batch to a server holds all of
+	// the batch's rows there, so a batch held on a server's slots lost nothing on them; only a
+	// step function that pushed a part of a table's ids in one try and the rest in a later
+	// try (after the commit) lost its updates of the other restored slots, which no server
+	// can tell apart: a caller that knows the batch's ids can, with Slots.
+	Held []HeldSpan
 	// Err is set when the attempt failed (it is tried again).
 	Err error
 }
@@ -77,6 +88,14 @@ func (e RecoveryEvent) LostShare() float64 {
 type Span struct {
 	Epoch    int
 	From, To int64
+}
+
+// HeldSpan is positions of one batch that a restored commit holds applied to Slots (restored
+// slots, ascending) of Table.
+type HeldSpan struct {
+	Span
+	Table string
+	Slots []int
 }
 
 // serverEntry is what the coordinator knows of a parameter server's health.
@@ -508,15 +527,94 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	if err != nil {
 		return err
 	}
+	held, err := c.heldBatches(ctx, step, old, ev.Failed)
+	if err != nil {
+		return err
+	}
+	// A batch in flight may have reached the failed server and not yet be reported: counted
+	// below it would not be, and its updates of the restored slots would be lost unseen. Its
+	// worker is failed (fenced, its leases back at their reported offsets), so the batch is
+	// trained again: the servers that applied it skip it, those that took the restored slots
+	// apply it. A batch reported before the count is counted.
+	voided := c.voidBatchesInFlight()
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
-	// hold those slots start taking updates.
+	// hold those slots start taking updates, but the batches the commit holds on them.
 	c.svc.mu.Lock()
-	ev.Lost, ev.LostRecords = c.ledger.since(led)
+	for _, w := range voided {
+		c.disp.Evict(w)
+		c.svc.forgetLocked(w)
+	}
+	ev.Lost, ev.LostRecords, ev.Held = c.ledger.sinceHeld(led, held)
 	ev.TrainedRecords = c.ledger.trained()
 	err = c.install(ctx, servers, table)
 	c.svc.mu.Unlock()
 	return err
+}
+
+// voidBatchesInFlight fails every worker that is in the middle of a batch, and returns them.
+func (c *Coordinator) voidBatchesInFlight() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, m := range c.core.members {
+		if m.inBatch {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
+		c.applyLocked(c.core.fail(c.clock.now(), id, "in a batch during a partial recovery: the batch is trained again"))
+	}
+	return ids
+}
+
+// heldBatches returns the batches the commit of step holds applied to the slots failed held
+// in old (what Partial restores): the applied states the servers saved with their rows. A
+// batch applied before the commit and reported after it is among them; its updates of those
+// slots are not lost.
+func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.OwnerTable, failed map[string]string) ([]heldBatch, error) {
+	if step == 0 || c.committer == nil {
+		return nil, nil
+	}
+	restored := make([]bool, old.Slots)
+	for id := range failed {
+		for _, s := range old.SlotsOf(id).Members() {
+			restored[s] = true
+		}
+	}
+	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == blobApplied })
+	if err != nil {
+		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
+	}
+	type key struct {
+		table string
+		pos   ps.Position
+	}
+	slots := map[key][]int{} // a batch's slots may be on several servers' checkpoints
+	for _, b := range blobs {
+		state, err := ps.DecodeApplied(b.Data)
+		if err != nil {
+			return nil, fmt.Errorf("elastic: commit %d: applied batches of %s: %w", step, b.Node, err)
+		}
+		for table, entries := range state {
+			for pos, applied := range entries {
+				for _, s := range applied {
+					if int(s) < len(restored) && restored[s] {
+						k := key{table, pos}
+						slots[k] = append(slots[k], int(s))
+					}
+				}
+			}
+		}
+	}
+	held := make([]heldBatch, 0, len(slots))
+	for k, ss := range slots {
+		slices.Sort(ss)
+		held = append(held, heldBatch{table: k.table, pos: k.pos, slots: slices.Compact(ss)})
+	}
+	return held, nil
 }
 
 // restoreEach runs Restore on servers in parallel.

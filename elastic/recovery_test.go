@@ -259,3 +259,87 @@ func TestRemoteServerRefusesCallsForAnEarlierIncarnation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), h.TableVersion)
 }
+
+// A batch applied on every server, the failed one included, and reported only after a Partial
+// recovery published the restored slots: counted by the ledger after the count, its updates of
+// those slots would be lost with nobody told. The recovery voids the batches in flight (their
+// workers are failed and join again), so the batch is trained again and lands on the restored
+// slots; the rows equal the failure-free result but for the updates reported lost.
+func TestPartialRecoveryVoidsBatchesInFlight(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	recovered := make(chan struct{})
+	j := startFaultJobWith(t, 3, store, t.TempDir(), func(c *elastic.Config) {
+		c.Recovery = elastic.Partial
+		c.Logger = testLogger(t)
+		c.HealthEvery = 20 * time.Millisecond
+		c.ServerTimeout = 200 * time.Millisecond
+		c.ReplaceWait = time.Hour
+		c.OnRecovery = func(ev elastic.RecoveryEvent) {
+			if ev.Err == nil {
+				close(recovered)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	table, err := j.coord.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	failedSlots := table.SlotsOf("ps-1")
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	w0 := j.worker("w0")
+	wg.Go(func() { errs[0] = w0.run(ctx, trainStep) })
+	killer := j.worker("killer")
+	n, killed := 0, false
+	var voided ps.Position
+	wg.Go(func() {
+		errs[1] = killer.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
+			n++
+			if st := j.coord.Stats(); killed || n < 10 || st.LastCommitted == 0 || st.Step <= st.LastSnapshot+3 {
+				return trainStep(ctx, b)
+			}
+			// Every push of the batch lands, ps-1's too; then ps-1 dies, a new incarnation
+			// takes its slots from the commit, and only then does the batch end and report.
+			if err := trainStep(ctx, b); err != nil {
+				return err
+			}
+			killed, voided = true, b.Position()
+			j.kill(1)
+			require.NoError(t, j.restart(1))
+			select {
+			case <-recovered:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		})
+	})
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the recovery", i)
+	}
+	require.True(t, killed)
+	_, err = j.coord.Checkpoint(ctx)
+	require.NoError(t, err)
+	st := j.coord.Stats()
+	require.Equal(t, 1, st.Recoveries)
+	ev := st.LastRecovery
+	t.Logf("batch %v reported after the recovery from step %d; lost %d records", voided, ev.Step, ev.LostRecords)
+	assertEveryEpochOnce(t, j.coord)
+	want := faultExpected()
+	g := make([]float32, faultDim)
+	for _, sp := range ev.Lost {
+		for p := sp.From; p < sp.To; p++ {
+			id := faultID(p)
+			if !failedSlots.Has(embedding.Slot(id, faultSlots)) {
+				continue
+			}
+			faultGrad(p, g)
+			for k := range g {
+				want[id][k] += g[k]
+			}
+		}
+	}
+	assert.Equal(t, want, serverRows(j.liveServers()), "every row holds every record once per epoch, but the lost ones on the failed slots")
+}

@@ -55,6 +55,7 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 		return
 	}
 	if offset > m.offset {
+		s.c.ledger.noteShard(m.shard, m.base)
 		s.c.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
 		m.offset = offset
 		s.leases[id] = m

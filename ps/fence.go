@@ -296,6 +296,14 @@ func decodeApplied(b []byte) (map[string]map[Position][]uint32, error) {
 	return out, nil
 }
 
+// DecodeApplied reads a state AppliedState saved: per table, the positions applied and, for
+// each, the slots (ascending) it was applied to. A coordinator reads the states of a checkpoint
+// with it to tell which batches the checkpoint's rows already hold. It checks the state as
+// LoadApplied does (ErrCorruptApplied); the result is the caller's.
+func DecodeApplied(b []byte) (map[string]map[Position][]uint32, error) {
+	return decodeApplied(b)
+}
+
 // LoadApplied replaces the server's applied positions for the slots owned accepts (nil: every
 // slot) with those of the saved states (from one or several servers' checkpoints: a restore onto
 // another number of servers merges them); positions applied to other slots are kept. Every state
