@@ -59,7 +59,10 @@ func runEmbedding(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return err
 	}
-	window := lim.calibrate(dst, batch)
+	window, err := lim.calibrate(ctx, dst, batch)
+	if err != nil {
+		return err
+	}
 	r.addTable("limit_window_calibration", sweepTable{
 		About:   "rows/s of the limit's gather by look-ahead window (0: no look-ahead), medians of 5 interleaved rounds; the fastest is the limit",
 		Columns: []string{"window", "rows_per_s"}, Rows: lim.calib})
@@ -367,7 +370,7 @@ func (l *limitLayout) gather(offs []int, dst []float32, batch, window int) {
 
 // calibrate measures the gather with several look-ahead windows, in five interleaved rounds, and
 // returns the window of the highest median.
-func (l *limitLayout) calibrate(dst []float32, batch int) int {
+func (l *limitLayout) calibrate(ctx context.Context, dst []float32, batch int) (int, error) {
 	windows := []int{0, 8, 16, 32, 64, 128, 256, batch}
 	var trials []trial
 	for _, w := range windows {
@@ -376,7 +379,10 @@ func (l *limitLayout) calibrate(dst []float32, batch int) int {
 			return nil
 		}))
 	}
-	smp, _ := interleave(context.Background(), 5, nil, trials...)
+	smp, err := interleave(ctx, 5, nil, trials...)
+	if err != nil {
+		return 0, err
+	}
 	best, bestRate := 0, 0.0
 	l.calib = nil
 	for _, w := range windows {
@@ -386,7 +392,7 @@ func (l *limitLayout) calibrate(dst []float32, batch int) int {
 			best, bestRate = w, v
 		}
 	}
-	return best
+	return best, nil
 }
 
 // zipfStream returns n ranks in [0, rows) drawn from Zipf(1.1).
