@@ -234,8 +234,10 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 			delete(c.srvs, id)
 		}
 		c.mu.Unlock()
-		// A commit under way may still wait for a drained server's persist.
-		if err := c.WaitCommits(ctx); err != nil {
+		// A commit under way may still wait for a drained server's persist; later ones do
+		// not involve it (waiting for a moment with no checkpoint at all could last as long
+		// as training when checkpoints follow each other).
+		if err := c.waitCheckpointsUnderWay(ctx); err != nil {
 			return err
 		}
 		if stop != nil {
@@ -248,6 +250,30 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	c.log.Info("parameter servers changed", "from", have, "to", n, "slots_moved", p.SlotsDone, "rows", p.BaseRows,
 		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// waitCheckpointsUnderWay waits until the checkpoints under way now are over: the barrier that
+// is up, if any, has come down, and every snapshot awaiting its commit, that barrier's
+// included, has committed or failed. Checkpoints begun later are not waited for.
+func (c *Coordinator) waitCheckpointsUnderWay(ctx context.Context) error {
+	c.mu.Lock()
+	pending := slices.Clone(c.core.snapshots)
+	gen, up := c.core.gen, c.core.phase != phaseIdle
+	if up {
+		pending = append(pending, c.core.step) // the step its snapshot takes: steps wait at a barrier
+	}
+	c.mu.Unlock()
+	return c.await(ctx, func() (bool, error) {
+		if up && c.core.gen == gen && c.core.phase != phaseIdle {
+			return false, nil
+		}
+		for _, s := range pending {
+			if slices.Contains(c.core.snapshots, s) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 // Rebalance moves the hottest slots off the servers whose share of the load is above over
