@@ -101,6 +101,22 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	l2Flag("emb-l2", "embedding rows'", &c.EmbeddingOptimizer.L2)
 	l2Flag("dense-l2", "MLP", &c.DenseOptimizer.L2)
+	switchFlag := func(name, what string, dst *train.Switch) {
+		fs.Func(name, what, func(v string) error {
+			switch v {
+			case "on":
+				*dst = train.SwitchOn
+			case "off":
+				*dst = train.SwitchOff
+			default:
+				return fmt.Errorf("want on or off, not %q", v)
+			}
+			return nil
+		})
+	}
+	switchFlag("first-order", "on: a learned scalar per id beside its embedding row, pooled like it and added to the logit (a table of dimension 1 per field) (default off)", &c.FirstOrder)
+	switchFlag("user-day", "movielens data: on or off, a field of the user and the UTC day of the rating (default on)", &c.UserDay)
+	fs.IntVar(&c.MinCount, "min-count", 0, fmt.Sprintf("movielens data: ids seen fewer than this many times in the training ratings share one row per field (default %d; 1: none)", train.DefaultMovieLensMinCount))
 	fs.IntVar(&c.BatchSize, "batch", train.DefaultBatchSize, "records per worker step")
 	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the data (default 3 movielens, else 1)")
 	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long (0: when the epochs are done)")
@@ -259,6 +275,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if c.Resume && c.Overwrite {
 		errs = append(errs, errors.New("-resume continues the checkpoints -overwrite would delete: give one of them"))
+	}
+	if c.MinCount < 0 {
+		errs = append(errs, fmt.Errorf("-min-count %d is negative", c.MinCount))
 	}
 	o.workers = c.Workers
 	if len(errs) == 0 {

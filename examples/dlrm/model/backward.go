@@ -24,6 +24,10 @@ type Gradients struct {
 	// the row (with the reference's weight and the 1/bag-size factor of mean
 	// pooling). Rows that no bag references get zeros.
 	Rows []float32
+	// Biases holds ∂Loss/∂Batch.Biases (Config.FirstOrder): one value per
+	// embedding row, summed over its references like Rows. Empty without
+	// FirstOrder.
+	Biases []float32
 }
 
 // resize returns s with length n, reusing its array when large enough.
@@ -54,6 +58,7 @@ func (m *Model) ComputeGradients(b *Batch, g *Gradients) error {
 	g.Logits = resize(g.Logits, n)
 	g.Dense = resize(g.Dense, len(m.params))
 	g.Rows = resize(g.Rows, len(b.Rows))
+	g.Biases = resize(g.Biases, len(b.Biases))
 	copy(g.Logits, logits)
 
 	// Loss and its gradient with respect to the logits.
@@ -70,6 +75,24 @@ func (m *Model) ComputeGradients(b *Batch, g *Gradients) error {
 		return fmt.Errorf("%w: loss is %v", ErrNonFinite, loss)
 	}
 	g.Loss = loss
+
+	// The first-order term: every reference's scalar gets the logit's
+	// gradient, weighted and scaled like its row's.
+	if m.cfg.FirstOrder {
+		clear(g.Biases)
+		for s := range n {
+			for fi := range f {
+				lo, hi := b.bag(s*f + fi)
+				scale := dOut[s]
+				if m.pooling[fi] == PoolMean && hi-lo > 1 {
+					scale /= float32(hi - lo)
+				}
+				for q := lo; q < hi; q++ {
+					g.Biases[b.row(q)] += scale * b.weight(q)
+				}
+			}
+		}
+	}
 
 	// Top MLP, last layer first. dOut is the gradient of the layer output;
 	// each step leaves the gradient of its input in the other buffer.

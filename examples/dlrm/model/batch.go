@@ -50,6 +50,11 @@ type Batch struct {
 	Labels []float32
 	// Rows holds R×EmbeddingDim embedding values, row-major, R ≥ 0.
 	Rows []float32
+	// Biases holds one first-order weight per row of Rows (R values), pooled
+	// per bag like the rows (weighted, averaged for mean-pooled fields) and
+	// added to the logit, when the model's Config.FirstOrder is set; nil
+	// otherwise.
+	Biases []float32
 	// Bags optionally delimits each (sample, field) bag; see above.
 	Bags []int32
 	// Index optionally maps references to rows; see above.
@@ -78,6 +83,15 @@ func (m *Model) check(b *Batch, labels bool) error {
 		return fmt.Errorf("%w: %d row values is not a multiple of embedding dim %d", ErrBatch, len(b.Rows), d)
 	}
 	rows := len(b.Rows) / d
+	switch {
+	case m.cfg.FirstOrder && len(b.Biases) != rows:
+		return fmt.Errorf("%w: %d first-order weights for %d rows", ErrBatch, len(b.Biases), rows)
+	case !m.cfg.FirstOrder && b.Biases != nil:
+		return fmt.Errorf("%w: first-order weights given to a model without FirstOrder", ErrBatch)
+	}
+	if i, ok := firstNonFinite(b.Biases); !ok {
+		return fmt.Errorf("%w: first-order weight %d is %v", ErrNonFinite, i, b.Biases[i])
+	}
 	refs := rows
 	if b.Index != nil {
 		refs = len(b.Index)

@@ -57,6 +57,7 @@ func TestBatchValidation(t *testing.T) {
 		{"no bags, wrong count", func(b *model.Batch) { b.Bags, b.Index = nil, b.Index[:3] }, model.ErrBatch},
 		{"NaN dense", func(b *model.Batch) { b.Dense[2] = nan }, model.ErrNonFinite},
 		{"Inf row", func(b *model.Batch) { b.Rows[4] = inf }, model.ErrNonFinite},
+		{"first-order weights without FirstOrder", func(b *model.Batch) { b.Biases = []float32{0, 0, 0} }, model.ErrBatch},
 	} {
 		b := validSmallBatch()
 		tc.mutate(b)
@@ -69,6 +70,27 @@ func TestBatchValidation(t *testing.T) {
 	}
 	if err := m.ComputeGradients(validSmallBatch(), nil); !errors.Is(err, model.ErrBatch) {
 		t.Errorf("nil gradients: err %v", err)
+	}
+	// With first-order terms every row has its scalar.
+	fm, err := model.New(model.Config{DenseFeatures: 2, Fields: 2, EmbeddingDim: 3, BottomHidden: []int{4}, TopHidden: []int{4}, FirstOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		biases []float32
+		want   error
+	}{
+		{"three scalars", []float32{.1, -.2, .3}, nil},
+		{"no scalars", nil, model.ErrBatch},
+		{"a scalar short", []float32{.1, -.2}, model.ErrBatch},
+		{"NaN scalar", []float32{.1, nan, .3}, model.ErrNonFinite},
+	} {
+		b := validSmallBatch()
+		b.Biases = tc.biases
+		if err := fm.ComputeGradients(b, &g); !errors.Is(err, tc.want) {
+			t.Errorf("first-order, %s: err %v, want %v", tc.name, err, tc.want)
+		}
 	}
 	// Predict does not need labels.
 	b := validSmallBatch()

@@ -44,6 +44,8 @@ type Key struct {
 // safe for concurrent use.
 type BatchBuilder struct {
 	dense, fields, dim int
+	firstOrder         bool
+	biases             []float32
 	batch              Batch
 	keys               []Key
 	index              map[Key]int32
@@ -58,7 +60,7 @@ func NewBatchBuilder(cfg Config) (*BatchBuilder, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	bb := &BatchBuilder{dense: cfg.DenseFeatures, fields: cfg.Fields, dim: cfg.EmbeddingDim, index: make(map[Key]int32)}
+	bb := &BatchBuilder{dense: cfg.DenseFeatures, fields: cfg.Fields, dim: cfg.EmbeddingDim, firstOrder: cfg.FirstOrder, index: make(map[Key]int32)}
 	bb.Reset()
 	return bb, nil
 }
@@ -164,9 +166,25 @@ func (bb *BatchBuilder) Rows() []float32 {
 	return bb.batch.Rows
 }
 
-// Batch returns the assembled batch; its Rows are the buffer returned by
-// Rows, which must have been filled first.
+// Biases returns the batch's first-order buffer (Config.FirstOrder), one
+// value per key, for the caller to fill with the pulled scalars; nil for a
+// model without FirstOrder.
+func (bb *BatchBuilder) Biases() []float32 {
+	if !bb.firstOrder {
+		return nil
+	}
+	n := len(bb.keys)
+	if cap(bb.biases) < n {
+		bb.biases = make([]float32, n, n+n/4)
+	}
+	bb.biases = bb.biases[:n]
+	return bb.biases
+}
+
+// Batch returns the assembled batch; its Rows and Biases are the buffers
+// returned by Rows and Biases, which must have been filled first.
 func (bb *BatchBuilder) Batch() *Batch {
 	bb.Rows()
+	bb.batch.Biases = bb.Biases()
 	return &bb.batch
 }

@@ -165,3 +165,55 @@ func TestBatchBuilderCarriesValues(t *testing.T) {
 		t.Fatalf("refused samples were added: %d", bb.Len())
 	}
 }
+
+// TestBatchBuilderFirstOrder: with first-order terms the builder has one scalar per key and
+// hands them to the model in the batch; without, none.
+func TestBatchBuilderFirstOrder(t *testing.T) {
+	cfg := model.Config{DenseFeatures: 1, Fields: 2, EmbeddingDim: 2, BottomHidden: []int{}, TopHidden: []int{}, FirstOrder: true}
+	bb, err := model.NewBatchBuilder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := model.Sample{Dense: []float32{1}, IDs: []uint64{7, 7, 9}, Offsets: []int32{0, 1, 3}, Label: 1}
+	if err := bb.Add(&s); err != nil {
+		t.Fatal(err)
+	}
+	clear(bb.Rows())
+	biases := bb.Biases()
+	if len(biases) != len(bb.Keys()) {
+		t.Fatalf("%d first-order values for %d keys", len(biases), len(bb.Keys()))
+	}
+	copy(biases, []float32{0.5, -1, 2}) // keys (0,7), (1,7), (1,9)
+	b := bb.Batch()
+	if !slices.Equal(b.Biases, []float32{0.5, -1, 2}) {
+		t.Fatalf("batch first-order values %v", b.Biases)
+	}
+	m, err := model.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first-order terms add 0.5 for field 0 and -1 + 2 for field 1 to the logit.
+	logits, err := m.Logits(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b.Biases)
+	if logits, err = m.Logits(logits, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := logits[0] - logits[1]; math.Abs(float64(got)-1.5) > 1e-6 {
+		t.Errorf("first-order terms add %v to the logit, want 1.5", got)
+	}
+
+	cfg.FirstOrder = false
+	plain, err := model.NewBatchBuilder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Add(&s); err != nil {
+		t.Fatal(err)
+	}
+	if plain.Biases() != nil || plain.Batch().Biases != nil {
+		t.Error("first-order values without first-order terms")
+	}
+}

@@ -87,6 +87,15 @@ type Config struct {
 	// length must equal Fields.
 	FieldPooling []Pooling
 
+	// FirstOrder adds a first-order (linear) term to the logit: every
+	// embedding row comes with a scalar weight (Batch.Biases), pooled per field
+	// like its row, and the pooled scalars of all fields are added to the top
+	// MLP's output. It is the per-id bias of factorisation machines and of the
+	// wide part of wide-and-deep models: a popular or well-rated id gets its
+	// own offset without spending its vector's dimensions or the MLP's
+	// capacity on it. Default false: Batch.Biases must be nil.
+	FirstOrder bool
+
 	// Seed seeds the initial dense parameters (every seed, 0 included, is a
 	// valid seed; the same seed gives bit-identical parameters).
 	Seed uint64

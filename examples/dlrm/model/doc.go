@@ -15,7 +15,12 @@
 //	t    = [z0, e_1, …, e_F]                 F+1 vectors of width d
 //	top  = [z0, <t_i, t_j> for 0 ≤ i < j ≤ F] width d + F(F+1)/2
 //	z    = topMLP(top)                       ReLU on hidden layers, one logit
+//	     + Σ_f pool(scalars of field f)      with Config.FirstOrder
 //	loss = BCE(sigmoid(z), label)            computed from the logit, stably
+//
+// With Config.FirstOrder every embedding row has a scalar beside it
+// (Batch.Biases, gradients in Gradients.Biases), pooled like the row: the
+// first-order terms of a factorisation machine, a learned offset per id.
 //
 // The pairwise products are listed in row-major upper-triangle order:
 // (0,1), (0,2), …, (0,F), (1,2), …, (F-1,F). The batch loss is the mean

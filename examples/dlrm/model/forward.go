@@ -123,6 +123,24 @@ func (m *Model) forward(b *Batch) []float32 {
 		m.denseForward(y, x, l, n)
 		x = y
 	}
+	if m.cfg.FirstOrder {
+		// The first-order term: each bag's scalars pooled like its rows.
+		for s := range n {
+			var z float32
+			for fi := range f {
+				lo, hi := b.bag(s*f + fi)
+				var v float32
+				for q := lo; q < hi; q++ {
+					v += b.weight(q) * b.Biases[b.row(q)]
+				}
+				if m.pooling[fi] == PoolMean && hi-lo > 1 {
+					v /= float32(hi - lo)
+				}
+				z += v
+			}
+			x[s] += z
+		}
+	}
 	return x
 }
 

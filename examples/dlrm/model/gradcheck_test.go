@@ -54,8 +54,9 @@ func (r *refNet) layer(params []float64, prefix string, x []float64, relu bool) 
 	return y
 }
 
-// logits returns the logit of every sample; rows are the embedding rows.
-func (r *refNet) logits(params []float64, b *model.Batch, rows []float64) []float64 {
+// logits returns the logit of every sample; rows are the embedding rows and
+// biases their first-order weights (Config.FirstOrder; nil without).
+func (r *refNet) logits(params []float64, b *model.Batch, rows, biases []float64) []float64 {
 	cfg := r.cfg
 	d, f := cfg.EmbeddingDim, cfg.Fields
 	nb, nt := len(cfg.BottomHidden)+1, len(cfg.TopHidden)+1
@@ -76,6 +77,7 @@ func (r *refNet) logits(params []float64, b *model.Batch, rows []float64) []floa
 				lo, hi = int(b.Bags[k]), int(b.Bags[k+1])
 			}
 			v := make([]float64, d)
+			var first float64
 			for q := lo; q < hi; q++ {
 				row := q
 				if b.Index != nil {
@@ -88,13 +90,18 @@ func (r *refNet) logits(params []float64, b *model.Batch, rows []float64) []floa
 				for c := range d {
 					v[c] += w * rows[row*d+c]
 				}
+				if biases != nil {
+					first += w * biases[row]
+				}
 			}
 			if r.pool[fi] == model.PoolMean && hi > lo {
 				for c := range v {
 					v[c] /= float64(hi - lo)
 				}
+				first /= float64(hi - lo)
 			}
 			vecs = append(vecs, v)
+			out[s] += first
 		}
 		top := append([]float64{}, x...)
 		for i := range vecs {
@@ -109,15 +116,15 @@ func (r *refNet) logits(params []float64, b *model.Batch, rows []float64) []floa
 		for l := range nt {
 			top = r.layer(params, "top."+strconv.Itoa(l), top, l < nt-1)
 		}
-		out[s] = top[0]
+		out[s] += top[0]
 	}
 	return out
 }
 
 // loss is the mean binary cross-entropy, written the textbook way.
-func (r *refNet) loss(params []float64, b *model.Batch, rows []float64) float64 {
+func (r *refNet) loss(params []float64, b *model.Batch, rows, biases []float64) float64 {
 	var sum float64
-	for s, z := range r.logits(params, b, rows) {
+	for s, z := range r.logits(params, b, rows, biases) {
 		p := 1 / (1 + math.Exp(-z))
 		y := float64(b.Labels[s])
 		sum -= y*math.Log(p) + (1-y)*math.Log(1-p)
@@ -206,6 +213,26 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			checkGradients(t, m, b)
 		})
 	}
+	// First-order terms: a scalar per row, pooled like the rows (summed, averaged in the
+	// mean-pooled field, weighted) and added to the logit.
+	cfg.FirstOrder = true
+	m, err = model.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, weighted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "first-order", true: "first-order weighted"}[weighted], func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			b := gradCheckBatch(t, cfg, 5, r)
+			if weighted {
+				weigh(b, r)
+			}
+			for range len(b.Rows) / cfg.EmbeddingDim {
+				b.Biases = append(b.Biases, float32(r.NormFloat64()))
+			}
+			checkGradients(t, m, b)
+		})
+	}
 }
 
 // checkGradients compares the model's loss, logits and gradients on b with the reference's.
@@ -218,11 +245,15 @@ func checkGradients(t *testing.T, m *model.Model, b *model.Batch) {
 
 	ref := newRefNet(m)
 	params, rows := to64(m.Params()), to64(b.Rows)
-	want := ref.loss(params, b, rows)
+	var biases []float64
+	if cfg.FirstOrder {
+		biases = to64(b.Biases)
+	}
+	want := ref.loss(params, b, rows, biases)
 	if math.Abs(g.Loss-want) > 1e-5*math.Max(1, want) {
 		t.Fatalf("loss %v, reference %v", g.Loss, want)
 	}
-	refLogits := ref.logits(params, b, rows)
+	refLogits := ref.logits(params, b, rows, biases)
 	probs, err := m.Predict(nil, b)
 	if err != nil {
 		t.Fatal(err)
@@ -248,9 +279,9 @@ func checkGradients(t *testing.T, m *model.Model, b *model.Batch) {
 		t.Helper()
 		old := vec[i]
 		vec[i] = old + h
-		up := ref.loss(params, b, rows)
+		up := ref.loss(params, b, rows, biases)
 		vec[i] = old - h
-		down := ref.loss(params, b, rows)
+		down := ref.loss(params, b, rows, biases)
 		vec[i] = old
 		fd := (up - down) / (2 * h)
 		if diff := math.Abs(float64(got) - fd); diff > 1e-5+2e-3*math.Abs(fd) {
@@ -282,6 +313,21 @@ func checkGradients(t *testing.T, m *model.Model, b *model.Batch) {
 			t.Errorf("unreferenced row 8 has gradient %v", g.Rows[8*d:9*d])
 			break
 		}
+	}
+	if !cfg.FirstOrder {
+		if len(g.Biases) != 0 {
+			t.Errorf("first-order gradients %v without first-order terms", g.Biases)
+		}
+		return
+	}
+	if len(g.Biases) != len(b.Biases) {
+		t.Fatalf("first-order gradient has %d values, want %d", len(g.Biases), len(b.Biases))
+	}
+	for i := range biases {
+		check("biases", i, g.Biases[i], biases)
+	}
+	if g.Biases[8] != 0 {
+		t.Errorf("unreferenced row 8 has first-order gradient %v", g.Biases[8])
 	}
 }
 

@@ -185,6 +185,6 @@ func TestL2DefaultsReachTheServers(t *testing.T) {
 	c = Config{Data: DataSpec{Kind: MovieLens, Paths: []string{"x"}}, EmbeddingOptimizer: embedding.Optimizer{L2: -1}}
 	c.fill()
 	assert.Zero(t, c.embeddingOptimizer().L2, "negative is none")
-	specs := tableSpecs([]string{"a"}, 4, 1, c.embeddingOptimizer(), 0.1)
+	specs := tableSpecs(&c, []string{"a"})
 	assert.Zero(t, specs[0].Config.Optimizer.L2)
 }

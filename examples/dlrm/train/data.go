@@ -175,12 +175,16 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 		return nil, fmt.Errorf("movielens: %d training ratings cannot give %v to validation", n-nTest, cfg.ValidFraction)
 	}
 	testIdx, validIdx, trainIdx := perm[:nTest], perm[nTest:nTest+nValid], perm[nTest+nValid:]
-	keep := min(nTest, cfg.TestRecords)
-	test, err := readMovieLens(ml, testIdx[:keep])
+	feat, err := newMovieLensFeatures(cfg, ml, trainIdx)
 	if err != nil {
 		return nil, err
 	}
-	valid, err := readMovieLens(ml, validIdx[:min(nValid, cfg.TestRecords)])
+	keep := min(nTest, cfg.TestRecords)
+	test, err := feat.samples(ml, testIdx[:keep])
+	if err != nil {
+		return nil, err
+	}
+	valid, err := feat.samples(ml, validIdx[:min(nValid, cfg.TestRecords)])
 	if err != nil {
 		return nil, err
 	}
@@ -188,33 +192,15 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 	if nValid > 0 {
 		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(valid))
 	}
-	data := shard.IndexedFunc(int64(len(trainIdx)), func(i int64, rec *shard.Record) error {
-		return ml.ReadRecord(int64(trainIdx[i]), rec)
-	})
-	schema := ml.Schema()
-	pooling := make([]model.Pooling, len(schema.Fields))
-	pooling[shard.MovieLensFieldGenre] = model.PoolMean
+	fields := movieLensFields(cfg)
 	return &dataSet{
-		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features",
-			dir, n, ml.Skipped(), ml.Movies().Len(), schema.Fields, schema.Dense),
-		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
-		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: data},
+		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features%s",
+			dir, n, ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
+		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
+		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
 		heldOut: fmt.Sprintf("seeded random split: %d of %d ratings held out (%.0f%%), %d evaluated", nTest, n, 100*cfg.TestFraction, keep),
 	}, nil
-}
-
-// readMovieLens reads the ratings of ml at idx into samples.
-func readMovieLens(ml *shard.MovieLens, idx []int) ([]model.Sample, error) {
-	var rec shard.Record
-	out := make([]model.Sample, len(idx))
-	for i, j := range idx {
-		if err := ml.ReadRecord(int64(j), &rec); err != nil {
-			return nil, err
-		}
-		sampleFromRecord(&out[i], &rec)
-	}
-	return out, nil
 }
 
 // movieLensWithTest trains every rating of ml and holds out the ratings of cfg.TestFiles[0]: a
@@ -238,18 +224,9 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 	if keep < 2 {
 		return nil, fmt.Errorf("movielens test: %s holds %d ratings of known movies (%d lines skipped)", path, tml.Len(), tml.Skipped())
 	}
-	var rec shard.Record
-	test := make([]model.Sample, keep)
-	for i := range test {
-		if err := tml.ReadRecord(int64(i), &rec); err != nil {
-			return nil, err
-		}
-		sampleFromRecord(&test[i], &rec)
-	}
 	// Validation ratings (Config.ValidFraction): a seeded random share of the training file's.
-	var data shard.Indexed = ml
 	n := int(ml.Len())
-	var valid []model.Sample
+	var trainIdx, validIdx []int
 	validOut := ""
 	if cfg.ValidFraction > 0 {
 		perm := rand.New(rand.NewPCG(cfg.Seed, 0x76616c6964)).Perm(n)
@@ -257,24 +234,37 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 		if nValid < 2 || nValid >= n {
 			return nil, fmt.Errorf("movielens: %d training ratings cannot give %v to validation", n, cfg.ValidFraction)
 		}
-		if valid, err = readMovieLens(ml, perm[:min(nValid, cfg.TestRecords)]); err != nil {
-			return nil, err
-		}
-		trainIdx := perm[nValid:]
+		validIdx, trainIdx = perm[:min(nValid, cfg.TestRecords)], perm[nValid:]
+		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(validIdx))
 		n = len(trainIdx)
-		data = shard.IndexedFunc(int64(n), func(i int64, rec *shard.Record) error {
-			return ml.ReadRecord(int64(trainIdx[i]), rec)
-		})
-		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(valid))
+	} else {
+		trainIdx = make([]int, n)
+		for i := range trainIdx {
+			trainIdx[i] = i
+		}
 	}
-	schema := ml.Schema()
-	pooling := make([]model.Pooling, len(schema.Fields))
-	pooling[shard.MovieLensFieldGenre] = model.PoolMean
+	feat, err := newMovieLensFeatures(cfg, ml, trainIdx)
+	if err != nil {
+		return nil, err
+	}
+	testIdx := make([]int, keep)
+	for i := range testIdx {
+		testIdx[i] = i
+	}
+	test, err := feat.samples(tml, testIdx)
+	if err != nil {
+		return nil, err
+	}
+	valid, err := feat.samples(ml, validIdx)
+	if err != nil {
+		return nil, err
+	}
+	fields := movieLensFields(cfg)
 	return &dataSet{
-		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features",
-			dir, ml.Len(), ml.Skipped(), ml.Movies().Len(), schema.Fields, schema.Dense),
-		fields: schema.Fields, dense: max(schema.Dense, 1), rawDense: schema.Dense, pooling: pooling,
-		dataset: shard.IndexedDataset(int64(n)), source: shard.IndexedSource{Data: data},
+		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features%s",
+			dir, ml.Len(), ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
+		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
+		dataset: shard.IndexedDataset(int64(n)), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
 		heldOut: fmt.Sprintf("test ratings %s: %d of %d evaluated (%d lines skipped)", filepath.Join(tdir, name), keep, tml.Len(), tml.Skipped()),
 	}, nil

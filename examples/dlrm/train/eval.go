@@ -31,7 +31,8 @@ type evaluator struct {
 	m      *model.Model
 	bb     *model.BatchBuilder
 	rt     router
-	tables []string
+	brt    router
+	tables sparseTables
 	dense  []denseTensor
 	test   []model.Sample
 	set    string // Eval.Set
@@ -39,7 +40,7 @@ type evaluator struct {
 	logits []float32
 }
 
-func newEvaluator(mcfg model.Config, cli *ps.Client, tables []string, dense []denseTensor, test []model.Sample, set string) (*evaluator, error) {
+func newEvaluator(mcfg model.Config, cli *ps.Client, tables sparseTables, dense []denseTensor, test []model.Sample, set string) (*evaluator, error) {
 	m, err := model.New(mcfg)
 	if err != nil {
 		return nil, err
@@ -48,7 +49,7 @@ func newEvaluator(mcfg model.Config, cli *ps.Client, tables []string, dense []de
 	if err != nil {
 		return nil, err
 	}
-	return &evaluator{cli: cli, m: m, bb: bb, rt: newRouter(len(tables), mcfg.EmbeddingDim), tables: tables, dense: dense, test: test, set: set}, nil
+	return &evaluator{cli: cli, m: m, bb: bb, rt: newRouter(len(tables.emb), mcfg.EmbeddingDim), brt: newRouter(len(tables.bias), 1), tables: tables, dense: dense, test: test, set: set}, nil
 }
 
 // run scores every held-out record and returns AUC and log loss. Pulling rows of ids the
@@ -77,7 +78,11 @@ func (e *evaluator) run(ctx context.Context) (Eval, error) {
 		readOnly := func(ctx context.Context, table string, ids []uint64, dst []float32) error {
 			return e.cli.Pull(ctx, table, ids, dst, ps.ReadOnly()) // evaluation grows no rows
 		}
-		e.rt.pull(gctx, g, readOnly, e.tables, e.bb.Rows())
+		e.rt.pull(gctx, g, readOnly, e.tables.emb, e.bb.Rows())
+		if e.tables.bias != nil {
+			e.brt.split(e.bb.Keys())
+			e.brt.pull(gctx, g, readOnly, e.tables.bias, e.bb.Biases())
+		}
 		if err := g.Wait(); err != nil {
 			return Eval{}, fmt.Errorf("evaluate: %w", err)
 		}

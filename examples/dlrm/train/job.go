@@ -24,15 +24,45 @@ const jobName = "dlrm"
 // embPrefix starts the server-side name of every embedding table (one per sparse field).
 const embPrefix = "emb."
 
-// tableSpecs returns the embedding tables of the model: one per sparse field, each seeded
-// differently so that equal ids of two fields start from different rows.
-func tableSpecs(fields []string, dim int, seed uint64, opt embedding.Optimizer, scale float32) []ps.TableSpec {
-	specs := make([]ps.TableSpec, len(fields))
+// biasPrefix starts the server-side name of every first-order table (Config.FirstOrder): one
+// scalar per id of a sparse field.
+const biasPrefix = "bias."
+
+// sparseTables names the server-side tables of the sparse fields: one embedding table per field
+// and, with first-order terms, one table of scalars per field (nil without).
+type sparseTables struct {
+	emb, bias []string
+}
+
+func newSparseTables(fields []string, firstOrder bool) sparseTables {
+	var t sparseTables
+	for _, f := range fields {
+		t.emb = append(t.emb, embPrefix+f)
+		if firstOrder {
+			t.bias = append(t.bias, biasPrefix+f)
+		}
+	}
+	return t
+}
+
+// tableSpecs returns the sparse tables of the model (cfg with defaults filled in): an embedding
+// table per field, each seeded differently so that equal ids of two fields start from different
+// rows, and with first-order terms a table of scalars per field, every id's starting at 0.
+func tableSpecs(cfg *Config, fields []string) []ps.TableSpec {
+	var specs []ps.TableSpec
+	opt := cfg.embeddingOptimizer()
 	for f, name := range fields {
-		specs[f] = ps.TableSpec{Name: embPrefix + name, Config: embedding.Config{
-			Name: embPrefix + name, Dim: dim, Seed: seed + uint64(f+1)*0x9e3779b97f4a7c15,
-			Optimizer: opt, Init: embedding.Init{Kind: embedding.InitUniform, Scale: scale},
-		}}
+		specs = append(specs, ps.TableSpec{Name: embPrefix + name, Config: embedding.Config{
+			Name: embPrefix + name, Dim: cfg.EmbeddingDim, Seed: cfg.Seed + uint64(f+1)*0x9e3779b97f4a7c15,
+			Optimizer: opt, Init: embedding.Init{Kind: embedding.InitUniform, Scale: cfg.EmbeddingInit},
+		}})
+	}
+	if cfg.firstOrder() {
+		for _, name := range fields {
+			specs = append(specs, ps.TableSpec{Name: biasPrefix + name, Config: embedding.Config{
+				Name: biasPrefix + name, Dim: 1, Optimizer: opt, Init: embedding.Init{Kind: embedding.InitZeros},
+			}})
+		}
 	}
 	return specs
 }

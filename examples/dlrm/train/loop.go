@@ -285,8 +285,12 @@ func (r *run) describe() string {
 	for _, t := range r.dense {
 		nparams += t.len
 	}
-	fmt.Fprintf(&b, "model: DLRM, %d dense -> bottom MLP %v -> %d; %d embedding tables of dim %d; %d interactions -> top MLP %v -> 1; %d MLP parameters in %d tensors\n",
-		m.DenseFeatures, m.BottomHidden, m.EmbeddingDim, m.Fields, m.EmbeddingDim, m.Fields*(m.Fields+1)/2, m.TopHidden, nparams, len(r.dense))
+	first := ""
+	if m.FirstOrder {
+		first = fmt.Sprintf(" + first-order terms (%d tables of dim 1)", m.Fields)
+	}
+	fmt.Fprintf(&b, "model: DLRM, %d dense -> bottom MLP %v -> %d; %d embedding tables of dim %d; %d interactions -> top MLP %v -> 1%s; %d MLP parameters in %d tensors\n",
+		m.DenseFeatures, m.BottomHidden, m.EmbeddingDim, m.Fields, m.EmbeddingDim, m.Fields*(m.Fields+1)/2, m.TopHidden, first, nparams, len(r.dense))
 	fmt.Fprintf(&b, "cluster: coordinator and dispatcher in process, %d parameter servers on", len(r.job.Servers))
 	for _, s := range r.job.Servers {
 		n := s.Node()
@@ -446,7 +450,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 			tr.Bytes += t.MemoryBytes
 		}
 	}
-	for _, name := range r.tables {
+	for _, name := range append(append([]string(nil), r.tables.emb...), r.tables.bias...) {
 		if t := byName[name]; t != nil {
 			s.Tables = append(s.Tables, *t)
 		}

@@ -189,6 +189,7 @@ func modelShape(cfg *Config) (fields []string, dense int, err error) {
 		schema = in.parser.Schema()
 	case MovieLens:
 		schema = shard.MovieLensRatings{}.Schema()
+		schema.Fields = movieLensFields(cfg)
 	default:
 		return nil, 0, fmt.Errorf("%w: unknown data kind", ErrConfig)
 	}
@@ -227,7 +228,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	specs := tableSpecs(fields, cfg.EmbeddingDim, cfg.Seed, cfg.embeddingOptimizer(), cfg.EmbeddingInit)
+	specs := tableSpecs(cfg, fields)
 	specs = append(specs, denseSpecs(denseTensors(m0), cfg.denseOptimizer())...)
 	var wg sync.WaitGroup
 	defer wg.Wait() // last: after the server below is closed
@@ -507,18 +508,14 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	mcfg := model.Config{DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
-		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling, Seed: cfg.Seed}
+	mcfg := modelConfig(cfg, data)
 	m0, err := model.New(mcfg)
 	if err != nil {
 		return 0, err
 	}
 	mcfg = m0.Config()
 	dense := denseTensors(m0)
-	var tables []string
-	for _, f := range data.fields {
-		tables = append(tables, embPrefix+f)
-	}
+	tables := newSparseTables(data.fields, cfg.firstOrder())
 	addrs := make([]string, len(rc.PS))
 	for i, n := range rc.PS {
 		addrs[i] = n.Addr

@@ -42,7 +42,7 @@ type run struct {
 	logger *slog.Logger
 	data   *dataSet
 	mcfg   model.Config
-	tables []string // server-side embedding table names, one per field
+	tables sparseTables // server-side names of the sparse fields' tables
 	dense  []denseTensor
 
 	job    *elastic.LocalJob
@@ -137,20 +137,15 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.data, err = loadData(ctx, cfg); err != nil {
 		return err
 	}
-	r.mcfg = model.Config{
-		DenseFeatures: r.data.dense, Fields: len(r.data.fields), EmbeddingDim: cfg.EmbeddingDim,
-		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: r.data.pooling, Seed: cfg.Seed,
-	}
+	r.mcfg = modelConfig(cfg, r.data)
 	m0, err := model.New(r.mcfg)
 	if err != nil {
 		return err
 	}
 	r.mcfg = m0.Config()
 	r.dense = denseTensors(m0)
-	specs := tableSpecs(r.data.fields, cfg.EmbeddingDim, cfg.Seed, cfg.embeddingOptimizer(), cfg.EmbeddingInit)
-	for _, s := range specs {
-		r.tables = append(r.tables, s.Name)
-	}
+	r.tables = newSparseTables(r.data.fields, cfg.firstOrder())
+	specs := tableSpecs(cfg, r.data.fields)
 	specs = append(specs, denseSpecs(r.dense, cfg.denseOptimizer())...)
 	st, err := openStorage(ctx, cfg, r.logger)
 	if err != nil {
@@ -189,8 +184,14 @@ func (r *run) setUp(ctx context.Context) error {
 		for _, v := range r.data.synth.Config().Vocab {
 			rows += int64(v)
 		}
-		t, _ := r.job.Servers[0].Server().Table(r.tables[0])
-		per := rows * int64(t.RawRowSize()) * 5 / 4 / int64(cfg.Servers)
+		size := 0
+		for _, names := range [][]string{r.tables.emb, r.tables.bias} { // an id's row in each
+			if len(names) > 0 {
+				t, _ := r.job.Servers[0].Server().Table(names[0])
+				size += t.RawRowSize()
+			}
+		}
+		per := rows * int64(size) * 5 / 4 / int64(cfg.Servers)
 		for _, s := range r.job.Servers {
 			if err := s.Reserve(ctx, per); err != nil {
 				return fmt.Errorf("reserve shared memory: %w", err)
@@ -223,6 +224,15 @@ func (r *run) setUp(ctx context.Context) error {
 		r.eval, err = newEvaluator(r.mcfg, cli, r.tables, r.dense, r.data.valid, "validation")
 	}
 	return err
+}
+
+// modelConfig is the model of cfg (defaults filled in) on data.
+func modelConfig(cfg *Config, data *dataSet) model.Config {
+	return model.Config{
+		DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
+		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling,
+		FirstOrder: cfg.firstOrder(), Seed: cfg.Seed,
+	}
 }
 
 // dispatcherConfig is the data-shard dispatcher of the run's data.
@@ -308,9 +318,16 @@ func (r *run) fingerprint() string {
 	if c.ValidFraction > 0 {
 		valid = fmt.Sprintf(" valid=%v", c.ValidFraction)
 	}
-	return fmt.Sprintf("data=%s%s test=%v/%v/%d%s train=%d seed=%d shard=%d fields=%s dense=%d dim=%d bottom=%v top=%v init=%v",
+	extra := ""
+	if c.MinCount > 1 {
+		extra += fmt.Sprintf(" min-count=%d", c.MinCount)
+	}
+	if c.firstOrder() {
+		extra += " first-order"
+	}
+	return fmt.Sprintf("data=%s%s test=%v/%v/%d%s train=%d seed=%d shard=%d fields=%s dense=%d dim=%d bottom=%v top=%v init=%v%s",
 		c.Data, synth, c.TestFiles, c.TestFraction, c.TestRecords, valid, c.TrainRecords, c.Seed, c.ShardSize,
-		strings.Join(r.data.fields, ","), r.mcfg.DenseFeatures, r.mcfg.EmbeddingDim, r.mcfg.BottomHidden, r.mcfg.TopHidden, c.EmbeddingInit)
+		strings.Join(r.data.fields, ","), r.mcfg.DenseFeatures, r.mcfg.EmbeddingDim, r.mcfg.BottomHidden, r.mcfg.TopHidden, c.EmbeddingInit, extra)
 }
 
 // storageVerified hears a server's background check of the storage copy of a commit it

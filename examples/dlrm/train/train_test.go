@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,40 @@ func TestSyntheticRunLearnsExactlyOnce(t *testing.T) {
 	// Shared memory is released at the end; storage keeps the checkpoints.
 	left, _ := filepath.Glob(filepath.Join(cfg.ShmDir, "*", "*"))
 	assert.Empty(t, left, "shared-memory regions left behind")
+}
+
+// TestFirstOrderRun trains with first-order terms: every field has a table of scalars beside
+// its embedding table on the servers, both are trained and checkpointed, and evaluating the final
+// commit in fresh servers gives the run's own figures (a lost table of scalars would not).
+func TestFirstOrderRun(t *testing.T) {
+	records := int64(20000)
+	if raceEnabled {
+		records = 4000
+	}
+	cfg := smallConfig(t, records, 1)
+	cfg.FirstOrder = train.SwitchOn
+	s, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	checkExactlyOnce(t, s, records, 1)
+	t.Logf("first-order terms: test AUC %.4f (hidden model %.4f)", s.Eval.AUC, s.Ceiling.AUC)
+	rows := map[string]int{}
+	for _, tab := range s.Tables {
+		rows[tab.Name] = tab.Rows
+	}
+	for f := 1; f <= len(smallSynth.Vocab); f++ {
+		emb, bias := rows[fmt.Sprintf("emb.C%d", f)], rows[fmt.Sprintf("bias.C%d", f)]
+		assert.Positive(t, emb, "field C%d", f)
+		assert.Equal(t, emb, bias, "field C%d: a scalar for every row", f)
+	}
+	ev := cfg
+	ev.Evaluate = "newest"
+	se, err := train.Run(context.Background(), ev)
+	require.NoError(t, err)
+	assert.Equal(t, s.Eval.AUC, se.Eval.AUC, "the final commit evaluated again")
+	assert.Equal(t, s.Eval.LogLoss, se.Eval.LogLoss)
+	ev.FirstOrder = train.SwitchOff
+	_, err = train.Run(context.Background(), ev)
+	assert.Error(t, err, "a commit with first-order terms is not a model without")
 }
 
 // TestInterruptAndResume stops a run mid-epoch (an interrupt: final checkpoint; or a crash: no
@@ -184,9 +219,9 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 
 // TestMovieLensAUC trains on MovieLens latest-small with a seeded 80/20 split, three seeds (two
 // workers training asynchronously), with the defaults for MovieLens (chosen on a validation split
-// of the training ratings, never on this test split: see DefaultMovieLensDim). An L2-regularised
-// logistic regression on one-hot user, movie and genres reaches AUC 0.784 on such a split; the
-// DLRM must reach 0.80 on average.
+// of the training ratings, never on this test split: see DefaultMovieLensDim and
+// DefaultMovieLensMinCount). An L2-regularised logistic regression on one-hot user, movie and
+// genres reaches AUC 0.784 on such a split; the DLRM must reach 0.80 on average.
 func TestMovieLensAUC(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "shared", "data", "movielens-latest-small")
 	if _, err := os.Stat(filepath.Join(dir, "ratings.csv")); err != nil {

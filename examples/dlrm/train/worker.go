@@ -24,8 +24,9 @@ type worker struct {
 	bb     *model.BatchBuilder
 	g      model.Gradients
 	s      model.Sample
-	rt     router
-	tables []string
+	rt     router // embedding rows
+	brt    router // first-order scalars (Config.FirstOrder)
+	tables sparseTables
 	dense  []denseTensor
 }
 
@@ -34,7 +35,7 @@ type counters interface {
 	trained(samples int, loss float64)
 }
 
-func newWorker(name string, mcfg model.Config, sess *elastic.Session, tables []string, dense []denseTensor) (*worker, error) {
+func newWorker(name string, mcfg model.Config, sess *elastic.Session, tables sparseTables, dense []denseTensor) (*worker, error) {
 	m, err := model.New(mcfg)
 	if err != nil {
 		return nil, err
@@ -44,7 +45,7 @@ func newWorker(name string, mcfg model.Config, sess *elastic.Session, tables []s
 		return nil, err
 	}
 	return &worker{name: name, sess: sess, m: m, bb: bb, tables: tables, dense: dense,
-		rt: newRouter(len(tables), mcfg.EmbeddingDim)}, nil
+		rt: newRouter(len(tables.emb), mcfg.EmbeddingDim), brt: newRouter(len(tables.bias), 1)}, nil
 }
 
 // run trains until the data is exhausted (nil), ctx ends (nil), or a step fails. A step begun
@@ -110,7 +111,11 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 	pull := func(ctx context.Context, table string, ids []uint64, dst []float32) error {
 		return b.Pull(ctx, table, ids, dst)
 	}
-	w.rt.pull(gctx, g, pull, w.tables, w.bb.Rows())
+	w.rt.pull(gctx, g, pull, w.tables.emb, w.bb.Rows())
+	if w.tables.bias != nil {
+		w.brt.split(w.bb.Keys())
+		w.brt.pull(gctx, g, pull, w.tables.bias, w.bb.Biases())
+	}
 	pullDense(gctx, g, b.PullDense, w.dense, w.m.Params())
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("pull: %w", err)
@@ -120,7 +125,10 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 	}
 	pg, pctx := errgroup.WithContext(ctx)
 	pg.SetLimit(fanOut)
-	w.rt.push(pctx, pg, b.Push, w.tables, w.g.Rows)
+	w.rt.push(pctx, pg, b.Push, w.tables.emb, w.g.Rows)
+	if w.tables.bias != nil {
+		w.brt.push(pctx, pg, b.Push, w.tables.bias, w.g.Biases)
+	}
 	pushDense(pctx, pg, b.PushDense, w.dense, w.g.Dense)
 	if err := pg.Wait(); err != nil {
 		return fmt.Errorf("push: %w", err)
