@@ -539,3 +539,86 @@ func TestClientReportsAnUnreachableServer(t *testing.T) {
 		assert.Equal(t, dead.Addr, s)
 	}
 }
+
+// TestStatsCountEveryRequest checks the per-slot counters exactly while several clients pull
+// and push at once: every row and every request is counted on the slot and server it touched.
+func TestStatsCountEveryRequest(t *testing.T) {
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
+	ctx := pstest.Context(t)
+	table := c.Holder.Get()
+	const workers, steps = 4, 40
+	type slotCount struct{ accesses, requests uint64 }
+	want := make([]map[int]*slotCount, len(c.Servers))
+	wantPulls, wantPushes := make([]uint64, len(c.Servers)), make([]uint64, len(c.Servers))
+	for i := range want {
+		want[i] = map[int]*slotCount{}
+	}
+	batches := make([][][]uint64, workers)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for w := range batches {
+		for s := 0; s < steps; s++ {
+			ids, _ := randomBatch(rng, 64, 500)
+			batches[w] = append(batches[w], ids)
+			// The client folds repeated ids; each server gets one request for its distinct ids.
+			seen := map[uint64]bool{}
+			touched := make([]map[int]bool, len(c.Servers))
+			for _, id := range ids {
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
+				sl := embedding.Slot(id, table.Slots)
+				o := table.OwnerIndex(sl)
+				if want[o][sl] == nil {
+					want[o][sl] = &slotCount{}
+				}
+				want[o][sl].accesses += 2 // pulled, then pushed
+				if touched[o] == nil {
+					touched[o] = map[int]bool{}
+				}
+				touched[o][sl] = true
+			}
+			for o, m := range touched {
+				for sl := range m {
+					want[o][sl].requests += 2
+				}
+				if len(m) > 0 {
+					wantPulls[o]++
+					wantPushes[o]++
+				}
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		cl := c.Client("w", ps.ClientConfig{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s, ids := range batches[w] {
+				assert.NoError(t, cl.Pull(ctx, "emb", ids, make([]float32, len(ids)*dim)))
+				g := make([]float32, len(ids)*dim)
+				assert.NoError(t, cl.Push(ctx, "emb", ids, g, uint64(s+1)))
+			}
+		}()
+	}
+	wg.Wait()
+	for o, srv := range c.Servers {
+		st := srv.Stats(false)
+		assert.Equal(t, wantPulls[o], st.Pulls, "server %d pulls", o)
+		assert.Equal(t, wantPushes[o], st.Pushes, "server %d pushes", o)
+		got := map[int]slotCount{}
+		var busy uint64
+		for _, s := range st.Slots {
+			if s.Accesses > 0 || s.Requests > 0 {
+				got[s.Slot] = slotCount{s.Accesses, s.Requests}
+			}
+			busy += s.BusyNanos
+		}
+		assert.Positive(t, busy, "server %d busy", o)
+		require.Len(t, got, len(want[o]), "server %d: slots with activity", o)
+		for sl, w := range want[o] {
+			assert.Equal(t, *w, got[sl], "server %d slot %d", o, sl)
+		}
+	}
+}
