@@ -102,11 +102,15 @@ func (c *Client) refreshTable(ctx context.Context, minVersion uint64) (*OwnerTab
 // clientScratch is per-call working memory.
 type clientScratch struct {
 	uniq  []uint64 // distinct ids in first-seen order
+	hash  []uint64 // uniq index -> idHash of the id: the dedupe probe and the slot both use it
 	first []int32  // uniq index -> first caller position
 	last  []int32  // uniq index -> last caller position (while deduplicating)
 	next  []int32  // caller position -> next position of the same id, or -1
 	keys  []uint64 // dedupe hash table
 	vals  []int32  // dedupe hash table: uniq index + 1
+	idx   []int32  // the uniq indices a call sends first: all of them
+	by    [][]int32
+	parts []part
 }
 
 func (c *Client) scratch() *clientScratch {
@@ -117,8 +121,9 @@ func (c *Client) scratch() *clientScratch {
 	return sc
 }
 
-// dedupe fills sc.uniq with the distinct ids in first-seen order, sc.first with the first
-// position of each and sc.next with the next position of the same id (-1 ends the list).
+// dedupe fills sc.uniq with the distinct ids in first-seen order, sc.hash with their hashes,
+// sc.first with the first position of each and sc.next with the next position of the same id
+// (-1 ends the list). Each id is hashed once: the hash that finds its slot also probes the table.
 func (sc *clientScratch) dedupe(ids []uint64) {
 	size := 16
 	for size < 2*len(ids) {
@@ -130,7 +135,7 @@ func (sc *clientScratch) dedupe(ids []uint64) {
 	}
 	keys, vals := sc.keys[:size], sc.vals[:size]
 	clear(vals)
-	sc.uniq, sc.first, sc.last = sc.uniq[:0], sc.first[:0], sc.last[:0]
+	sc.uniq, sc.hash, sc.first, sc.last = sc.uniq[:0], sc.hash[:0], sc.first[:0], sc.last[:0]
 	if cap(sc.next) < len(ids) {
 		sc.next = make([]int32, len(ids))
 	}
@@ -138,10 +143,12 @@ func (sc *clientScratch) dedupe(ids []uint64) {
 	mask := uint64(size - 1)
 	for i, id := range ids {
 		sc.next[i] = -1
-		for k := mix64(id) & mask; ; k = (k + 1) & mask {
+		h := idHash(id)
+		for k := h & mask; ; k = (k + 1) & mask {
 			if vals[k] == 0 {
 				keys[k] = id
 				sc.uniq = append(sc.uniq, id)
+				sc.hash = append(sc.hash, h)
 				sc.first = append(sc.first, int32(i))
 				sc.last = append(sc.last, int32(i))
 				vals[k] = int32(len(sc.uniq))
@@ -178,19 +185,28 @@ type part struct {
 }
 
 // split groups the distinct ids at idx by owner in t; with all, every node gets a part, empty ones
-// included (synchronous pushes must reach every server).
-func split(t *OwnerTable, uniq []uint64, idx []int32, all bool) []part {
-	by := make([][]int32, len(t.Nodes))
+// included (synchronous pushes must reach every server). The parts live in sc until the next
+// split.
+func (sc *clientScratch) split(t *OwnerTable, idx []int32, all bool) []part {
+	n := len(t.Nodes)
+	if cap(sc.by) < n {
+		sc.by = make([][]int32, n)
+	}
+	by := sc.by[:n]
+	for o := range by {
+		by[o] = by[o][:0]
+	}
 	for _, i := range idx {
-		o := t.OwnerIndex(embedding.Slot(uniq[i], t.Slots))
+		o := t.OwnerIndex(hashSlot(sc.hash[i], t.Slots))
 		by[o] = append(by[o], i)
 	}
-	parts := make([]part, 0, len(t.Nodes))
+	parts := sc.parts[:0]
 	for o, nd := range t.Nodes {
 		if all || len(by[o]) > 0 {
 			parts = append(parts, part{node: nd, idx: by[o]})
 		}
 	}
+	sc.parts = parts
 	return parts
 }
 
@@ -214,7 +230,7 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
 	rowBytes := 4 * dim
-	err := c.route(ctx, sc.uniq, false, true, true, func(ctx context.Context, t *OwnerTable, p part) error {
+	err := c.route(ctx, sc, false, true, true, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
 		defer c.putBuffer(buf)
 		hdr := tableReq{version: t.Version, dim: uint32(dim), table: table}
@@ -285,7 +301,7 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	defer c.pool.Put(sc)
 	sc.dedupe(ids)
 	rowBytes := 4 * dim
-	err := c.route(ctx, sc.uniq, c.cfg.Sync, false, o.hasPos && !c.cfg.Sync, func(ctx context.Context, t *OwnerTable, p part) error {
+	err := c.route(ctx, sc, c.cfg.Sync, false, o.hasPos && !c.cfg.Sync, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
 		defer c.putBuffer(buf)
 		h := hdr
@@ -326,13 +342,13 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	return nil
 }
 
-// route sends each server its part of the distinct ids in parallel, and resends the parts
+// route sends each server its part of the distinct ids (sc.uniq) in parallel, and resends the parts
 // refused for a stale table after refreshing it. Idempotent calls (pulls) are cancelled
 // together on the first error; other calls (pushes) run every part to completion so the error
 // tells what was applied. Parts are resent after a lost connection only with resend (pulls,
 // and pushes the servers apply at most once); otherwise only when the server surely did not
 // process them.
-func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, resend bool, send func(ctx context.Context, t *OwnerTable, p part) error) error {
+func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, resend bool, send func(ctx context.Context, t *OwnerTable, p part) error) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -340,7 +356,10 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 	if err != nil {
 		return err
 	}
-	idx := make([]int32, len(uniq))
+	if cap(sc.idx) < len(sc.uniq) {
+		sc.idx = make([]int32, len(sc.uniq))
+	}
+	idx := sc.idx[:len(sc.uniq)]
 	for i := range idx {
 		idx[i] = int32(i)
 	}
@@ -348,7 +367,7 @@ func (c *Client) route(ctx context.Context, uniq []uint64, all, idempotent, rese
 	backoff := c.cfg.RetryBackoff
 	fence := fenceWait{budget: c.cfg.FenceWait}
 	for attempt := 0; ; {
-		parts := split(t, uniq, idx, all && attempt == 0)
+		parts := sc.split(t, idx, all && attempt == 0)
 		errs := make([]error, len(parts))
 		var g *errgroup.Group
 		gctx := ctx

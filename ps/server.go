@@ -326,7 +326,7 @@ func (s *Server) servesLocked(slot int, version uint64) error {
 func (s *Server) checkIDsLocked(ids []uint64, version uint64, sc *reqScratch) error {
 	S := s.cfg.Slots
 	for _, id := range ids {
-		slot := embedding.Slot(id, S)
+		slot := slotOf(id, S)
 		if err := s.servesLocked(slot, version); err != nil {
 			return err
 		}
@@ -478,7 +478,7 @@ func withoutSlots(ids []uint64, grads []float32, dim, slots int, skip func(int) 
 	var outIDs []uint64
 	var outG []float32
 	for i, id := range ids {
-		if skip(embedding.Slot(id, slots)) {
+		if skip(slotOf(id, slots)) {
 			continue
 		}
 		outIDs = append(outIDs, id)
