@@ -115,6 +115,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		})
 	}
 	switchFlag("first-order", "on: a learned scalar per id beside its embedding row, pooled like it and added to the logit (a table of dimension 1 per field) (default off)", &c.FirstOrder)
+	switchFlag("concat", "on or off: the pooled embedding vectors go into the top MLP beside the bottom output and their dot products (default on for movielens, else off)", &c.ConcatEmbeddings)
 	switchFlag("user-day", "movielens data: on or off, a field of the user and the UTC day of the rating (default on)", &c.UserDay)
 	fs.IntVar(&c.MinCount, "min-count", 0, fmt.Sprintf("movielens data: ids seen fewer than this many times in the training ratings share one row per field (default %d; 1: none)", train.DefaultMovieLensMinCount))
 	fs.IntVar(&c.BatchSize, "batch", train.DefaultBatchSize, "records per worker step")

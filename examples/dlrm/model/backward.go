@@ -109,16 +109,18 @@ func (m *Model) ComputeGradients(b *Batch, g *Gradients) error {
 	}
 	dTopIn := dOut // n × (d + pairs)
 
-	// Interaction: the top input is [z0, <t_i, t_j> for i < j].
+	// Interaction: the top input is [z0, <t_i, t_j> for i < j], or with
+	// ConcatEmbeddings [t, <t_i, t_j> for i < j].
 	stride := (f + 1) * d
 	width := m.top[0].in
+	head := m.cfg.topHead()
 	for s := range n {
 		t := ws.inter[s*stride : s*stride+stride]
 		dt := ws.dInter[s*stride : s*stride+stride]
 		din := dTopIn[s*width : s*width+width]
-		copy(dt[:d], din[:d])
-		clear(dt[d:])
-		k := d
+		copy(dt[:head], din[:head])
+		clear(dt[head:])
+		k := head
 		for i := 0; i < f; i++ {
 			ti, dti := t[i*d:i*d+d], dt[i*d:i*d+d]
 			for j := i + 1; j <= f; j++ {

@@ -96,6 +96,14 @@ type Config struct {
 	// capacity on it. Default false: Batch.Biases must be nil.
 	FirstOrder bool
 
+	// ConcatEmbeddings puts the pooled embedding vectors themselves into the
+	// top MLP's input, after the bottom output and before the dot products
+	// (t and its pairwise products, rather than z0 and the products), so the
+	// MLP sees each field's vector and not only how it aligns with the
+	// others. The first top layer gets Fields×EmbeddingDim more inputs.
+	// Default false: the DLRM reference's dot interaction.
+	ConcatEmbeddings bool
+
 	// Seed seeds the initial dense parameters (every seed, 0 included, is a
 	// valid seed; the same seed gives bit-identical parameters).
 	Seed uint64
@@ -198,9 +206,18 @@ func (c Config) numPairs() int {
 	return (c.Fields + 1) * c.Fields / 2
 }
 
+// topHead is the number of top MLP inputs before the dot products: the
+// bottom output, and with ConcatEmbeddings the pooled vectors after it.
+func (c Config) topHead() int {
+	if c.ConcatEmbeddings {
+		return (c.Fields + 1) * c.EmbeddingDim
+	}
+	return c.EmbeddingDim
+}
+
 // topWidths returns the widths of the top MLP from input to the logit.
 func (c Config) topWidths() []int {
-	w := []int{c.EmbeddingDim + c.numPairs()}
+	w := []int{c.topHead() + c.numPairs()}
 	w = append(w, c.TopHidden...)
 	return append(w, 1)
 }

@@ -14,6 +14,8 @@
 //	e_f  = pool(rows of field f)             sum or mean, per field
 //	t    = [z0, e_1, …, e_F]                 F+1 vectors of width d
 //	top  = [z0, <t_i, t_j> for 0 ≤ i < j ≤ F] width d + F(F+1)/2
+//	     or [t, <t_i, t_j> …]                width (F+1)d + F(F+1)/2 with
+//	                                         Config.ConcatEmbeddings
 //	z    = topMLP(top)                       ReLU on hidden layers, one logit
 //	     + Σ_f pool(scalars of field f)      with Config.FirstOrder
 //	loss = BCE(sigmoid(z), label)            computed from the logit, stably
@@ -36,7 +38,8 @@
 //	bottom.0.weight [D, h1]   bottom.0.bias [h1]
 //	bottom.1.weight [h1, h2]  bottom.1.bias [h2]
 //	…                          (last bottom layer has width d)
-//	top.0.weight [d+F(F+1)/2, g1]  top.0.bias [g1]
+//	top.0.weight [d+F(F+1)/2, g1]  top.0.bias [g1]   ((F+1)d+F(F+1)/2 inputs
+//	                                                  with ConcatEmbeddings)
 //	…
 //	top.L.weight [gL, 1]      top.L.bias [1]
 //

@@ -106,8 +106,9 @@ func (m *Model) forward(b *Batch) []float32 {
 			}
 		}
 		in := ws.topIn[s*width : s*width+width]
-		copy(in[:d], t[:d])
-		k := d
+		head := m.cfg.topHead()
+		copy(in[:head], t[:head])
+		k := head
 		for i := 0; i < f; i++ {
 			ti := t[i*d : i*d+d]
 			for j := i + 1; j <= f; j++ {

@@ -104,6 +104,11 @@ func (r *refNet) logits(params []float64, b *model.Batch, rows, biases []float64
 			out[s] += first
 		}
 		top := append([]float64{}, x...)
+		if cfg.ConcatEmbeddings {
+			for _, v := range vecs[1:] {
+				top = append(top, v...)
+			}
+		}
 		for i := range vecs {
 			for j := i + 1; j < len(vecs); j++ {
 				var dp float64
@@ -213,6 +218,17 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			checkGradients(t, m, b)
 		})
 	}
+	// The pooled vectors in the top MLP's input, beside the bottom output.
+	cfg.ConcatEmbeddings = true
+	m, err = model.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("concatenated embeddings", func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 2))
+		checkGradients(t, m, gradCheckBatch(t, cfg, 5, r))
+	})
+	cfg.ConcatEmbeddings = false
 	// First-order terms: a scalar per row, pooled like the rows (summed, averaged in the
 	// mean-pooled field, weighted) and added to the logit.
 	cfg.FirstOrder = true

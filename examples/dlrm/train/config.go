@@ -98,6 +98,12 @@ type Config struct {
 	// within noise on MovieLens (mean validation AUC 0.8061 with and without, three seeds) and
 	// on the synthetic data (0.7162 against 0.7153 and 0.6822 against 0.6822 on two seeds).
 	FirstOrder Switch
+	// ConcatEmbeddings puts the pooled embedding vectors into the top MLP's input beside the
+	// bottom output and the dot products (model.Config.ConcatEmbeddings). Default (zero value)
+	// on for MovieLens, where it measured a small gain on every seed but one of six (mean
+	// validation AUC 0.8084 against 0.8061 on seeds 1-3, 0.8029 against 0.8014 on seeds 4-6),
+	// off elsewhere (the DLRM reference's dot interaction).
+	ConcatEmbeddings Switch
 	// MinCount is a frequency threshold on the ids of MovieLens data: an id seen fewer than
 	// MinCount times among the training ratings (in its field) shares one row with every other
 	// such id of the field, in training and evaluation alike (as Criteo's ids are thresholded
@@ -350,6 +356,12 @@ func (c *Config) fill() {
 			c.MinCount = DefaultMovieLensMinCount
 		}
 	}
+	if c.ConcatEmbeddings == SwitchDefault {
+		c.ConcatEmbeddings = SwitchOff
+		if c.Data.Kind == MovieLens {
+			c.ConcatEmbeddings = SwitchOn
+		}
+	}
 	if c.UserDay == SwitchDefault {
 		c.UserDay = SwitchOff
 		if c.Data.Kind == MovieLens {
@@ -498,6 +510,9 @@ func (c Config) Validate() error {
 	}
 	if c.FirstOrder > SwitchOff {
 		bad("unknown FirstOrder %d", c.FirstOrder)
+	}
+	if c.ConcatEmbeddings > SwitchOff {
+		bad("unknown ConcatEmbeddings %d", c.ConcatEmbeddings)
 	}
 	if c.UserDay > SwitchOff {
 		bad("unknown UserDay %d", c.UserDay)

@@ -289,8 +289,12 @@ func (r *run) describe() string {
 	if m.FirstOrder {
 		first = fmt.Sprintf(" + first-order terms (%d tables of dim 1)", m.Fields)
 	}
-	fmt.Fprintf(&b, "model: DLRM, %d dense -> bottom MLP %v -> %d; %d embedding tables of dim %d; %d interactions -> top MLP %v -> 1%s; %d MLP parameters in %d tensors\n",
-		m.DenseFeatures, m.BottomHidden, m.EmbeddingDim, m.Fields, m.EmbeddingDim, m.Fields*(m.Fields+1)/2, m.TopHidden, first, nparams, len(r.dense))
+	inter := fmt.Sprintf("%d interactions", m.Fields*(m.Fields+1)/2)
+	if m.ConcatEmbeddings {
+		inter = fmt.Sprintf("the %d vectors and their %d interactions", m.Fields+1, m.Fields*(m.Fields+1)/2)
+	}
+	fmt.Fprintf(&b, "model: DLRM, %d dense -> bottom MLP %v -> %d; %d embedding tables of dim %d; %s -> top MLP %v -> 1%s; %d MLP parameters in %d tensors\n",
+		m.DenseFeatures, m.BottomHidden, m.EmbeddingDim, m.Fields, m.EmbeddingDim, inter, m.TopHidden, first, nparams, len(r.dense))
 	fmt.Fprintf(&b, "cluster: coordinator and dispatcher in process, %d parameter servers on", len(r.job.Servers))
 	for _, s := range r.job.Servers {
 		n := s.Node()

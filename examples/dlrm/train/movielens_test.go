@@ -92,16 +92,19 @@ func TestMovieLensFeatures(t *testing.T) {
 }
 
 // TestMovieLensOnlySettings: the frequency threshold and user_day are MovieLens settings, the
-// defaults are on for MovieLens only, and a threshold below 1 is refused.
+// defaults (and that of concatenated embeddings) are on for MovieLens only, and a threshold below
+// 1 is refused.
 func TestMovieLensOnlySettings(t *testing.T) {
 	ml := Config{Data: DataSpec{Kind: MovieLens, Paths: []string{"x"}}}
 	ml.fill()
 	assert.Equal(t, DefaultMovieLensMinCount, ml.MinCount)
 	assert.Equal(t, SwitchOn, ml.UserDay)
+	assert.Equal(t, SwitchOn, ml.ConcatEmbeddings)
 	synth := Config{}
 	synth.fill()
 	assert.Equal(t, 1, synth.MinCount)
 	assert.Equal(t, SwitchOff, synth.UserDay)
+	assert.Equal(t, SwitchOff, synth.ConcatEmbeddings)
 	assert.False(t, synth.firstOrder())
 
 	for _, c := range []Config{

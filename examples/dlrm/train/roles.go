@@ -224,7 +224,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 		return fmt.Errorf("server %q is not in the server list", rc.ID)
 	}
 	m0, err := model.New(model.Config{DenseFeatures: dense, Fields: len(fields), EmbeddingDim: cfg.EmbeddingDim,
-		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, Seed: cfg.Seed})
+		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, ConcatEmbeddings: cfg.ConcatEmbeddings == SwitchOn, Seed: cfg.Seed})
 	if err != nil {
 		return err
 	}

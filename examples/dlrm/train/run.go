@@ -231,7 +231,7 @@ func modelConfig(cfg *Config, data *dataSet) model.Config {
 	return model.Config{
 		DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
 		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling,
-		FirstOrder: cfg.firstOrder(), Seed: cfg.Seed,
+		FirstOrder: cfg.firstOrder(), ConcatEmbeddings: cfg.ConcatEmbeddings == SwitchOn, Seed: cfg.Seed,
 	}
 }
 
@@ -324,6 +324,9 @@ func (r *run) fingerprint() string {
 	}
 	if c.firstOrder() {
 		extra += " first-order"
+	}
+	if c.ConcatEmbeddings == SwitchOn {
+		extra += " concat"
 	}
 	return fmt.Sprintf("data=%s%s test=%v/%v/%d%s train=%d seed=%d shard=%d fields=%s dense=%d dim=%d bottom=%v top=%v init=%v%s",
 		c.Data, synth, c.TestFiles, c.TestFraction, c.TestRecords, valid, c.TrainRecords, c.Seed, c.ShardSize,

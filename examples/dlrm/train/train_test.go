@@ -221,7 +221,9 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 // workers training asynchronously), with the defaults for MovieLens (chosen on a validation split
 // of the training ratings, never on this test split: see DefaultMovieLensDim and
 // DefaultMovieLensMinCount). An L2-regularised logistic regression on one-hot user, movie and
-// genres reaches AUC 0.784 on such a split; the DLRM must reach 0.80 on average.
+// genres reaches AUC 0.784 on such a split; the DLRM with the reader's fields alone reached 0.801
+// on average, and with user_day, the frequency threshold and the concatenated embeddings it
+// reaches about 0.812 (0.809 to 0.814 per seed): it must reach 0.805 on average.
 func TestMovieLensAUC(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "shared", "data", "movielens-latest-small")
 	if _, err := os.Stat(filepath.Join(dir, "ratings.csv")); err != nil {
@@ -251,7 +253,7 @@ func TestMovieLensAUC(t *testing.T) {
 	}
 	mean := sum / float64(len(seeds))
 	t.Logf("MovieLens: mean test AUC %.4f over %d seeds", mean, len(seeds))
-	assert.GreaterOrEqual(t, mean, 0.80)
+	assert.GreaterOrEqual(t, mean, 0.805)
 }
 
 func TestParseDataSpec(t *testing.T) {
