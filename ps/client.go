@@ -369,28 +369,15 @@ func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, 
 	for attempt := 0; ; {
 		parts := sc.split(t, idx, all && attempt == 0)
 		errs := make([]error, len(parts))
-		var g *errgroup.Group
-		gctx := ctx
-		if idempotent {
-			g, gctx = errgroup.WithContext(ctx)
-		} else {
-			g = &errgroup.Group{}
-		}
-		g.SetLimit(c.cfg.Parallel)
-		for i, p := range parts {
-			g.Go(func() error {
-				err := send(gctx, t, p)
-				if err != nil {
-					err = mapErr(p.node.Addr, err)
-				}
-				errs[i] = err
-				if err != nil && !retryable(err, resend) {
-					return err
-				}
-				return nil
-			})
-		}
-		g.Wait()
+		sendParts(ctx, parts, errs, c.cfg.Parallel, idempotent, func(ctx context.Context, i int) bool {
+			p := parts[i]
+			err := send(ctx, t, p)
+			if err != nil {
+				err = mapErr(p.node.Addr, err)
+			}
+			errs[i] = err
+			return err != nil && !retryable(err, resend)
+		})
 		var again []int32
 		var maxVer uint64
 		var fatal, last error
@@ -437,6 +424,44 @@ func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, 
 		}
 		c.log.Debug("retrying", "version", t.Version, "ids", len(idx))
 	}
+}
+
+// sendParts runs send for every part, at most parallel at once, the last part on the calling
+// goroutine: a call whose batch one server holds starts no goroutine. send reports a failure
+// that should stop the call; with cancelOnFail that cancels the context the other parts run
+// with.
+func sendParts(ctx context.Context, parts []part, errs []error, parallel int, cancelOnFail bool, send func(ctx context.Context, i int) bool) {
+	if len(parts) == 0 {
+		return
+	}
+	last := len(parts) - 1
+	if last == 0 {
+		send(ctx, 0)
+		return
+	}
+	cancel := context.CancelFunc(func() {})
+	if cancelOnFail {
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
+	run := func(i int) {
+		if send(ctx, i) {
+			cancel()
+		}
+	}
+	if parallel <= 1 {
+		for i := range parts {
+			run(i)
+		}
+		return
+	}
+	var g errgroup.Group
+	g.SetLimit(parallel - 1) // the caller runs the last part
+	for i := range parts[:last] {
+		g.Go(func() error { run(i); return nil })
+	}
+	run(last)
+	g.Wait()
 }
 
 // announcedVersion is the owner-table version a refusal says exists: the refusing server's
