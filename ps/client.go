@@ -238,9 +238,8 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 			o(&hdr)
 		}
 		req := appendReqHeader(*buf, &hdr, len(p.idx))
-		for _, i := range p.idx {
-			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
-		}
+		req, idb := grow(req, 8*len(p.idx))
+		putIDsAt(idb, sc.uniq, p.idx)
 		*buf = req
 		resp, err := c.rpc.Call(ctx, p.node.Addr, methodPull, req)
 		if err != nil {
@@ -307,9 +306,8 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 		h := hdr
 		h.version = t.Version
 		req := appendReqHeader(*buf, &h, len(p.idx))
-		for _, i := range p.idx {
-			req = binary.LittleEndian.AppendUint64(req, sc.uniq[i])
-		}
+		req, idb := grow(req, 8*len(p.idx))
+		putIDsAt(idb, sc.uniq, p.idx)
 		req, out := grow(req, rowBytes*len(p.idx))
 		*buf = req
 		// The gradients of repeated ids are summed into the request.

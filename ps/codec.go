@@ -160,6 +160,14 @@ func appendIDs(dst []byte, ids []uint64) []byte {
 	return dst
 }
 
+// putIDsAt writes ids[i] for each i of idx into dst (8*len(idx) bytes), little-endian.
+func putIDsAt(dst []byte, ids []uint64, idx []int32) {
+	dst = dst[:8*len(idx)]
+	for k, i := range idx {
+		binary.LittleEndian.PutUint64(dst[8*k:], ids[i])
+	}
+}
+
 // grow extends b by n bytes and returns the new bytes.
 func grow(b []byte, n int) ([]byte, []byte) {
 	l := len(b)

@@ -322,15 +322,16 @@ func (s *Server) servesLocked(slot int, version uint64) error {
 }
 
 // checkIDsLocked verifies that this server serves every id's slot to a request routed by table
-// version (servesLocked) and counts ids per slot.
+// version (servesLocked) and counts ids per slot. A slot is checked when the request first
+// touches it; later ids of the same slot are only counted.
 func (s *Server) checkIDsLocked(ids []uint64, version uint64, sc *reqScratch) error {
 	S := s.cfg.Slots
 	for _, id := range ids {
 		slot := slotOf(id, S)
-		if err := s.servesLocked(slot, version); err != nil {
-			return err
-		}
 		if sc.count[slot] == 0 {
+			if err := s.servesLocked(slot, version); err != nil {
+				return err
+			}
 			sc.slots = append(sc.slots, int32(slot))
 		}
 		sc.count[slot]++
