@@ -490,7 +490,7 @@ func TestCloseReportsPendingPersistsAndFlushReturns(t *testing.T) {
 	fctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang fails instead of stalling the run
 	defer cancel()
 	require.ErrorIs(t, ck.Flush(fctx), ErrClosed)
-	assert.Empty(t, ourGoroutines(), "Close joins every goroutine")
+	assertJoined(t)
 	for step := uint64(2); step <= 3; step++ {
 		assert.Empty(t, persistDirs(t, inner, step, "ps0"), "step %d", step)
 	}
