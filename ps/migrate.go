@@ -68,6 +68,9 @@ type migrations struct {
 	// late open of one is refused; endedFIFO is their order.
 	ended     map[uint64]bool
 	endedFIFO []uint64
+	// releasing holds the migrations whose rows a release is deleting, each closed when it is
+	// done, so that another release of one returns only once its rows are gone.
+	releasing map[uint64]chan struct{}
 	peers     *rpc.Client // as the destination: calls to sources, made on first use
 }
 
@@ -471,12 +474,15 @@ func (s *Server) fenceOf(m *outMigration) ([]byte, error) {
 // dense tensors and applied positions of the slots, stops tracking them and lifts the fence. It
 // refuses while its owner table still gives it any of the slots (the table that gives them to
 // their new owner must be installed first), and returns the rows deleted. A migration it does
-// not know counts as released.
+// not know counts as released; one that another call is releasing, once its rows are deleted.
 func (s *Server) ReleaseMigration(id uint64) (int, error) {
 	s.mig.mu.Lock()
-	m := s.mig.out[id]
+	m, busy := s.mig.out[id], s.mig.releasing[id]
 	s.mig.mu.Unlock()
 	if m == nil {
+		if busy != nil {
+			<-busy
+		}
 		return 0, nil
 	}
 	s.own.Lock()
@@ -496,6 +502,28 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 	for _, a := range s.own.applied {
 		sets = append(sets, a)
 	}
+	done := make(chan struct{})
+	s.mig.mu.Lock()
+	if s.mig.out[id] != m { // another release (or an abort) ended it meanwhile
+		busy := s.mig.releasing[id]
+		s.mig.mu.Unlock()
+		s.own.Unlock()
+		if busy != nil {
+			<-busy
+		}
+		return 0, nil
+	}
+	if s.mig.releasing == nil {
+		s.mig.releasing = map[uint64]chan struct{}{}
+	}
+	s.mig.releasing[id] = done
+	s.mig.mu.Unlock()
+	defer func() {
+		s.mig.mu.Lock()
+		delete(s.mig.releasing, id)
+		s.mig.mu.Unlock()
+		close(done)
+	}()
 	s.endMigrationLocked(m)
 	s.own.Unlock()
 	// No request touches the slots any more (the server does not own them): delete without
