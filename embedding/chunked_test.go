@@ -96,6 +96,10 @@ func TestChunkedCopyWithTrackerUnderConcurrentWriters(t *testing.T) {
 	_, err = rebuilt.LoadRaw(base, nil)
 	require.NoError(t, err)
 	for round := 0; round < 3; round++ {
+		// Writes land between the rounds, whatever the machine's load.
+		for target := writes.Load() + 30; writes.Load() < target; {
+			runtime.Gosched()
+		}
 		delta := copyAll(ExportOptions{Slots: moving, Changed: tr, Reset: true})
 		_, err = rebuilt.LoadRaw(delta, nil)
 		require.NoError(t, err)
@@ -105,7 +109,6 @@ func TestChunkedCopyWithTrackerUnderConcurrentWriters(t *testing.T) {
 	final := copyAll(ExportOptions{Slots: moving, Changed: tr, Reset: true})
 	_, err = rebuilt.LoadRaw(final, nil)
 	require.NoError(t, err)
-	require.Greater(t, writes.Load(), int64(100))
 
 	want := map[uint64]RowData{}
 	for id, r := range dump(live) {
