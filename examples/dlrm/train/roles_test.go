@@ -17,14 +17,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// freeAddr returns a loopback address whose port is free now.
+// freeAddr returns a loopback address whose port is free now and was not handed out before in
+// this test binary: the kernel may give a port just closed to the next listener, and two roles
+// of one job given the same port (a server's and a worker's gossip, say) fail to start.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		l.Close()
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr
+		}
+	}
 }
+
+// handedOut holds the addresses freeAddr returned.
+var handedOut sync.Map
 
 // TestRolesInSeparateRunners runs a job with each role on its own (as separate processes would:
 // they share nothing but the addresses, the secret and the checkpoint directory), then resumes
