@@ -42,6 +42,27 @@ var faultTable = ps.TableSpec{Name: "emb", Config: embedding.Config{Dim: faultDi
 	Init:      embedding.Init{Kind: embedding.InitZeros},
 	Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 1}}}
 
+// withoutLost takes out of want (faultExpected's rows) the updates of the positions lost on the
+// failed slots, and returns how many positions lost lists.
+func withoutLost(want map[uint64][]float32, lost []elastic.Span, failed *embedding.SlotSet) int64 {
+	var n int64
+	g := make([]float32, faultDim)
+	for _, sp := range lost {
+		n += sp.To - sp.From
+		for p := sp.From; p < sp.To; p++ {
+			id := faultID(p)
+			if !failed.Has(embedding.Slot(id, faultSlots)) {
+				continue
+			}
+			faultGrad(p, g)
+			for k := range g {
+				want[id][k] += g[k] // the update that was lost
+			}
+		}
+	}
+	return n
+}
+
 // faultExpected is every row after each record was trained exactly once per epoch.
 func faultExpected() map[uint64][]float32 {
 	want := map[uint64][]float32{}

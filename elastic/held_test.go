@@ -112,18 +112,7 @@ func TestPartialRecoveryDoesNotCountHeldBatchesLost(t *testing.T) {
 
 	// The rows: every record once per epoch, but the updates of Lost on the failed slots.
 	want := faultExpected()
-	g := make([]float32, faultDim)
-	for _, sp := range ev.Lost {
-		for p := sp.From; p < sp.To; p++ {
-			if !failed.Has(embedding.Slot(faultID(p), faultSlots)) {
-				continue
-			}
-			faultGrad(p, g)
-			for k := range g {
-				want[faultID(p)][k] += g[k] // the update that was lost
-			}
-		}
-	}
+	withoutLost(want, ev.Lost, failed)
 	assert.Equal(t, want, localRows(job), "the held batch's updates are in the restored rows")
 	if t.Failed() {
 		t.Logf("held %v (positions %d-%d); recovery: lost %v, held %v", held, from, to, ev.Lost, ev.Held)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 	"golang.org/x/sync/errgroup"
 )
@@ -271,9 +272,7 @@ func (c *Coordinator) recover(first string) {
 			return
 		}
 		c.log.Warn("recovery failed; trying again", "server", first, "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
+		if wait.Sleep(ctx, backoff) != nil {
 			return
 		}
 		backoff = min(2*backoff, 10*time.Second)
@@ -353,10 +352,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 		if time.Since(failed[0].failedAt) > c.cfg.ReplaceWait {
 			break
 		}
-		select {
-		case <-time.After(c.cfg.HealthEvery):
-		case <-ctx.Done():
-		}
+		_ = wait.Sleep(ctx, c.cfg.HealthEvery) // an ended ctx is checked below
 	}
 	if err := ctx.Err(); err != nil {
 		return ev, err

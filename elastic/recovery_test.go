@@ -11,7 +11,6 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
-	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -177,21 +176,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch")
 	case elastic.Partial:
 		require.Positive(t, ev.LostRecords, "training went on between the commit and the failure")
-		var counted int64
-		g := make([]float32, faultDim)
-		for _, sp := range ev.Lost {
-			for p := sp.From; p < sp.To; p++ {
-				counted++
-				id := faultID(p)
-				if !failedSlots.Has(embedding.Slot(id, faultSlots)) {
-					continue
-				}
-				faultGrad(p, g)
-				for k := range g {
-					want[id][k] += g[k] // the update that was lost
-				}
-			}
-		}
+		counted := withoutLost(want, ev.Lost, failedSlots)
 		assert.Equal(t, ev.LostRecords, counted)
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch, but the lost ones on the failed slots")
 	}
@@ -328,18 +313,6 @@ func TestPartialRecoveryVoidsBatchesInFlight(t *testing.T) {
 	t.Logf("batch %v reported after the recovery from step %d; lost %d records", voided, ev.Step, ev.LostRecords)
 	assertEveryEpochOnce(t, j.coord)
 	want := faultExpected()
-	g := make([]float32, faultDim)
-	for _, sp := range ev.Lost {
-		for p := sp.From; p < sp.To; p++ {
-			id := faultID(p)
-			if !failedSlots.Has(embedding.Slot(id, faultSlots)) {
-				continue
-			}
-			faultGrad(p, g)
-			for k := range g {
-				want[id][k] += g[k]
-			}
-		}
-	}
+	withoutLost(want, ev.Lost, failedSlots)
 	assert.Equal(t, want, serverRows(j.liveServers()), "every row holds every record once per epoch, but the lost ones on the failed slots")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/elasticps/elasticps/internal/transport"
+	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 )
 
@@ -595,10 +596,8 @@ func (c *RemoteControl) retry(ctx context.Context, call func() error) error {
 		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
 			return err
 		}
-		select {
-		case <-time.After(controlRetry):
-		case <-ctx.Done():
-			return fmt.Errorf("%w (%w)", ctx.Err(), err)
+		if werr := wait.Sleep(ctx, controlRetry); werr != nil {
+			return fmt.Errorf("%w (%w)", werr, err)
 		}
 	}
 }

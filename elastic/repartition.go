@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 )
 
@@ -366,7 +367,7 @@ func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("elastic: server %s does not answer: %w", s.Node().ID, err)
 			}
-			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			if err := wait.Sleep(ctx, 20*time.Millisecond); err != nil {
 				return err
 			}
 		}
@@ -534,15 +535,3 @@ func sameNodeIDs(a, b []ps.Node) bool {
 
 // errNoServerScaler is returned by SetPlan for a server count the scaler cannot provide.
 var errNoServerScaler = errors.New("the scaler does not start or stop parameter servers")
-
-// sleepCtx waits d, or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

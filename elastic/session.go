@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
@@ -247,10 +248,7 @@ func (s *Session) step(ctx context.Context, fn func(ctx context.Context, b *Batc
 		}
 		s.log.Warn("batch failed; trying again", "tries", tries, "err", err)
 		s.suspect(ctx, err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
+		_ = wait.Sleep(ctx, backoff) // an ended ctx ends the loop at its next try
 		if waitingForServer(err) {
 			// A recovery ends at a moment nobody tells the worker: look often, so that
 			// training goes on soon after it (a call to a server that is down fails fast).

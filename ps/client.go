@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/rpc"
+	"github.com/elasticps/elasticps/internal/wait"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -490,7 +491,7 @@ func (f *fenceWait) wait(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	f.pause = min(max(2*f.pause, 250*time.Microsecond), 8*time.Millisecond, f.budget-f.spent)
-	if err := sleep(ctx, f.pause); err != nil {
+	if err := wait.Sleep(ctx, f.pause); err != nil {
 		return false, err
 	}
 	f.spent += f.pause
@@ -557,10 +558,8 @@ func (c *Client) nextTable(ctx context.Context, t *OwnerTable, maxVer uint64, be
 		return c.refreshTable(ctx, maxVer)
 	}
 	{
-		select {
-		case <-time.After(*backoff):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := wait.Sleep(ctx, *backoff); err != nil {
+			return nil, err
 		}
 		*backoff *= 2
 		// Anything newer than t: the unreachable server may have been replaced in a new table.

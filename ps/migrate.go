@@ -14,6 +14,7 @@ import (
 
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/rpc"
+	"github.com/elasticps/elasticps/internal/wait"
 )
 
 // A slot migration moves the rows (weights and optimizer state), dense tensors and applied
@@ -476,16 +477,17 @@ func (s *Server) fenceOf(m *outMigration) ([]byte, error) {
 // their new owner must be installed first), and returns the rows deleted. A migration it does
 // not know counts as released; one that another call is releasing, once its rows are deleted.
 func (s *Server) ReleaseMigration(id uint64) (int, error) {
+	s.own.Lock() // migrations end under it: what is read here holds until it is released
 	s.mig.mu.Lock()
 	m, busy := s.mig.out[id], s.mig.releasing[id]
 	s.mig.mu.Unlock()
 	if m == nil {
+		s.own.Unlock()
 		if busy != nil {
 			<-busy
 		}
 		return 0, nil
 	}
-	s.own.Lock()
 	for _, sl := range m.list {
 		if s.own.slots.Has(sl) {
 			s.own.Unlock()
@@ -504,15 +506,6 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 	}
 	done := make(chan struct{})
 	s.mig.mu.Lock()
-	if s.mig.out[id] != m { // another release (or an abort) ended it meanwhile
-		busy := s.mig.releasing[id]
-		s.mig.mu.Unlock()
-		s.own.Unlock()
-		if busy != nil {
-			<-busy
-		}
-		return 0, nil
-	}
 	if s.mig.releasing == nil {
 		s.mig.releasing = map[uint64]chan struct{}{}
 	}
@@ -997,20 +990,5 @@ func (r *receiver) pace(ctx context.Context, n int) error {
 		return ctx.Err()
 	}
 	due := r.start.Add(time.Duration(float64(r.sent) / float64(r.spec.Bandwidth) * float64(time.Second)))
-	return sleep(ctx, time.Until(due))
-}
-
-// sleep waits d, or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return wait.Sleep(ctx, time.Until(due))
 }

@@ -57,18 +57,6 @@ func (b Backoff) wait(attempt int, r *rng) time.Duration {
 	return time.Duration(d * (1 - b.Jitter*u))
 }
 
-// sleepTimer is the default sleeper: a timer that ctx can cut short.
-func sleepTimer(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // isCtxErr reports whether err comes from a context.
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/elasticps/elasticps/internal/wait"
 )
 
 // ReaderConfig configures a Reader. The zero value of every field but Service, Worker and
@@ -210,7 +212,7 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	}
 	cfg.fill()
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleepTimer
+		cfg.Sleep = wait.Sleep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

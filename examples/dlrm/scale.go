@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -17,24 +15,15 @@ import (
 // load off hot servers (-rebalance); the coordinator moves the slots while the job trains, and
 // the command returns once they moved.
 func runScale(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dlrm scale", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("dispatcher", "", "the coordinator's address (its -listen)")
-	secretFile := fs.String("secret-file", "", "the file holding the cluster secret")
+	cf := newControlFlags("scale", "-dispatcher HOST:PORT -secret-file FILE [-add ID=HOST:PORT,...] [-remove ID,...]",
+		"Moves slots onto new parameter servers, or off servers about to stop, while the job trains.", 10*time.Minute, stderr)
+	fs, addr, secretFile, timeout := cf.fs, cf.addr, cf.secretFile, cf.timeout
 	add := fs.String("add", "", "servers started with -role ps to give slots to, ID=HOST:PORT,...")
 	remove := fs.String("remove", "", "servers to take every slot off, ID,...; stop them once this returns")
 	rebalance := fs.Float64("rebalance", 0, "move the hottest slots off servers whose share of the load is above this many times the average (say 1.25), measured over -window")
 	window := fs.Duration("window", 5*time.Second, "-rebalance: how long to measure the servers' load")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: dlrm scale -dispatcher HOST:PORT -secret-file FILE [-add ID=HOST:PORT,...] [-remove ID,...]\n\nMoves slots onto new parameter servers, or off servers about to stop, while the job trains.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cf.parse(args); !ok {
+		return code
 	}
 	nodes, err := parseNodes(*add)
 	actions := 0

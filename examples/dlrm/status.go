@@ -17,21 +17,12 @@ import (
 // runStatus is the status sub-command: it asks the coordinator of a running multi-process job
 // for its status and prints it.
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dlrm status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("dispatcher", "", "the coordinator's address (its -listen)")
-	secretFile := fs.String("secret-file", "", "the file holding the cluster secret")
+	cf := newControlFlags("status", "-dispatcher HOST:PORT -secret-file FILE [-json]",
+		"Prints the status of a running job: its phase, servers, workers, data progress, checkpoints and recoveries.", 10*time.Second, stderr)
+	fs, addr, secretFile, timeout := cf.fs, cf.addr, cf.secretFile, cf.timeout
 	asJSON := fs.Bool("json", false, "print the status as JSON")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: dlrm status -dispatcher HOST:PORT -secret-file FILE [-json]\n\nPrints the status of a running job: its phase, servers, workers, data progress, checkpoints and recoveries.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := cf.parse(args); !ok {
+		return code
 	}
 	if *addr == "" || *secretFile == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "dlrm status: -dispatcher and -secret-file are required, and nothing else")
@@ -65,6 +56,44 @@ func fetchStatus(addr, secretFile string, timeout time.Duration) (elastic.Status
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return ctl.Status(ctx)
+}
+
+// controlFlags are the flags of a sub-command that talks to a running job's coordinator.
+type controlFlags struct {
+	fs         *flag.FlagSet
+	addr       *string
+	secretFile *string
+	timeout    *time.Duration
+}
+
+// newControlFlags makes the flag set of sub-command name (its synopsis and one-line
+// description for -h), with -dispatcher, -secret-file and -timeout; the caller adds its own.
+func newControlFlags(name, synopsis, about string, timeout time.Duration, stderr io.Writer) controlFlags {
+	fs := flag.NewFlagSet("dlrm "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cf := controlFlags{
+		fs:         fs,
+		addr:       fs.String("dispatcher", "", "the coordinator's address (its -listen)"),
+		secretFile: fs.String("secret-file", "", "the file holding the cluster secret"),
+		timeout:    fs.Duration("timeout", timeout, "give up after this long"),
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: dlrm %s %s\n\n%s\n\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	return cf
+}
+
+// parse parses args; when it reports false the command exits with the status it returns (0
+// after -h).
+func (cf controlFlags) parse(args []string) (int, bool) {
+	if err := cf.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }
 
 // dialControl reaches the coordinator at addr with the secret in secretFile.

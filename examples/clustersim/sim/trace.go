@@ -189,21 +189,28 @@ func ParseScalability(file string, r io.Reader) ([]ScalePoint, error) {
 		if err1 != nil || err2 != nil || err3 != nil || nn <= 0 || nr <= 0 || lb <= 0 {
 			return parseErr(file, line, "num_nodes %q, num_replicas %q, local_bsz %q must be positive integers", get("num_nodes"), get("num_replicas"), get("local_bsz"))
 		}
-		st, err := number(file, line, "step_time", get("step_time"), false)
+		st, sy, err := stepSync(file, line, get)
 		if err != nil {
 			return err
-		}
-		sy, err := number(file, line, "sync_time", get("sync_time"), false)
-		if err != nil {
-			return err
-		}
-		if st <= 0 || sy < 0 {
-			return parseErr(file, line, "step_time %v must be positive and sync_time %v not negative", st, sy)
 		}
 		out = append(out, ScalePoint{Nodes: nn, Replicas: nr, LocalBatch: lb, StepTime: st, SyncTime: sy})
 		return nil
 	})
 	return out, err
+}
+
+// stepSync reads a line's step_time (positive) and sync_time (not negative), in seconds.
+func stepSync(file string, line int, get func(string) string) (step, sync float64, err error) {
+	if step, err = number(file, line, "step_time", get("step_time"), false); err != nil {
+		return 0, 0, err
+	}
+	if sync, err = number(file, line, "sync_time", get("sync_time"), false); err != nil {
+		return 0, 0, err
+	}
+	if step <= 0 || sync < 0 {
+		return 0, 0, parseErr(file, line, "step_time %v must be positive and sync_time %v not negative", step, sync)
+	}
+	return step, sync, nil
 }
 
 // GavelJob is one line of a Gavel Philly-derived trace (seed=0/<vc>.trace).
@@ -459,16 +466,9 @@ func ParsePlacements(file string, r io.Reader) ([]ScalePoint, error) {
 		if err != nil || lb <= 0 {
 			return parseErr(file, line, "local_bsz %q is not a positive integer", get("local_bsz"))
 		}
-		st, err := number(file, line, "step_time", get("step_time"), false)
+		st, sy, err := stepSync(file, line, get)
 		if err != nil {
 			return err
-		}
-		sy, err := number(file, line, "sync_time", get("sync_time"), false)
-		if err != nil {
-			return err
-		}
-		if st <= 0 || sy < 0 {
-			return parseErr(file, line, "step_time %v must be positive and sync_time %v not negative", st, sy)
 		}
 		out = append(out, ScalePoint{Nodes: nodes, Replicas: reps, LocalBatch: lb, StepTime: st, SyncTime: sy})
 		return nil
