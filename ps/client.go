@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -366,7 +367,7 @@ func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, 
 	backoff := c.cfg.RetryBackoff
 	fence := fenceWait{budget: c.cfg.FenceWait}
 	for attempt := 0; ; {
-		parts := sc.split(t, idx, all && attempt == 0)
+		parts := sc.split(t, idx, all)
 		errs := make([]error, len(parts))
 		sendParts(ctx, parts, errs, c.cfg.Parallel, idempotent, func(ctx context.Context, i int) bool {
 			p := parts[i]
@@ -394,8 +395,9 @@ func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, 
 		}
 		behind := serverBehind(errs, t.Version)
 		waiting := (maxVer > t.Version || behind) && fence.spent < fence.budget
-		if fatal == nil && len(again) > 0 && (all || (attempt+1 >= c.cfg.Retries && !waiting) || ctx.Err() != nil) {
+		if fatal == nil && len(again) > 0 && ((all && applied > 0) || (attempt+1 >= c.cfg.Retries && !waiting) || ctx.Err() != nil) {
 			// A synchronous step is not resent in part: its barrier counts one push per worker.
+			// Refused everywhere (its table changed between steps), it is resent whole.
 			fatal = last
 			if ctx.Err() != nil {
 				fatal = ctx.Err()
@@ -410,7 +412,11 @@ func (c *Client) route(ctx context.Context, sc *clientScratch, all, idempotent, 
 		if len(again) == 0 {
 			return nil
 		}
-		idx = again
+		if all {
+			idx = sc.idx[:len(sc.uniq)]
+		} else {
+			idx = again
+		}
 		if maxVer <= t.Version {
 			c.reportUnreachable(ctx, last)
 		}
@@ -591,6 +597,9 @@ func mapErr(addr string, err error) error {
 		if len(re.Data) >= 12 {
 			we.Version = binary.LittleEndian.Uint64(re.Data)
 			we.Slot = int(binary.LittleEndian.Uint32(re.Data[8:]))
+			if we.Slot == math.MaxUint32 {
+				we.Slot = -1
+			}
 		}
 		return we
 	case codeMoved:

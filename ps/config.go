@@ -107,8 +107,9 @@ type ServerConfig struct {
 	// SyncWorkers > 0 makes training synchronous: the pushes of a step are held until every one of
 	// that many workers has pushed the step, then applied in worker order; a worker's
 	// push returns only once its step is applied everywhere it went. Results are then
-	// independent of timing. The owner table cannot change once set. Default 0:
-	// asynchronous, every push applied on arrival.
+	// independent of timing. The owner table changes only between steps: a Migrator holds
+	// the servers at a step boundary for each handover. Default 0: asynchronous, every push
+	// applied on arrival.
 	SyncWorkers int
 	// MaxConcurrent bounds requests served at once. Default 256.
 	MaxConcurrent int
@@ -253,8 +254,10 @@ type ClientConfig struct {
 	Worker int
 	// Sync must be set when the servers run synchronously (ServerConfig.SyncWorkers > 0): every
 	// push then reaches every server, empty where the worker has no rows for it, so each server's
-	// step barrier hears from every worker. A synchronous push refused by a server is not resent
-	// in part (the barrier counts one push per worker and step): the call fails.
+	// step barrier hears from every worker. A synchronous push is never resent in part (the
+	// barrier counts one push per worker and step): refused by every server because the owner
+	// table changed between steps, it is resent whole by the new table; refused by only some,
+	// the call fails.
 	Sync bool
 	// Compression offers s2 compression of large requests.
 	Compression bool

@@ -109,6 +109,9 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 	if err := h.t.Assign(h.ids, vals); err != nil {
 		return remote(codeBadRequest, "dense %q: %v", r.table, err)
 	}
+	if !ok {
+		s.holdNewLocked(h)
+	}
 	s.own.tables[r.table] = h
 	s.appliedLocked(r.table)
 	return nil
@@ -175,7 +178,8 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	ids := h.ids
 	if h.bar != nil {
 		s.own.RUnlock()
-		return h.bar.push(ctx, r.worker, syncStep(r.step), ids, g, func(ids []uint64, g []float32, step uint32) error {
+		admit := s.syncAdmit(r, func() error { return s.checkDenseLocked(r.table, r.version) })
+		return h.bar.push(ctx, r.worker, syncStep(r.step), ids, g, admit, func(ids []uint64, g []float32, step uint32) error {
 			return s.applyLocking(h, ids, g, step)
 		})
 	}

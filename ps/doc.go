@@ -40,7 +40,11 @@
 // that gave it, and refuses requests routed by an older one, so ownership is exclusive at
 // every instant. A migration nobody uses ends by itself (ServerConfig.MigrationTTL), one whose
 // slots a table gave away is released, and AbortMigrations ends them all (a new coordinator
-// calls it). Synchronous servers keep their table, so their slots do not move.
+// calls it). On synchronous servers each handover happens between two steps: the Migrator
+// holds every server at a step boundary (pushes of later steps wait), hands the slots over,
+// publishes the table and lets the waiting pushes in, refusing those routed by the old table
+// whole so that their workers resend the step by the new one. A synchronous job's rows after a
+// repartition are bit for bit those of the same training without one.
 //
 // # Fenced, exactly-once pushes
 //

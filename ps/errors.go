@@ -63,14 +63,19 @@ func (e *MovedError) Error() string {
 // Is reports whether target is ErrMoved.
 func (e *MovedError) Is(target error) bool { return target == ErrMoved }
 
-// WrongOwnerError is a server's refusal of a slot it does not own. It matches ErrWrongOwner.
+// WrongOwnerError is a server's refusal of a slot it does not own, or of a synchronous push
+// routed by another owner table than the one its step runs by (Slot -1). It matches
+// ErrWrongOwner.
 type WrongOwnerError struct {
 	Server  string // the refusing server's address
-	Slot    int    // the first slot it refused
+	Slot    int    // the first slot it refused; -1: the whole synchronous push
 	Version uint64 // the server's owner-table version
 }
 
 func (e *WrongOwnerError) Error() string {
+	if e.Slot < 0 {
+		return fmt.Sprintf("ps: server %s runs synchronous steps by owner table version %d", e.Server, e.Version)
+	}
 	return fmt.Sprintf("ps: server %s does not own slot %d (its owner table is version %d)", e.Server, e.Slot, e.Version)
 }
 

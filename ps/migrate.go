@@ -54,6 +54,14 @@ const (
 	opReceive
 	// opDiscard, sent to the destination after a failed migration: slots u32 + u32 each.
 	opDiscard
+	// opHold (migration id 0): start holding synchronous steps (see holdSteps).
+	opHold
+	// opHoldAfter (migration id 0): count u32 | per table: name (str) | step i64; answers once
+	// the steps are applied (see holdStepsAfter).
+	opHoldAfter
+	// opUnhold (migration id 0): floor version u64 | the steps held after, as for opHoldAfter
+	// (count 0 when no boundary was reached); ends the hold.
+	opUnhold
 )
 
 // migrations is a server's part in the migrations under way.
@@ -278,6 +286,26 @@ func (s *Server) handleMigrate(ctx context.Context, req []byte, resp *rpc.Buffer
 			return migErr("%v", err)
 		}
 		return nil
+	case opHold:
+		if len(d.b) != 0 {
+			return remote(codeBadRequest, "malformed hold")
+		}
+		resp.Write(s.holdSteps())
+		return nil
+	case opHoldAfter:
+		steps, err := decodeSteps(d.b)
+		if err != nil {
+			return remote(codeBadRequest, "malformed hold after")
+		}
+		return s.holdStepsAfter(ctx, steps)
+	case opUnhold:
+		floor := d.u64()
+		steps, err := decodeSteps(d.b)
+		if d.err != nil || err != nil {
+			return remote(codeBadRequest, "malformed unhold")
+		}
+		s.releaseSteps(floor, steps)
+		return nil
 	}
 	return remote(codeBadRequest, "unknown migration op %d", op)
 }
@@ -313,9 +341,6 @@ func appendSlots(dst []byte, slots []int) []byte {
 func (s *Server) openMigration(id uint64, to string, slots []int) ([]byte, error) {
 	if len(slots) == 0 {
 		return nil, migErr("migration %d moves no slot", id)
-	}
-	if s.cfg.SyncWorkers > 0 {
-		return nil, migErr("a synchronous server keeps its owner table, so its slots cannot move")
 	}
 	set := embedding.NewSlotSet(s.cfg.Slots, slots...)
 	s.own.RLock()
@@ -689,9 +714,6 @@ func (s *Server) ReceiveSlots(ctx context.Context, spec MigrationSpec) (Migratio
 	spec = spec.withDefaults()
 	if len(spec.Slots) == 0 {
 		return st, fmt.Errorf("%w: migration %d moves no slot", ErrMigration, spec.ID)
-	}
-	if s.cfg.SyncWorkers > 0 {
-		return st, fmt.Errorf("%w: a synchronous server keeps its owner table, so its slots cannot move", ErrMigration)
 	}
 	set := embedding.NewSlotSet(s.cfg.Slots)
 	for _, sl := range spec.Slots {

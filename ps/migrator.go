@@ -39,6 +39,9 @@ type MigratorConfig struct {
 	Bandwidth int64
 	// MaxRounds, SmallRound and ChunkBytes are passed to each migration (MigrationSpec).
 	MaxRounds, SmallRound, ChunkBytes int
+	// StepWait bounds how long a handover waits for synchronous servers (ServerConfig.SyncWorkers)
+	// to reach a step boundary; a group that waits longer is called off. Default 30s.
+	StepWait time.Duration
 	// Logger receives each migration's start, end and failure. Nil discards.
 	Logger *slog.Logger
 }
@@ -49,6 +52,9 @@ func (c MigratorConfig) withDefaults() MigratorConfig {
 	}
 	if c.GroupSlots == 0 {
 		c.GroupSlots = 1024
+	}
+	if c.StepWait == 0 {
+		c.StepWait = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -71,6 +77,9 @@ func (c MigratorConfig) Validate() error {
 	}
 	if c.Bandwidth < 0 {
 		errs = append(errs, fmt.Errorf("Bandwidth %d is negative", c.Bandwidth))
+	}
+	if c.StepWait < 0 {
+		errs = append(errs, fmt.Errorf("StepWait %v is negative", c.StepWait))
 	}
 	if err := (MigrationSpec{MaxRounds: c.MaxRounds, SmallRound: c.SmallRound, ChunkBytes: c.ChunkBytes}).validate(); err != nil {
 		errs = append(errs, err)
@@ -225,12 +234,15 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			fail := func(err error) {
+			record := func(err error) {
 				m.log.Warn("migration failed; its slots stay with their source", "from", moves[0].From, "to", moves[0].To, "slots", len(moves), "err", err)
-				m.update(func(p *MigrationProgress) { p.GroupsFailed++ })
 				failMu.Lock()
 				failed = append(failed, err)
 				failMu.Unlock()
+			}
+			fail := func(err error) {
+				record(err)
+				m.update(func(p *MigrationProgress) { p.GroupsFailed++ })
 			}
 			id := m.ids.Add(1)
 			st, err := m.moveGroup(gctx, nodes, moves, id, PhaseCopy)
@@ -255,6 +267,13 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 				}
 			}
 			defer unlock()
+			resume, err := m.pauseSteps(gctx, nodes, published)
+			if err != nil {
+				m.callOff(gctx, nodes, moves, id) // counts the group failed
+				record(err)
+				return nil
+			}
+			defer func() { resume(published.Version) }()
 			hs, err := m.moveGroup(gctx, nodes, moves, id, PhaseHandover)
 			if err != nil {
 				fail(err)
@@ -317,7 +336,17 @@ func (m *Migrator) Migrate(ctx context.Context, cur, next *OwnerTable, publish P
 	if err != nil {
 		return last, err
 	}
-	if err := publish(ctx, final); err != nil {
+	resume, err := m.pauseSteps(ctx, nodes, last)
+	if err != nil {
+		return last, fmt.Errorf("%w: %w", ErrMigration, err)
+	}
+	err = publish(ctx, final)
+	if err != nil && errors.Is(err, ErrNotPublished) {
+		resume(last.Version)
+		return last, fmt.Errorf("%w: publish owner table %d: %w", ErrMigration, final.Version, err)
+	}
+	resume(final.Version)
+	if err != nil {
 		return final, fmt.Errorf("%w: publish owner table %d: %w", ErrMigration, final.Version, err)
 	}
 	m.update(func(p *MigrationProgress) { p.Version = final.Version })
@@ -462,4 +491,110 @@ func nodeAddr(nodes []Node, id string) string {
 		}
 	}
 	return ""
+}
+
+// pauseSteps brings synchronous servers to a step boundary before the owner table changes (see
+// Server holdSteps): every server of nodes holds the steps not yet begun, then those that cur's
+// servers have begun are completed. The returned resume ends the hold on every server with the
+// version of the newest table published. Asynchronous servers hold nothing, and a job whose
+// reachable servers are all asynchronous is not held up by those it cannot reach.
+func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable) (resume func(floor uint64), err error) {
+	answers := make([][]byte, len(nodes))
+	errs := make([]error, len(nodes))
+	var g errgroup.Group
+	for i, n := range nodes {
+		g.Go(func() error {
+			resp, err := m.rpc.Call(ctx, n.Addr, methodMigrate, migHeader(opHold, 0))
+			if err != nil {
+				errs[i] = fmt.Errorf("hold the steps of %s: %w", n.ID, mapErr(n.Addr, err))
+				return nil
+			}
+			answers[i] = append([]byte(nil), resp...)
+			m.rpc.Release(resp)
+			return nil
+		})
+	}
+	g.Wait()
+	err = errors.Join(errs...)
+	var boundary map[string]int64 // once every server reached it
+	resume = func(floor uint64) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		body := appendSteps(binary.LittleEndian.AppendUint64(nil, floor), boundary)
+		var g errgroup.Group
+		for i, n := range nodes {
+			if len(answers[i]) == 0 || answers[i][0] == 0 {
+				continue
+			}
+			g.Go(func() error {
+				if err := m.call(rctx, n.Addr, opUnhold, 0, body); err != nil {
+					m.log.Warn("could not end the hold of the synchronous steps; it ends by itself", "server", n.ID, "err", err)
+				}
+				return nil
+			})
+		}
+		g.Wait()
+	}
+	// Per table, the highest step begun by a server the workers push to (they push every step
+	// to every server of their table).
+	inCur := map[string]bool{}
+	for _, n := range cur.Nodes {
+		inCur[n.ID] = true
+	}
+	begun := map[string]int64{}
+	syncs := 0
+	for i, n := range nodes {
+		if errs[i] != nil {
+			continue
+		}
+		a := answers[i]
+		if len(a) == 1 && a[0] == 0 {
+			continue // asynchronous
+		}
+		var steps map[string]int64
+		if len(a) > 0 && a[0] == 1 {
+			steps, _ = decodeSteps(a[1:])
+		}
+		if steps == nil {
+			resume(0)
+			return nil, fmt.Errorf("%w: hold answer from %s", ErrCorrupt, n.ID)
+		}
+		syncs++
+		for name, step := range steps {
+			if v, ok := begun[name]; inCur[n.ID] && (!ok || step > v) {
+				begun[name] = step
+			}
+		}
+	}
+	switch {
+	case syncs == 0:
+		return func(uint64) {}, nil
+	case err != nil:
+		resume(0)
+		return nil, err
+	case syncs < len(nodes):
+		resume(0)
+		return nil, fmt.Errorf("%w: %d of %d servers train synchronously", ErrBadConfig, syncs, len(nodes))
+	}
+	wctx, cancel := context.WithTimeout(ctx, m.cfg.StepWait)
+	defer cancel()
+	g = errgroup.Group{}
+	for _, n := range nodes {
+		body := appendSteps(nil, begun)
+		if !inCur[n.ID] {
+			body = appendSteps(nil, nil) // its own steps only
+		}
+		g.Go(func() error {
+			if err := m.call(wctx, n.Addr, opHoldAfter, 0, body); err != nil {
+				return fmt.Errorf("bring %s to a step boundary: %w", n.ID, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		resume(0)
+		return nil, err
+	}
+	boundary = begun
+	return resume, nil
 }

@@ -44,6 +44,7 @@ type Server struct {
 	}
 	mig   migrations
 	fence fences // guarded by own
+	steps stepState
 	// beforeApply, if set (tests), runs in every asynchronous push just before it is applied,
 	// with the ownership lock held for reading.
 	beforeApply atomic.Pointer[func()]
@@ -127,6 +128,11 @@ func (s *Server) Close() error {
 	s.closeMigrations()
 	// Collect the barriers first: a completing step holds its barrier while it takes own.
 	var bars []*barrier
+	s.own.Lock()
+	if s.steps.timer != nil {
+		s.steps.timer.Stop()
+	}
+	s.own.Unlock()
 	s.own.RLock()
 	for _, h := range s.own.tables {
 		if h.bar != nil {
@@ -165,6 +171,7 @@ func (s *Server) CreateTable(spec TableSpec) error {
 	if _, dup := s.own.tables[spec.Name]; dup {
 		return fmt.Errorf("%w: table %q exists", ErrBadConfig, spec.Name)
 	}
+	s.holdNewLocked(h)
 	s.own.tables[spec.Name] = h
 	s.appliedLocked(spec.Name)
 	return nil
@@ -193,8 +200,9 @@ func (s *Server) newBarrier() *barrier {
 // SetOwnerTable makes t the server's owner table. Requests in flight finish under the old table
 // first. A slot t gives the server that the previous table did not is served only to requests
 // routed by t or a newer table. It reports false, changing nothing, for a table older than the current one. A different
-// table with the current version is an error, and so is any change of table on a synchronous
-// server once it has one: a synchronous step must run under one table on every server.
+// table with the current version is an error, and so is a change of table on a synchronous
+// server that has counted a push, unless it is held at a step boundary (a synchronous step must
+// run under one table on every server; see Migrator).
 func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 	if t == nil {
 		return false, fmt.Errorf("%w: nil owner table", ErrBadConfig)
@@ -213,8 +221,8 @@ func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 			return true, nil
 		case t.Version == cur.Version:
 			return false, fmt.Errorf("%w: a different owner table with the current version %d", ErrBadConfig, t.Version)
-		case s.cfg.SyncWorkers > 0:
-			return false, fmt.Errorf("%w: a synchronous server keeps its owner table (version %d)", ErrBadConfig, cur.Version)
+		case s.cfg.SyncWorkers > 0 && s.steps.pushed.Load() && !s.steps.boundary.Load():
+			return false, fmt.Errorf("%w: a synchronous server changes its owner table (version %d) only at a step boundary", ErrBadConfig, cur.Version)
 		}
 	}
 	for _, sl := range set.Members() {
@@ -420,12 +428,16 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		s.own.RUnlock()
 		return remote(codeBadRequest, "unknown push flags %#x", r.flags)
 	}
+	sc := s.scratch()
+	defer s.putScratch(sc)
+	if h.bar != nil {
+		s.own.RUnlock()
+		return s.pushSync(ctx, h, r, sc, start)
+	}
 	if err := s.fencedLocked(r.epoch); err != nil {
 		s.own.RUnlock()
 		return err
 	}
-	sc := s.scratch()
-	defer s.putScratch(sc)
 	if err := s.checkIDsLocked(r.ids, r.version, sc); err != nil {
 		s.own.RUnlock()
 		return err
@@ -433,17 +445,6 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	grads, err := s.gradsOf(r, len(r.ids)*d, sc)
 	if err != nil {
 		s.own.RUnlock()
-		return err
-	}
-	if h.bar != nil {
-		// Synchronous: hold the push until the step is complete. The barrier copies what it keeps.
-		s.own.RUnlock()
-		err := h.bar.push(ctx, r.worker, syncStep(r.step), r.ids, grads, func(ids []uint64, g []float32, step uint32) error {
-			return s.applyLocking(h, ids, g, step)
-		})
-		if err == nil {
-			s.stats.record(sc, len(r.ids), time.Since(start), true)
-		}
 		return err
 	}
 	if f := s.beforeApply.Load(); f != nil {
@@ -466,6 +467,50 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	}
 	s.stats.record(sc, len(r.ids), time.Since(start), true)
 	return nil
+}
+
+// pushSync hands a synchronous push to its table's barrier, which holds it until its step is
+// complete (and, while the servers are held for a change of table, until the hold ends). The
+// push is checked (epoch, table version, slots) when the barrier counts it. The barrier copies
+// what it keeps.
+func (s *Server) pushSync(ctx context.Context, h *hosted, r tableReq, sc *reqScratch, start time.Time) error {
+	grads, err := s.gradsOf(r, len(r.ids)*h.t.Dim(), sc)
+	if err != nil {
+		return err
+	}
+	admit := s.syncAdmit(r, func() error { return s.checkIDsLocked(r.ids, r.version, sc) })
+	err = h.bar.push(ctx, r.worker, syncStep(r.step), r.ids, grads, admit, func(ids []uint64, g []float32, step uint32) error {
+		return s.applyLocking(h, ids, g, step)
+	})
+	if err == nil {
+		s.stats.record(sc, len(r.ids), time.Since(start), true)
+	}
+	return err
+}
+
+// syncAdmit returns a synchronous push's check for its barrier: the table it was routed by
+// (also before it waits for a hold to end), then, when it is counted, its epoch and, under the
+// ownership lock, slotsLocked.
+func (s *Server) syncAdmit(r tableReq, slotsLocked func() error) func(counting bool) error {
+	return func(counting bool) error {
+		s.own.RLock()
+		defer s.own.RUnlock()
+		if err := s.syncRoutedLocked(r.version); err != nil || !counting {
+			return err
+		}
+		if err := s.fencedLocked(r.epoch); err != nil {
+			return err
+		}
+		return slotsLocked()
+	}
+}
+
+// holdNewLocked holds the barrier of a table being added while the server's steps are held.
+// The barrier is not shared yet, so taking its lock under the ownership lock is safe.
+func (s *Server) holdNewLocked(h *hosted) {
+	if h.bar != nil && s.steps.holding {
+		h.bar.hold()
+	}
 }
 
 // rowStep is the step stamped on rows (the tables count steps in 32 bits; later steps saturate).
