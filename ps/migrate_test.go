@@ -69,8 +69,14 @@ func (d *detWorker) batch(ctx context.Context, b int) error {
 // is on a server that does not own its slot by table, or on two servers.
 func rowsByID(t *testing.T, c *pstest.Cluster, table *ps.OwnerTable, name string) map[uint64]embedding.RowData {
 	t.Helper()
+	return serverRows(t, c.Servers, table, name)
+}
+
+// serverRows is rowsByID over the given servers.
+func serverRows(t *testing.T, servers []*ps.Server, table *ps.OwnerTable, name string) map[uint64]embedding.RowData {
+	t.Helper()
 	out := map[uint64]embedding.RowData{}
-	for _, s := range c.Servers {
+	for _, s := range servers {
 		tab, ok := s.Table(name)
 		require.True(t, ok)
 		dense := name == "mlp"

@@ -2,17 +2,22 @@ package ps_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/ps/pstest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 )
 
 const syncWorkers = 3
@@ -64,27 +69,23 @@ func (tr *syncTrainer) batch(ctx context.Context, w int, s int64) error {
 	return cl.PushDense(ctx, "mlp", dense, uint64(s))
 }
 
-// run trains until stopAt (set by the caller, or fixed beforehand) and returns the first error.
-func (tr *syncTrainer) run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	errs := make([]error, syncWorkers)
+// run trains from step first until stopAt (set by the caller, or fixed beforehand) and returns
+// the first error; a worker's error stops the others (they would wait for it at every barrier).
+func (tr *syncTrainer) run(ctx context.Context, first int64) error {
+	g, ctx := errgroup.WithContext(ctx)
 	for w := range syncWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := int64(1); ; s++ {
+		g.Go(func() error {
+			for s := first; ; s++ {
 				if stop := tr.stopAt.Load(); stop != 0 && s > stop {
-					return
+					return nil
 				}
 				if s > 100_000 {
-					errs[w] = assert.AnError
-					return
+					return errors.New("training never stopped")
 				}
 				for cur := tr.step.Load(); s > cur && !tr.step.CompareAndSwap(cur, s); cur = tr.step.Load() {
 				}
 				if err := tr.batch(ctx, w, s); err != nil {
-					errs[w] = err
-					return
+					return fmt.Errorf("worker %d, step %d: %w", w, s, err)
 				}
 				if w == 0 && tr.notify != nil {
 					select {
@@ -93,15 +94,9 @@ func (tr *syncTrainer) run(ctx context.Context) error {
 					}
 				}
 			}
-		}()
+		})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return g.Wait()
 }
 
 // stopSoon sets the last step a little after every worker's current one: workers of a
@@ -129,7 +124,7 @@ func syncReference(t *testing.T, ctx context.Context, steps int64) (emb, mlp map
 	ref := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
 	tr := newSyncTrainer(ref)
 	tr.stopAt.Store(steps)
-	require.NoError(t, tr.run(ctx))
+	require.NoError(t, tr.run(ctx, 1))
 	table := ref.Holder.Get()
 	return rowsByID(t, ref, table, "emb"), rowsByID(t, ref, table, "mlp")
 }
@@ -144,7 +139,7 @@ func TestSyncMigrateIsBitExact(t *testing.T) {
 	tr := newSyncTrainer(c)
 	tr.notify = make(chan int64)
 	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx) }()
+	go func() { done <- tr.run(ctx, 1) }()
 
 	cur := c.Holder.Get()
 	var during []int64
@@ -180,7 +175,7 @@ func TestSyncMigrateDestinationDies(t *testing.T) {
 	tr := newSyncTrainer(c)
 	tr.notify = make(chan int64)
 	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx) }()
+	go func() { done <- tr.run(ctx, 1) }()
 
 	tr.waitSteps(t, 3)
 	cur := c.Holder.Get()
@@ -199,8 +194,88 @@ func TestSyncMigrateDestinationDies(t *testing.T) {
 	steps := tr.stopSoon()
 	require.NoError(t, <-done)
 
-	c.Servers = c.Servers[:2] // what the dead destination had received died with it
+	live := c.Servers[:2] // what the dead destination had received died with it
 	refEmb, refMlp := syncReference(t, ctx, steps)
-	assert.Equal(t, refEmb, rowsByID(t, c, cur, "emb"))
-	assert.Equal(t, refMlp, rowsByID(t, c, cur, "mlp"))
+	assert.Equal(t, refEmb, serverRows(t, live, cur, "emb"))
+	assert.Equal(t, refMlp, serverRows(t, live, cur, "mlp"))
+}
+
+// TestSyncMigrateSourceDies kills the source of a synchronous job's scale-out in the middle of
+// the copy. Its rows are gone, so the job rolls back to its last commit onto three fresh servers
+// and replays the steps since: the final rows equal the training with no failure and no
+// repartition, bit for bit.
+func TestSyncMigrateSourceDies(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
+	m := c.Migrator(ps.MigratorConfig{GroupSlots: 1000})
+	store, shm := checkpoint.NewMemStorage(), t.TempDir()
+	local := func(srv *ps.Server) *elastic.LocalServer {
+		l, err := elastic.NewLocalServer(srv, c.Node(srv.ID()).Addr, checkpoint.Config{Job: "sync", Storage: store, ShmDir: shm})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	const commit, last = 10, 30
+	tr := newSyncTrainer(c)
+	tr.stopAt.Store(commit)
+	require.NoError(t, tr.run(ctx, 1))
+	committer, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "sync", Storage: store})
+	require.NoError(t, err)
+	var refs []checkpoint.ManifestRef
+	for _, srv := range c.Servers {
+		l := local(srv)
+		_, err := l.Snapshot(ctx, commit, elastic.Progress{})
+		require.NoError(t, err)
+		ref, err := l.WaitPersisted(ctx, commit)
+		require.NoError(t, err)
+		refs = append(refs, ref)
+	}
+	_, err = committer.Commit(ctx, commit, refs)
+	require.NoError(t, err)
+
+	// Training goes on; the destination of a scale-out kills the source when it has copied.
+	tr.stopAt.Store(last)
+	tr.notify = make(chan int64)
+	done := make(chan error, 1)
+	go func() { done <- tr.run(ctx, commit+1) }()
+	tr.waitSteps(t, 2)
+	cur := c.Holder.Get()
+	dest, node := c.AddServer("ps-2")
+	var once sync.Once
+	ps.SetAfterCopyHook(dest, func(context.Context) {
+		once.Do(func() {
+			c.Net.Kill("ps-0")
+			c.Server("ps-0").Close()
+		})
+	})
+	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
+	require.NoError(t, err)
+	got, err := m.Migrate(ctx, cur, next, c.PublishTo)
+	require.ErrorIs(t, err, ps.ErrMigration)
+	assert.True(t, got.SamePlacement(cur), "nothing moved")
+	require.Error(t, <-done, "training cannot go on without ps-0")
+
+	// Rollback: every server restarts from the commit, here as three fresh ones.
+	for _, srv := range c.Servers {
+		srv.Close()
+	}
+	var restored []*ps.Server
+	var nodes []ps.Node
+	for _, id := range []string{"ps-3", "ps-4", "ps-5"} {
+		srv, node := c.AddServer(id)
+		restored, nodes = append(restored, srv), append(nodes, node)
+	}
+	table, err := ps.NewOwnerTable(got.Version+1, cur.Slots, nodes, nil)
+	require.NoError(t, err)
+	for _, srv := range restored {
+		require.NoError(t, local(srv).Load(ctx, commit, table))
+	}
+	require.NoError(t, c.PublishTo(ctx, table))
+	rt := newSyncTrainer(c)
+	rt.stopAt.Store(last)
+	require.NoError(t, rt.run(ctx, commit+1))
+
+	refEmb, refMlp := syncReference(t, ctx, last)
+	assert.Equal(t, refEmb, serverRows(t, restored, table, "emb"))
+	assert.Equal(t, refMlp, serverRows(t, restored, table, "mlp"))
 }
