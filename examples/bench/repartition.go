@@ -34,11 +34,15 @@ import (
 //   - migrate_vs_pull: rows/s moved over the rows/s the same workers pull from the servers;
 //   - stop_restart_s and stop_restart_vs_live: the DLRover way, to every worker's first batch
 //     on the new layout, and its time over the live move's;
-//   - scale-in back to 2 servers, live, as scale_in_s.
+//   - scale-in back to 2 servers, live, as scale_in_s;
+//   - the same scale-out with a bandwidth cap per migration, as capped_*.
+//
+// The live figures come from several rounds of scale-out and scale-in, each ratio against the
+// windows of its own round (median and range).
 func runRepartition(ctx context.Context, opt options, r *report) error {
-	rp := repParams{perServer: 4 << 20, batch: 1024, workers: 4, phase: 4 * time.Second}
+	rp := repParams{perServer: 4 << 20, batch: 1024, workers: 4, phase: 4 * time.Second, rounds: 3}
 	if opt.quick {
-		rp = repParams{perServer: 1 << 15, batch: 256, workers: 4, phase: 300 * time.Millisecond}
+		rp = repParams{perServer: 1 << 15, batch: 256, workers: 4, phase: 300 * time.Millisecond, rounds: 1}
 	}
 	dir, err := os.MkdirTemp(opt.dir, "bench-repartition-")
 	if err != nil {
@@ -67,19 +71,6 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return err
 	}
-	// The servers' pull rate with these workers, then training (pull and push) before the move.
-	ws.set(repPull)
-	t0 := time.Now()
-	sleepCtx(ctx, rp.phase)
-	pullRate := ws.rate(t0, time.Now())
-	ws.set(repTrain)
-	sleepCtx(ctx, rp.phase/4) // let the push traffic settle
-	t1 := time.Now()
-	sleepCtx(ctx, rp.phase)
-	t2 := time.Now()
-	before := ws.rate(t1, t2)
-	maxBefore := ws.maxLatency(t1, t2)
-
 	m, err := ps.NewMigrator(ps.MigratorConfig{Secret: rp.secret})
 	if err != nil {
 		return err
@@ -88,46 +79,35 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	if err := job.add("ps-2"); err != nil {
 		return err
 	}
-	cur := job.holder.Get()
-	next, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
-	if err != nil {
-		return err
+	// Rounds of: the pull rate, training before the move, the live scale-out, training on 3
+	// servers, the live scale-in. Each round's ratios use its own windows, so a slow spell of
+	// this shared machine spoils one round, not the figure; the first round's target server is
+	// new (its rows are allocated as they arrive), the later ones reuse what it freed.
+	var rs repRounds
+	for round := range rp.rounds {
+		out, err := rp.round(ctx, job, ws, m, nil)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round+1, err)
+		}
+		rs.add(out)
+		fmt.Printf("repartition: round %d: %.2f s, %.3f of the training rate during the move, %.3f of the pull rate moved\n", round+1, out.migS, out.during/out.before, out.moveRate/out.pull)
 	}
-	ms := time.Now()
-	cur, err = m.Migrate(ctx, cur, next, job.publish)
-	me := time.Now()
-	if err != nil {
-		return fmt.Errorf("scale out: %w", err)
-	}
-	prog := m.Progress()
-	during := ws.rate(ms, me)
-	stall := ws.maxLatency(ms, me)
-	migS := me.Sub(ms).Seconds()
-	sleepCtx(ctx, rp.phase/2)
-	after := ws.rate(me, time.Now())
-
-	r.add("moved_rows_fraction", float64(prog.BaseRows)/float64(2*rp.perServer), "rows copied by the base copies over the job's rows (ideal 1/3 for 2 -> 3 servers)")
-	r.add("migration_s", migS, fmt.Sprintf("s to move %d of %d slots, %d groups, live", prog.SlotsDone, cur.Slots, prog.Groups))
-	r.add("throughput_during_vs_before", during/before, fmt.Sprintf("training rows/s during the move (%.0f) over before it (%.0f)", during, before))
-	r.add("throughput_after_vs_before", after/before, "training rows/s on 3 servers over on 2")
-	r.add("max_request_stall_ms", ms2(stall), "ms, the longest single pull or push that overlapped the move")
-	r.add("max_request_ms_before", ms2(maxBefore), "ms, the same for as long a time before the move")
-	r.add("max_fenced_ms", ms2(prog.MaxFenced), "ms, the longest a group's slots were fenced before their table went out")
-	r.add("pull_rows_per_s", pullRate, "rows/s the same workers pull from the servers (the PS pull rate)")
-	r.add("migrate_vs_pull", float64(prog.BaseRows)/migS/pullRate, fmt.Sprintf("rows/s moved (%.0f, with optimizer state: %d B per row) over the pull rate", float64(prog.BaseRows)/migS, 16+2*4*repDim))
-	r.add("migrated_bytes_per_s", float64(prog.Bytes)/migS, "bytes/s copied, catch-up rounds included")
-
-	// Scale in, live: back to 2 servers.
-	cur = job.holder.Get()
-	two, err := ps.NewOwnerTable(0, cur.Slots, job.nodes("ps-0", "ps-1"), cur)
-	if err != nil {
-		return err
-	}
-	si := time.Now()
-	if _, err := m.Migrate(ctx, cur, two, job.publish); err != nil {
-		return fmt.Errorf("scale in: %w", err)
-	}
-	r.add("scale_in_s", time.Since(si).Seconds(), "s to drain ps-2 back onto 2 servers, live")
+	first := rs.rounds[0]
+	r.add("moved_rows_fraction", float64(first.prog.BaseRows)/float64(2*rp.perServer), "rows copied by the base copies over the job's rows (ideal 1/3 for 2 -> 3 servers)")
+	r.add("migration_s", rs.median(func(o repRound) float64 { return o.migS }), fmt.Sprintf("s to move %d of %d slots, %d groups, live (median of %d rounds; first round %.2f s)", first.prog.SlotsDone, ps.DefaultSlots, first.prog.Groups, len(rs.rounds), first.migS))
+	r.addRatio("throughput_during_vs_before", rs.spread(func(o repRound) float64 { return o.during }, func(o repRound) float64 { return o.before }),
+		"training rows/s on 2 servers just before the move", "", "training rows/s during the move over just before it")
+	r.addRatio("throughput_after_vs_before", rs.spread(func(o repRound) float64 { return o.after }, func(o repRound) float64 { return o.before }),
+		"training rows/s on 2 servers just before the move", "", "training rows/s on 3 servers over on 2")
+	r.add("max_request_stall_ms", ms2(rs.max(func(o repRound) time.Duration { return o.stall })), "ms, the longest single pull or push that overlapped a move, over all rounds")
+	r.add("max_request_ms_before", ms2(rs.max(func(o repRound) time.Duration { return o.maxBefore })), "ms, the same for as long a time before each move")
+	r.add("max_fenced_ms", ms2(rs.max(func(o repRound) time.Duration { return o.prog.MaxFenced })), "ms, the longest a group's slots were fenced before their table went out")
+	r.add("pull_rows_per_s", rs.median(func(o repRound) float64 { return o.pull }), "rows/s the same workers pull from the servers (the PS pull rate, median of the rounds)")
+	r.addRatio("migrate_vs_pull", rs.spread(func(o repRound) float64 { return o.moveRate }, func(o repRound) float64 { return o.pull }),
+		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", fmt.Sprintf("rows/s moved (with optimizer state: %d B per row) over the pull rate", 16+2*4*repDim))
+	r.add("migrated_bytes_per_s", rs.median(func(o repRound) float64 { return float64(o.prog.Bytes) / o.migS }), "bytes/s copied, catch-up rounds included")
+	r.add("scale_in_s", rs.median(func(o repRound) float64 { return o.scaleInS }), "s to drain ps-2 back onto 2 servers, live")
+	migS := r.get("migration_s")
 
 	// The same scale-out with each migration's copying capped, so it takes less of the CPU the
 	// servers and workers share here (2 of them move at once, one per source).
@@ -137,22 +117,14 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 		return err
 	}
 	defer mc.Close()
-	cur = job.holder.Get()
-	three, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
+	capped, err := rp.round(ctx, job, ws, m, mc)
 	if err != nil {
-		return err
+		return fmt.Errorf("capped round: %w", err)
 	}
-	cs := time.Now()
-	if cur, err = mc.Migrate(ctx, cur, three, job.publish); err != nil {
-		return fmt.Errorf("capped scale out: %w", err)
-	}
-	ce := time.Now()
-	r.add("capped_migration_s", ce.Sub(cs).Seconds(), fmt.Sprintf("s for the same scale-out with every migration capped at %d MiB/s", capBW>>20))
-	r.add("capped_throughput_during_vs_before", ws.rate(cs, ce)/before, "training rows/s during the capped move over before any move")
-	r.add("capped_max_request_stall_ms", ms2(ws.maxLatency(cs, ce)), "ms, the longest single pull or push that overlapped the capped move")
-	if _, err := m.Migrate(ctx, cur, two, job.publish); err != nil {
-		return fmt.Errorf("scale in: %w", err)
-	}
+	r.add("capped_migration_s", capped.migS, fmt.Sprintf("s for the same scale-out with every migration capped at %d MiB/s", capBW>>20))
+	r.add("capped_throughput_during_vs_before", capped.during/capped.before, "training rows/s during the capped move over just before it")
+	r.add("capped_max_request_stall_ms", ms2(capped.stall), "ms, the longest single pull or push that overlapped the capped move")
+	r.add("capped_migrate_vs_pull", capped.moveRate/capped.pull, "rows/s moved by the capped move over the pull rate of its round")
 	if err := ws.stop(); err != nil {
 		return err
 	}
@@ -172,8 +144,96 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 
 const repDim = 64
 
+// repRound is what one round of scale-out and scale-in measured.
+type repRound struct {
+	pull, before, during, after, moveRate float64 // rows/s
+	stall, maxBefore                      time.Duration
+	migS, scaleInS                        float64
+	prog                                  ps.MigrationProgress
+}
+
+// round measures the pull rate, training before a move, the live scale-out from ps-0 and ps-1
+// to all three servers (by out, or by m), training after it, and the scale-in back with m.
+func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, out *ps.Migrator) (repRound, error) {
+	if out == nil {
+		out = m
+	}
+	var o repRound
+	ws.set(repPull)
+	t0 := time.Now()
+	sleepCtx(ctx, p.phase/2)
+	o.pull = ws.rate(t0, time.Now())
+	ws.set(repTrain)
+	sleepCtx(ctx, p.phase/4) // let the push traffic settle
+	t1 := time.Now()
+	sleepCtx(ctx, p.phase)
+	t2 := time.Now()
+	o.before, o.maxBefore = ws.rate(t1, t2), ws.maxLatency(t1, t2)
+
+	cur := job.holder.Get()
+	next, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
+	if err != nil {
+		return o, err
+	}
+	ms := time.Now()
+	cur, err = out.Migrate(ctx, cur, next, job.publish)
+	me := time.Now()
+	if err != nil {
+		return o, fmt.Errorf("scale out: %w", err)
+	}
+	o.prog = out.Progress()
+	o.during, o.stall = ws.rate(ms, me), ws.maxLatency(ms, me)
+	o.migS = me.Sub(ms).Seconds()
+	o.moveRate = float64(o.prog.BaseRows) / o.migS
+	sleepCtx(ctx, p.phase/2)
+	o.after = ws.rate(me, time.Now())
+
+	two, err := ps.NewOwnerTable(0, cur.Slots, job.nodes("ps-0", "ps-1"), cur)
+	if err != nil {
+		return o, err
+	}
+	si := time.Now()
+	if _, err := m.Migrate(ctx, cur, two, job.publish); err != nil {
+		return o, fmt.Errorf("scale in: %w", err)
+	}
+	o.scaleInS = time.Since(si).Seconds()
+	return o, nil
+}
+
+// repRounds collects rounds.
+type repRounds struct{ rounds []repRound }
+
+func (rs *repRounds) add(o repRound) { rs.rounds = append(rs.rounds, o) }
+
+func (rs *repRounds) median(f func(repRound) float64) float64 {
+	var v []float64
+	for _, o := range rs.rounds {
+		v = append(v, f(o))
+	}
+	return median(v)
+}
+
+func (rs *repRounds) max(f func(repRound) time.Duration) time.Duration {
+	var m time.Duration
+	for _, o := range rs.rounds {
+		m = max(m, f(o))
+	}
+	return m
+}
+
+// spread returns subject over baseline of each round, summarised.
+func (rs *repRounds) spread(subject, baseline func(repRound) float64) spread {
+	s := samples{}
+	for _, o := range rs.rounds {
+		s["subject"] = append(s["subject"], subject(o))
+		s["baseline"] = append(s["baseline"], baseline(o))
+	}
+	return s.ratio("subject", "baseline")
+}
+
 type repParams struct {
 	perServer, batch, workers int
+	rounds                    int // of scale-out and scale-in
 	phase                     time.Duration
 	dir, shm                  string
 	secret                    []byte
