@@ -439,24 +439,38 @@ func (s *Server) copyMigration(id uint64, table string, from embedding.Cursor, c
 	budget = max(budget, 1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := append(m.buf[:0], make([]byte, 8)...)
 	next := embedding.Cursor{Shard: h.t.Shards()}
 	if changed {
+		out := append(m.buf[:0], make([]byte, 8)...)
 		var err error
 		out, next.Shard, err = h.t.AppendRawShards(out, from.Shard, budget, embedding.ExportOptions{Slots: slots, Changed: tr, Reset: true})
 		if err != nil {
 			return migErr("migration %d, table %q: %v", id, table, err)
 		}
-	} else {
-		out, next = h.t.AppendRawRows(out, from, budget, slots)
+		putCursor(out, next)
+		resp.Write(out)
+		if cap(out) <= 64<<20 {
+			m.buf = out[:0]
+		}
+		return nil
 	}
+	// A base copy stops within a row of its budget: its rows go straight into the response.
+	room := resp.Extend(8 + budget + h.t.RawRowSize())
+	out, next := h.t.AppendRawRows(room[:8], from, budget, slots)
+	putCursor(out, next)
+	if len(out) > len(room) || (len(out) > 0 && &out[0] != &room[0]) {
+		resp.Truncate(resp.Len() - len(room))
+		resp.Write(out) // grown past the room after all: copied
+		return nil
+	}
+	resp.Truncate(resp.Len() - len(room) + len(out))
+	return nil
+}
+
+// putCursor writes a copy's next place in the first 8 bytes of its answer.
+func putCursor(out []byte, next embedding.Cursor) {
 	binary.LittleEndian.PutUint32(out, uint32(next.Shard))
 	binary.LittleEndian.PutUint32(out[4:], next.Row)
-	resp.Write(out)
-	if cap(out) <= 64<<20 {
-		m.buf = out[:0]
-	}
-	return nil
 }
 
 // fenceMigration makes the server refuse the migration's slots from now on and returns the

@@ -48,6 +48,14 @@ func (b *Buffer) Len() int { return len(b.b) }
 // Reset empties the response, keeping its storage.
 func (b *Buffer) Reset() { b.b = b.b[:0] }
 
+// Truncate shortens the response to n bytes (no-op if it is not longer), keeping its storage:
+// a handler can Extend by as much as it may write, fill part of it, and give back the rest.
+func (b *Buffer) Truncate(n int) {
+	if n >= 0 && n < len(b.b) {
+		b.b = b.b[:n]
+	}
+}
+
 // release hands the storage back to the pool.
 func (b *Buffer) release() {
 	b.pool.Put(b.b)

@@ -543,6 +543,11 @@ func TestBuffer(t *testing.T) {
 	assert.Equal(t, 5006, b.Len())
 	assert.Equal(t, "abcdef", string(b.Bytes()[:6]))
 	assert.Empty(t, b.Extend(-1))
+	b.Truncate(4)
+	assert.Equal(t, "abcd", string(b.Bytes()))
+	b.Truncate(10) // longer than the response: nothing changes
+	copy(b.Extend(1), "z")
+	assert.Equal(t, "abcdz", string(b.Bytes()))
 	b.Reset()
 	assert.Zero(t, b.Len())
 	b.release()
