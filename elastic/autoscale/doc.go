@@ -9,9 +9,11 @@
 //	t = Base + WorkerCompute/cw + ServerCompute*w/(p*cs) + PerWorker*w + PerServer*p
 //
 // and the throughput w/t: concave and saturating in the workers, with a best number of
-// servers. Fit finds the non-negative coefficients that best explain measured Samples (NNLS,
-// the Lawson-Hanson active-set method), drawn towards a Prior where the samples leave them
-// open.
+// servers; cw and cs are bounded by the cores a process can use (Model.WorkerCores,
+// ServerCores: its threads, measured). Fit finds the non-negative coefficients that best
+// explain measured Samples (NNLS, the Lawson-Hanson active-set method), with the compute and
+// serve shares of the step where measured, drawn towards a Prior where the samples leave
+// them open.
 //
 // # The planner
 //
@@ -30,31 +32,48 @@
 //
 // The stages:
 //
-//  1. Begin: the nearest earlier job in the history (LoadHistory, AppendHistory: a JSON file
-//     replaced atomically) by model size, dataset size and batch size gives the model, the
-//     process sizes and the server memory per model byte; the plan has as many servers as the
-//     memory needs and the model suggests, and as many workers as the model finds worth it.
-//  2. Observe re-plans every ReplanEvery, once a shape has Settle samples and Cooldown has
-//     passed since the last change: it fits the model to the measurements of the newest Window shapes and adds
-//     the worker or server of highest marginal efficiency (throughput gained per core over
-//     throughput per core) while that is at least AddEfficiency and the quota allows, or
-//     removes those whose loss per core is below RemoveEfficiency (Resize), within the quota's
-//     counts, cores (MaxCPU) and memory (MaxMemory); a change of the server count spreads the
-//     servers' memory anew. Before the counts it right-sizes each role's processes from what
-//     they were measured to use: cores to the most a process used times CPUHeadroom (more for
-//     a worker that uses nearly all of its own), a worker's memory to the most one used times
-//     MemoryHeadroom; a cut of cores whose measured cost in throughput is worth the cores is
-//     undone. Without a prior it first explores: a worker more, then a server more, to see
-//     how the job scales.
+//  1. Begin: the history (LoadHistory, AppendHistory: a JSON file replaced atomically) sizes
+//     the first plan. With the user's request in the profile, each process gets what the
+//     earlier jobs' processes used of their users' requests: cores where a step more of
+//     that spread is worth less than AddEfficiency by the history's model, a worker's memory
+//     its MemoryQuantile, the servers' memory per model byte the one of least expected
+//     memory-time over the job's expected run and a restore of its rows if it runs out.
+//     Without a request, the nearest earlier job by model size, dataset size and batch size
+//     gives the sizes and the memory per model byte. The median model of the earlier jobs
+//     within HistoryMaxDistance is the prior; the plan has as many servers as the memory
+//     needs and the model suggests, and as many workers as the model finds worth it.
+//  2. Observe re-plans every ReplanEvery, once a shape has Settle samples (and, after a change
+//     that moved rows, Cooldown has passed): it fits the model to the measurements of the
+//     newest Window shapes and adds the worker or server of highest marginal efficiency
+//     (throughput gained per resource over throughput per resource, a resource being a core
+//     or CoreMemory of memory) while that is at least AddEfficiency and the quota allows, or
+//     removes those whose loss is below RemoveEfficiency (Resize), several at once (MaxStep),
+//     within the quota's counts, cores (MaxCPU) and memory (MaxMemory). Workers join and
+//     leave between steps and cost nothing to change; a change of the servers moves rows
+//     (servers of a new size take them all, a server added its share) and is made only when
+//     the time it saves over the job's remaining samples pays Payback times the training it
+//     loses while they move (MoveBytesPerSecond, MoveSpeed). Before the counts it right-sizes
+//     each role's processes: where the observations report the share of the time a process
+//     works (Busy), to the cores it uses while it works times BusyHeadroom, in the same
+//     decision as the counts, and up by CPUHeadroom where a process uses all of its cores and
+//     the model finds more worth it; otherwise to the most a process used times CPUHeadroom,
+//     undoing a cut whose measured cost in throughput is worth the cores. A worker's memory is
+//     sized to the most one used times MemoryHeadroom. Measured compute and serve shares fit
+//     the model's terms directly, and the cores a process uses while it works bound the
+//     model's cores; without them and without a prior it first explores: a worker more, then
+//     a server more (when that costs at most ExploreShare of the remaining time).
 //  3. Observe answers instability at once: a server hot (CPU share at least HotCPU for HotFor)
-//     gets a server added and the hottest slots moved by load (AddServer; Rebalance at
-//     MaxServers); a server killed for lack of memory, or near its limit, is restarted larger
-//     and restores from the flash checkpoint (RestartServer), or, at MaxServerMemory, has its
-//     rows spread over more servers (AddServer; at once when it was killed); a worker whose
-//     step time stays
-//     StragglerFactor times the median is replaced (ReplaceWorker); a request pending longer
-//     than PendingFor is made smaller (ShrinkRequest), never below what it is known to need
-//     (a server's share of the rows, a worker's measured peak, with MemoryHeadroom).
+//     gets a server like the others and the hottest slots moved by load (AddServer), when a
+//     server more pays; else, or at MaxServers, the slots are moved (Rebalance). A server
+//     killed for lack of memory, or near its limit, is restarted larger and restores from
+//     the flash checkpoint (RestartServer); when every server is near its limit the rows are
+//     spread over more servers instead, which moves a share of them rather than all
+//     (AddServer); at MaxServerMemory they are spread too (at once when one was killed). A
+//     worker whose step time stays StragglerFactor times the median is replaced
+//     (ReplaceWorker). A request pending longer than PendingFor: workers are given up first
+//     (they are added back for nothing once the job runs), then requests are made smaller
+//     (ShrinkRequest), never below what they are known to need (a server's share of the rows,
+//     a worker's measured peak with MemoryHeadroom, the history's median cores).
 //
 // Every Decision carries the numbers it was made on (Value against Limit, throughput Before
 // and After) and a Reason in words, and the planner logs it to Config.Logger.

@@ -9,7 +9,7 @@ import (
 
 // A job starts from the model of a similar earlier job, is re-planned as its measured
 // throughput comes in (the servers' cores growing with the load each takes), and gets a server
-// when one stays hot (the servers' memory spread over one more).
+// like the others when one stays hot.
 func Example() {
 	earlier := autoscale.Model{Base: 20e-6, WorkerCompute: 400e-6, ServerCompute: 150e-6, PerWorker: 10e-6, PerServer: 40e-6}
 	history := []autoscale.JobRecord{{
@@ -44,8 +44,8 @@ func Example() {
 		}
 	}
 	// Output:
-	// plan 15 workers x 4 CPU, 3 servers x 4 CPU 10.4 GiB
-	// 45s add-server ps-1 -> 15 workers x 4 CPU, 4 servers x 4 CPU 7.8 GiB
-	// 3m0s resize  -> 19 workers x 4 CPU, 4 servers x 5 CPU 7.8 GiB
-	// 5m15s resize  -> 23 workers x 4 CPU, 4 servers x 6 CPU 7.8 GiB
+	// plan 17 workers x 4 CPU, 3 servers x 4 CPU 10.4 GiB
+	// 45s add-server ps-1 -> 17 workers x 4 CPU, 4 servers x 4 CPU 10.4 GiB
+	// 3m0s resize  -> 21 workers x 4 CPU, 4 servers x 5 CPU 10.4 GiB
+	// 5m15s resize  -> 25 workers x 4 CPU, 4 servers x 6 CPU 10.4 GiB
 }

@@ -10,11 +10,14 @@ import (
 // memoryLocked is the out-of-memory rule: a server killed for lack of memory, or using
 // NearMemory of its limit, is restarted with MemoryGrowth times the limit (or MemoryHeadroom
 // times what it used, if more), at most MaxServerMemory, and restores its slots from the
-// flash checkpoint. A server at MaxServerMemory already cannot grow: the rows are spread over
-// more servers (AddServer, each server's share of MemoryGrowth times the servers' memory in
-// all, as many servers as that needs at MaxServerMemory each). A kill at the cap is answered
-// at once, whatever the Cooldown (the job cannot go on as it is); a server only near the cap
-// waits for the Cooldown. At MaxServers nothing can be done, and the planner logs it.
+// flash checkpoint; when every server is near its limit and not killed, the rows are spread
+// over more servers of the same size instead where that moves fewer rows (spreadLocked). A
+// server at MaxServerMemory already cannot grow: the rows are spread over more servers
+// (AddServer, each server's share of MemoryGrowth times the servers' memory in all, as many
+// servers as that needs at MaxServerMemory each). A kill at the cap is answered at once,
+// whatever the Cooldown (the job cannot go on as it is); a server only near the cap waits for
+// the Cooldown. At MaxServers nothing can be done, and the planner logs it. These are answered
+// whatever they cost: the job cannot go on as it is.
 func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) {
 	c := &p.cfg
 	limit := sv.MemoryLimit
@@ -70,6 +73,11 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 			what, gib(c.MaxServerMemory), n, gib(s.Server.Memory), c.MemoryGrowth)
 		return d, true
 	}
+	if !sv.OOMKilled {
+		if d, ok := p.spreadLocked(obs, sv, limit, what); ok {
+			return d, true
+		}
+	}
 	grown := max(float64(limit)*c.MemoryGrowth, float64(sv.Memory)*c.MemoryHeadroom, float64(asked))
 	size := Resources{CPU: obs.Shape.Server.CPU, Memory: min(roundMiB(grown), c.MaxServerMemory)}
 	p.asked[sv.ID] = size.Memory
@@ -85,10 +93,68 @@ func (p *Planner) memoryLocked(obs Observation, sv ServerLoad) (Decision, bool) 
 	return d, true
 }
 
+// modelSaysServersLocked reports whether the fitted model can say what more servers do: it
+// has a prior, measured serve shares, or measurements at two server counts.
+func (p *Planner) modelSaysServersLocked() bool {
+	if p.prior != nil || len(p.serverCounts) >= 2 {
+		return true
+	}
+	for _, m := range p.shapes {
+		for _, x := range m.xs {
+			if x.serve > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// spreadLocked answers a server near its memory limit by spreading the rows over more servers
+// of the same size, when every server is near its limit (the rows, not one server's share of
+// them, have outgrown the memory) and that moves fewer rows than restarting the servers
+// larger: as many servers as give MemoryGrowth times the memory in all, when the quota
+// allows them without taking workers. A restart larger gives a server a new size, and a new
+// size takes all the rows; a server added takes a share of them.
+func (p *Planner) spreadLocked(obs Observation, sv ServerLoad, limit int64, what string) (Decision, bool) {
+	c := &p.cfg
+	if len(obs.Servers) < obs.Shape.Servers {
+		return Decision{}, false // some servers unreported: not every server is known near
+	}
+	for _, o := range obs.Servers {
+		l := o.MemoryLimit
+		if l == 0 {
+			l = obs.Shape.Server.Memory
+		}
+		if float64(o.Memory) < c.NearMemory*float64(l) {
+			return Decision{}, false
+		}
+	}
+	n := max(obs.Shape.Servers+1, int(math.Ceil(float64(obs.Shape.Servers)*c.MemoryGrowth)))
+	s := obs.Shape
+	s.Servers = n
+	s.Server.Memory = limit
+	s = c.withinQuota(s)
+	restart := obs.Shape
+	restart.Server.Memory = roundMiB(float64(limit) * c.MemoryGrowth)
+	if n > c.MaxServers || !c.allows(s) || s.Workers < obs.Shape.Workers || movedFraction(obs.Shape, s) >= movedFraction(obs.Shape, restart) {
+		return Decision{}, false // a restart larger keeps the workers the quota would take
+	}
+	p.spreadTo = n
+	p.serverTotal = float64(limit) * float64(n)
+	p.rowsNeed = max(p.rowsNeed, float64(sv.Memory)*float64(obs.Shape.Servers)*c.MemoryHeadroom)
+	return Decision{
+		Kind: AddServer, At: obs.At, Target: sv.ID, Role: Server, Shape: s, Value: float64(sv.Memory), Limit: float64(limit),
+		Reason: fmt.Sprintf("%s, as every server: its rows are spread over %d servers of %.2f GiB (x%.2f the memory in all), which moves %.0f%% of the rows where a restart larger would move them all",
+			what, n, gib(limit), float64(n)/float64(obs.Shape.Servers), 100*movedFraction(obs.Shape, s)),
+	}, true
+}
+
 func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 // hotLocked is the hot-server rule: a server whose CPU share stayed at or above HotCPU for
-// HotFor gets a server added (then slots moved by load), or, at MaxServers, just the moves.
+// HotFor gets a server like the others added (then slots moved by load) when a server more
+// pays for the rows it takes (Payback; the gain is the model's, or at most (p+1)/p when the
+// model cannot say); otherwise, and at MaxServers, the hottest slots are moved (Rebalance).
 // It returns the hottest such server.
 func (p *Planner) hotLocked(obs Observation) (Decision, bool) {
 	c := &p.cfg
@@ -127,12 +193,32 @@ func (p *Planner) hotLocked(obs Observation) (Decision, bool) {
 		Before: obs.Throughput, Shape: obs.Shape,
 	}
 	what := fmt.Sprintf("CPU share %.2f >= %.2f for %v (mean of %d servers %.2f)", hot.CPU, c.HotCPU, held.Round(time.Second), len(obs.Servers), mean)
-	if s := spread(with(obs.Shape, 0, 1), p.serverTotal); c.allows(s) {
-		d.Kind, d.Shape = AddServer, s
-		d.Reason = what + fmt.Sprintf(": add server %d and move the hottest slots by measured load", s.Servers)
-	} else {
+	s := with(obs.Shape, 0, 1) // a server like the others: the others keep their size
+	if !c.allows(s) {
 		d.Kind = Rebalance
 		d.Reason = what + fmt.Sprintf(": %d servers is the quota's most; move the hottest slots by measured load", obs.Shape.Servers)
+		return d, true
+	}
+	// What a server more gains: the model's prediction where one is fitted, else at most the
+	// servers' share growing by (p+1)/p, as when they alone held the job back.
+	x0 := obs.Throughput
+	if m := p.meanAtLocked(obs.Shape); m > 0 {
+		x0 = m
+	}
+	x1 := x0 * float64(s.Servers) / float64(obs.Shape.Servers)
+	if m, err := p.fitLocked(); err == nil && p.modelSaysServersLocked() && m.Throughput(obs.Shape) > 0 {
+		x1 = x0 * m.Throughput(s) / m.Throughput(obs.Shape)
+	}
+	ok, why := p.paysLocked(obs.Shape, s, x0, x1)
+	if !ok {
+		d.Kind = Rebalance
+		d.Reason = what + fmt.Sprintf(": a server more would not pay (%s); move the hottest slots by measured load", why)
+		return d, true
+	}
+	d.Kind, d.Shape, d.After = AddServer, s, x1
+	d.Reason = what + fmt.Sprintf(": add server %d and move the hottest slots by measured load", s.Servers)
+	if why != "" {
+		d.Reason += " (" + why + ")"
 	}
 	return d, true
 }
@@ -193,53 +279,83 @@ func (p *Planner) stragglersLocked(obs Observation) []Decision {
 	return ds
 }
 
-// pendingLocked is the pending-request rule: a process that waited PendingFor is asked for
-// again ShrinkFactor times as large, down to MinProcess, and never below what it is known to
-// need: a server's share of the memory the rows need (rowsNeed; at most MaxServerMemory), a
-// worker's peak memory times MemoryHeadroom. One that can shrink no further is given up (the
-// count drops by one, not below the quota's minimum; a server only when the others can hold
-// its rows within MaxServerMemory, their memory then their larger share).
+// pendingLocked is the pending-request rule: a process that waited PendingFor is given up or
+// asked for again smaller. A pending worker is given up while the job has more than
+// MinWorkers workers: a worker costs nothing to add once the job runs, and the re-plan adds
+// it back if the model still finds it worth its cores. Only when no worker can be given up
+// is a request made smaller: ShrinkFactor times as large, down to MinProcess, and never below
+// what it is known to need: a server's share of the memory the rows need (rowsNeed; at most
+// MaxServerMemory) and the median cores the history's processes used of their requests
+// (times this one's), a worker's peak memory times MemoryHeadroom or the history's estimate.
+// A server that can shrink no further is given up (the count drops by one, not below the
+// quota's minimum, and only when the others can hold its rows within MaxServerMemory, their
+// memory then their larger share). The decisions of one observation compose: each one's
+// Shape is the job's once it and those before it are carried out.
 func (p *Planner) pendingLocked(obs Observation) []Decision {
 	c := &p.cfg
 	var ds []Decision
+	s := obs.Shape
+	gaveUp := false
+	for _, pd := range obs.Pending {
+		if pd.Waited < c.PendingFor || pd.Role != Worker || s.Workers <= c.MinWorkers {
+			continue
+		}
+		s = with(s, -1, 0)
+		gaveUp = true
+		ds = append(ds, Decision{Kind: ShrinkRequest, At: obs.At, Target: pd.ID, Role: pd.Role, Shape: s, Size: pd.Size,
+			Value: pd.Waited.Seconds(), Limit: c.PendingFor.Seconds(),
+			Reason: fmt.Sprintf("pending for %v >= %v: give it up, %d workers (a worker is added back for nothing once the job runs)",
+				pd.Waited.Round(time.Second), c.PendingFor, s.Workers)})
+	}
+	if gaveUp {
+		return ds
+	}
 	for _, pd := range obs.Pending {
 		if pd.Waited < c.PendingFor {
 			continue
 		}
-		d := Decision{At: obs.At, Target: pd.ID, Role: pd.Role, Shape: obs.Shape, Value: pd.Waited.Seconds(), Limit: c.PendingFor.Seconds()}
-		floor := p.memoryFloorLocked(pd.Role, obs.Shape.Servers)
-		size := Resources{CPU: max(pd.Size.CPU*c.ShrinkFactor, c.MinProcess.CPU), Memory: max(int64(float64(pd.Size.Memory)*c.ShrinkFactor), c.MinProcess.Memory, floor)}
+		d := Decision{At: obs.At, Target: pd.ID, Role: pd.Role, Value: pd.Waited.Seconds(), Limit: c.PendingFor.Seconds()}
+		floor := p.memoryFloorLocked(pd.Role, s.Servers)
+		size := Resources{CPU: max(pd.Size.CPU*c.ShrinkFactor, c.MinProcess.CPU, p.minCPU[pd.Role]), Memory: max(int64(float64(pd.Size.Memory)*c.ShrinkFactor), c.MinProcess.Memory, floor)}
 		if pd.Size.Memory == 0 || size.Memory > pd.Size.Memory {
 			size.Memory = pd.Size.Memory
+		}
+		if size.CPU > pd.Size.CPU {
+			size.CPU = pd.Size.CPU
 		}
 		if size.CPU < pd.Size.CPU || size.Memory < pd.Size.Memory {
 			d.Kind, d.Size = ShrinkRequest, size
 			if pd.Role == Server {
-				d.Shape.Server = size
+				s.Server = size
 			} else {
-				d.Shape.Worker = size
+				s.Worker = size
 			}
+			d.Shape = s
 			d.Reason = fmt.Sprintf("pending for %v >= %v: ask for %v instead of %v", pd.Waited.Round(time.Second), c.PendingFor, size, pd.Size)
 			if size.Memory == floor && floor > 0 {
 				d.Reason += fmt.Sprintf(" (%.2f GiB is the least it needs)", gib(floor))
 			}
+			if size.CPU == p.minCPU[pd.Role] && size.CPU > c.MinProcess.CPU {
+				d.Reason += fmt.Sprintf(" (%g cores: the median the history's %ss used of their requests)", size.CPU, pd.Role)
+			}
 			ds = append(ds, d)
 			continue
 		}
-		s := obs.Shape
+		next := s
 		if pd.Role == Server {
-			s = with(s, 0, -1)
-			if need := p.memoryFloorLocked(Server, s.Servers); need > c.MaxServerMemory {
+			next = with(next, 0, -1)
+			if need := p.memoryFloorLocked(Server, next.Servers); need > c.MaxServerMemory {
 				continue // the others cannot hold its rows
-			} else if need > s.Server.Memory {
-				s.Server.Memory = need
+			} else if need > next.Server.Memory {
+				next.Server.Memory = need
 			}
 		} else {
-			s = with(s, -1, 0)
+			next = with(next, -1, 0)
 		}
-		if !c.allows(s) {
+		if !c.allows(next) {
 			continue
 		}
+		s = next
 		d.Kind, d.Size, d.Shape = ShrinkRequest, pd.Size, s
 		d.Reason = fmt.Sprintf("pending for %v >= %v at the smallest size %v: give it up, %d workers and %d servers",
 			pd.Waited.Round(time.Second), c.PendingFor, pd.Size, s.Workers, s.Servers)
@@ -249,8 +365,8 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 }
 
 // memoryFloorLocked is the least memory a process of role may ask for: a server's share of
-// the rows' need over servers servers, a worker's peak use times MemoryHeadroom; 0 when
-// unknown.
+// the rows' need over servers servers, a worker's peak use times MemoryHeadroom (before any
+// is measured, what the history says a worker needs); 0 when unknown.
 func (p *Planner) memoryFloorLocked(role Role, servers int) int64 {
 	if role == Server {
 		if p.rowsNeed <= 0 || servers <= 0 {
@@ -259,7 +375,7 @@ func (p *Planner) memoryFloorLocked(role Role, servers int) int64 {
 		return roundMiB(p.rowsNeed / float64(servers))
 	}
 	if p.peakWorkerMem <= 0 {
-		return 0
+		return p.minWorkerMem
 	}
 	return roundMiB(float64(p.peakWorkerMem) * p.cfg.MemoryHeadroom)
 }

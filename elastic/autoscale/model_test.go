@@ -139,3 +139,79 @@ func TestModelShape(t *testing.T) {
 	want := math.Sqrt(truth.ServerCompute * 32 / (4 * truth.PerServer))
 	assert.InDelta(t, want, float64(bestP), 1)
 }
+
+// TestFitShares: measured at a few worker counts and one server count, the throughput alone
+// cannot tell the servers' work from the contention of more workers (both grow with w/p at a
+// fixed p); the measured compute and serve shares of the step can, and the fit then predicts
+// what more servers would do. Workers are free to change, servers are not: this is what lets
+// a job learn its servers' worth without moving a row.
+func TestFitShares(t *testing.T) {
+	measure := func(s Shape, shares bool) Sample {
+		compute, serve, _ := truth.Terms(s)
+		step := truth.SecondsPerSample(s)
+		sm := Sample{Shape: s, Throughput: truth.Throughput(s), Weight: 10}
+		if shares {
+			sm.Compute, sm.Serve = compute/step, serve/step
+		}
+		return sm
+	}
+	s := Shape{Workers: 4, Servers: 2, Worker: Resources{CPU: 4}, Server: Resources{CPU: 4}}
+	one := measure(s, true)
+	fit, err := Fit([]Sample{one}, nil)
+	require.NoError(t, err)
+	assert.InEpsilon(t, truth.WorkerCompute, fit.WorkerCompute, 1e-3, "one shape's shares give the compute term")
+	assert.InEpsilon(t, truth.ServerCompute, fit.ServerCompute, 1e-3, "and the serve term")
+
+	// What one server count leaves open is only the fixed cost per server against the fixed
+	// cost per sample (Base, 20 us, against PerServer, 5 us a server), a tenth of the step.
+	servers := with(s, 2, 2) // 6 workers, 4 servers
+	var miss [2]float64
+	for i, shares := range []bool{true, false} {
+		fit, err := Fit([]Sample{measure(s, shares), measure(with(s, 2, 0), shares), measure(with(s, 4, 0), shares)}, nil)
+		require.NoError(t, err)
+		assert.InEpsilon(t, truth.Throughput(with(s, 12, 0)), fit.Throughput(with(s, 12, 0)), 0.02, "more workers, shares %v", shares)
+		miss[i] = math.Abs(fit.Throughput(servers)/truth.Throughput(servers) - 1)
+		t.Logf("shares %v: %v, %.1f%% off at 4 servers", shares, fit, 100*miss[i])
+	}
+	assert.Less(t, miss[0], 0.1, "more servers predicted from the shares")
+	assert.Greater(t, miss[1], 3*miss[0], "more servers cannot be predicted from the throughput alone")
+	// A share outside [0, 1] is invalid.
+	bad := one
+	bad.Serve = 1.5
+	_, err = Fit([]Sample{bad}, nil)
+	assert.ErrorIs(t, err, ErrInvalidSample)
+}
+
+// TestModelCores: cores beyond the bound add nothing; the prior's bounds carry to the fit and
+// bound its samples' cores.
+func TestModelCores(t *testing.T) {
+	m := truth
+	m.WorkerCores, m.ServerCores = 2, 3
+	s := Shape{Workers: 4, Servers: 2, Worker: Resources{CPU: 2}, Server: Resources{CPU: 3}}
+	big := s
+	big.Worker.CPU, big.Server.CPU = 8, 8
+	assert.Equal(t, m.Throughput(s), m.Throughput(big))
+	small := s
+	small.Worker.CPU = 1
+	assert.Less(t, m.Throughput(small), m.Throughput(s))
+	assert.Contains(t, m.String(), "cw <= 2")
+	// Samples of a job whose workers use 2 cores, measured at 2 and at 8 cores a worker, fit
+	// one model with the bound and are contradictory without it.
+	samples := []Sample{{Shape: s, Throughput: m.Throughput(s)}, {Shape: big, Throughput: m.Throughput(big)}}
+	for _, sh := range []Shape{with(s, 4, 0), with(big, 0, 2), with(s, 0, 1)} {
+		samples = append(samples, Sample{Shape: sh, Throughput: m.Throughput(sh)})
+	}
+	fit, err := Fit(samples, &Prior{Model: Model{WorkerCores: 2, ServerCores: 3}})
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, fit.WorkerCores)
+	for _, sm := range samples {
+		assert.InEpsilon(t, sm.Throughput, fit.Throughput(sm.Shape), 1e-3, "%v", sm.Shape)
+	}
+	unbounded, err := Fit(samples, nil)
+	require.NoError(t, err)
+	worst := 0.0
+	for _, sm := range samples {
+		worst = math.Max(worst, math.Abs(unbounded.Throughput(sm.Shape)/sm.Throughput-1))
+	}
+	assert.Greater(t, worst, 0.05)
+}

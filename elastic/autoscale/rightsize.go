@@ -53,6 +53,188 @@ func (p *Planner) useLocked(obs Observation) {
 		rows += float64(sv.Memory)
 	}
 	p.rowsNeed = max(p.rowsNeed, rows*p.cfg.MemoryHeadroom)
+	if rows > 0 {
+		p.rowBytes = rows
+		p.peakRows = max(p.peakRows, int64(rows))
+	}
+	// The cores a process uses while it works: its cores in use over the share of the time it
+	// works. That is how many threads it keeps busy, whatever the load.
+	working := func(cpu, busy, cores float64) (float64, bool) {
+		if !(cpu > 0) || !(busy > 0) || busy > 1 || math.IsInf(cpu, 0) {
+			return 0, false
+		}
+		return min(min(cpu, 1)*cores/busy, cores), true
+	}
+	for _, w := range obs.Workers {
+		if e, ok := working(w.CPU, w.Busy, obs.Shape.Worker.CPU); ok {
+			p.seen[Worker].add(e, obs.Shape.Worker.CPU)
+		}
+	}
+	for _, sv := range obs.Servers {
+		if e, ok := working(sv.CPU, sv.Busy, obs.Shape.Server.CPU); ok {
+			p.seen[Server].add(e, obs.Shape.Server.CPU)
+		}
+	}
+}
+
+// saturated is how close to its cores a process's cores in use while it works must come for
+// it to count as using all of them (it might use more). It is well below BusyHeadroom's
+// margin, so that a process right-sized to its use does not count.
+const saturated = 0.02
+
+// coresSeen is what the observations said of the cores a role's processes can use, from the
+// cores they used while they worked.
+type coresSeen struct {
+	// est is the most a process used where that was below its cores; low the most cores a
+	// process had and used all of (it can use at least that many); n counts observations.
+	est, low float64
+	n        int
+}
+
+func (c *coresSeen) add(used, cores float64) {
+	c.n++
+	if used >= (1-saturated)*cores {
+		c.low = max(c.low, cores)
+	} else {
+		c.est = max(c.est, used)
+	}
+}
+
+// bound is the most cores a process of the role can use as far as measured; 0 while a
+// process used all of more cores than that allows for (how many it can use is not known).
+// A process that used all of cores within what a right-size gives est (est times headroom,
+// rounded up by step) says no more than noise would: est stands.
+func (c *coresSeen) bound(headroom, step float64) float64 {
+	if c.est > 0 && c.low <= roundUp(c.est*headroom, step)*(1+saturated) {
+		return max(c.est, c.low*(1-saturated))
+	}
+	return 0
+}
+
+// record is the most cores a process of the role was seen to use while it worked, and
+// whether that is only a lower bound (it used all it had).
+func (c *coresSeen) record(headroom, step float64) (float64, bool) {
+	if b := c.bound(headroom, step); b > 0 {
+		return b, false
+	}
+	return c.low, c.low > 0
+}
+
+// boundLocked is the role's bound on cores, as far as measured (coresSeen.bound).
+func (p *Planner) boundLocked(role Role) float64 {
+	return p.seen[role].bound(p.cfg.BusyHeadroom, p.cfg.CPUStep)
+}
+
+// replanBusyLocked is the re-plan of a job whose processes report the share of the time they
+// work (Busy): the measured cores a process uses while it works size each role, and the
+// model, fitted to the compute and serve shares of the step as well as the throughput,
+// sets the counts, in one decision:
+//
+//   - a role whose processes use fewer cores than they have while they work gets those
+//     cores times BusyHeadroom (rounded up to CPUStep), when its cores are more than
+//     RightsizeMargin above that or below it; one whose processes use all of theirs gets
+//     CPUHeadroom times as many when the model finds the cores worth AddEfficiency and the
+//     quota has room;
+//   - a worker's memory as rightsizeLocked sizes it;
+//   - then workers and servers are added or removed by the model (replan) from the new
+//     sizes.
+//
+// Workers change for nothing (they join and leave between steps); a change of the servers
+// (their count or their size) is made only when it pays for the rows it moves (Payback).
+func (p *Planner) replanBusyLocked(obs Observation) (Decision, bool) {
+	c := &p.cfg
+	s := obs.Shape
+	m, err := p.fitLocked()
+	if err != nil {
+		p.log.Warn("autoscale: no model", "err", err)
+		return Decision{}, false
+	}
+	x0 := p.meanAtLocked(s)
+	if !(x0 > 0) {
+		x0 = obs.Throughput
+	}
+	to := s
+	var why []string
+	size := func(role Role, r *Resources) {
+		seen := p.seen[role]
+		if seen.n == 0 {
+			return
+		}
+		cur := r.CPU
+		trial := to
+		tr := &trial.Worker
+		if role == Server {
+			tr = &trial.Server
+		}
+		var what string
+		if b := p.boundLocked(role); b > 0 {
+			target := max(roundUp(b*c.BusyHeadroom, c.CPUStep), c.MinProcess.CPU, p.floorCPU[role])
+			if cur >= target && cur <= target*(1+c.RightsizeMargin) {
+				return
+			}
+			tr.CPU = target
+			what = fmt.Sprintf("%ss use %.2f cores while they work: %g -> %g cores with x%.2f headroom", role, b, cur, target, c.BusyHeadroom)
+		} else if seen.low >= cur {
+			tr.CPU = roundUp(cur*c.CPUHeadroom, c.CPUStep)
+			e := c.efficiency(m, to, trial)
+			if e < c.AddEfficiency || !c.allows(c.withinQuota(trial)) || c.withinQuota(trial).Workers < trial.Workers {
+				return
+			}
+			what = fmt.Sprintf("%ss use all %g of their cores while they work: %g cores, marginal efficiency %.2f >= %.2f", role, cur, tr.CPU, e, c.AddEfficiency)
+		} else {
+			return
+		}
+		if role == Server {
+			x1 := x0 * m.Throughput(trial) / m.Throughput(s)
+			ok, pw := p.paysLocked(s, trial, x0, x1)
+			if !ok {
+				p.log.Info("autoscale: servers keep their size", "would", what, "because", pw)
+				return
+			}
+			if pw != "" {
+				what += " (" + pw + ")"
+			}
+		}
+		*r = *tr
+		why = append(why, what)
+	}
+	size(Worker, &to.Worker)
+	size(Server, &to.Server)
+	if p.peakWorkerMem > 0 {
+		target := max(roundMiB(float64(p.peakWorkerMem)*c.MemoryHeadroom), c.MinProcess.Memory)
+		cur := s.Worker.Memory
+		what := fmt.Sprintf("workers use at most %.2f GiB: %.2f GiB with x%.2f headroom", gib(p.peakWorkerMem), gib(target), c.MemoryHeadroom)
+		if cur > 0 && float64(p.peakWorkerMem) >= c.NearMemory*float64(cur) {
+			target = max(target, roundMiB(float64(cur)*c.MemoryGrowth))
+			what = fmt.Sprintf("workers use %.2f of %.2f GiB (near at %.0f%%): %.2f GiB", gib(p.peakWorkerMem), gib(cur), 100*c.NearMemory, gib(target))
+		}
+		if cur == 0 || math.Abs(float64(target-cur)) > c.RightsizeMargin*float64(cur) {
+			to.Worker.Memory = target
+			why = append(why, what)
+		}
+	}
+	if !c.allows(to) {
+		// Larger processes the quota has no room for: keep the sizes.
+		to, why = s, nil
+	}
+	d := Decision{Kind: Resize, At: obs.At, Before: obs.Throughput, Value: to.CPU(), Limit: s.CPU()}
+	if rd, ok := c.replan(m, to, p.movesLocked(m, s, x0)); ok {
+		to = rd.Shape
+		d.Value, d.Limit = rd.Value, rd.Limit
+		why = append(why, rd.Reason)
+	}
+	if sameSize(to, s) && to.Worker.Memory == s.Worker.Memory && to.Server.Memory == s.Server.Memory {
+		p.log.Debug("autoscale: shape kept", "shape", s.String(), "model", m.String())
+		return Decision{}, false
+	}
+	if ok, pw := p.paysLocked(s, to, x0, x0*m.Throughput(to)/m.Throughput(s)); pw != "" && ok {
+		why = append(why, pw)
+	}
+	d.Shape = to
+	d.After = m.Throughput(to)
+	d.Reason = fmt.Sprintf("%s; %g -> %g cores, %.1f -> %.1f GiB in all; %s",
+		strings.Join(why, "; "), s.CPU(), to.CPU(), gib(s.Memory()), gib(to.Memory()), m.String())
+	return d, true
 }
 
 // roundUp rounds x up to a multiple of step.

@@ -186,7 +186,7 @@ func TestMemoryQuota(t *testing.T) {
 	// A re-plan does not grow past the memory, however well the workers scale.
 	c := Config{MaxMemory: 40 << 30, MaxWorkers: 20}.withDefaults()
 	s := Shape{Workers: 2, Servers: 1, Worker: Resources{CPU: 4, Memory: 8 << 30}, Server: Resources{CPU: 4, Memory: 16 << 30}}
-	rd, ok := c.replan(Model{WorkerCompute: 400e-6}, s, 16<<30)
+	rd, ok := c.replan(Model{WorkerCompute: 400e-6}, s, moves{total: 16 << 30})
 	require.True(t, ok)
 	assert.Equal(t, 3, rd.Shape.Workers)
 	// Rows over the quota alone: the fewest workers, the servers' memory whole.
@@ -204,13 +204,13 @@ func TestMemoryQuota(t *testing.T) {
 func TestReplanSpreadsServerMemory(t *testing.T) {
 	c := Config{MaxWorkers: 4, MaxStep: 1}.withDefaults()
 	s := Shape{Workers: 4, Servers: 4, Worker: Resources{CPU: 4}, Server: Resources{CPU: 4, Memory: 8 << 30}}
-	d, ok := c.replan(Model{WorkerCompute: 400e-6}, s, 32<<30)
+	d, ok := c.replan(Model{WorkerCompute: 400e-6}, s, moves{total: 32 << 30})
 	require.True(t, ok)
 	require.Equal(t, 3, d.Shape.Servers)
 	assert.Equal(t, roundMiB(32<<30/3.0), d.Shape.Server.Memory)
 	// Servers that would need more than MaxServerMemory each are not removed.
 	c = Config{MaxWorkers: 4, MaxStep: 1, MaxServerMemory: 10 << 30}.withDefaults()
-	_, ok = c.replan(Model{WorkerCompute: 400e-6}, s, 32<<30)
+	_, ok = c.replan(Model{WorkerCompute: 400e-6}, s, moves{total: 32 << 30})
 	assert.False(t, ok)
 }
 

@@ -2,12 +2,23 @@ package autoscale
 
 import "fmt"
 
+// cost is what a shape holds, in cores: its cores, and its memory at CoreMemory bytes a core.
+func (c *Config) cost(s Shape) float64 {
+	return s.CPU() + float64(s.Memory())/float64(c.CoreMemory)
+}
+
 // efficiency is the marginal efficiency of going from one shape to another under m: the
-// throughput changed per core changed, over from's throughput per core. Linear scaling gives
-// 1, adding a process that helps nothing 0.
-func efficiency(m Model, from, to Shape) float64 {
-	x0, x1 := m.Throughput(from), m.Throughput(to)
-	c0, c1 := from.CPU(), to.CPU()
+// throughput changed per resource changed (cost: cores, and memory at CoreMemory a core),
+// over from's throughput per resource. Linear scaling gives 1, adding a process that helps
+// nothing 0.
+func (c *Config) efficiency(m Model, from, to Shape) float64 {
+	return c.marginal(m.Throughput(from), m.Throughput(to), from, to)
+}
+
+// marginal is the marginal efficiency of going from one shape at throughput x0 to another at
+// x1.
+func (c *Config) marginal(x0, x1 float64, from, to Shape) float64 {
+	c0, c1 := c.cost(from), c.cost(to)
 	if c1 == c0 || x0 <= 0 || c0 <= 0 {
 		return 0
 	}
@@ -66,20 +77,58 @@ type step struct {
 	eff float64
 }
 
+// moves says how a search changes the servers, and which changes it may make.
+type moves struct {
+	// total is the bytes of server memory spread anew over any count of servers, as at a
+	// job's start; 0: a server added is like the others and a server removed leaves its rows
+	// to the others, which are given rows' share each (spread, and so resized) only when
+	// their memory cannot hold them.
+	total float64
+	// rows is the least bytes the servers must hold in all; 0: unknown, each keeps its
+	// memory.
+	rows float64
+	// pays reports whether a change from one shape to another pays for the rows it moves
+	// (Config.Payback), and why not; nil: every change does.
+	pays func(from, to Shape) (bool, string)
+}
+
+// addServer is s with one server more.
+func (mv moves) addServer(s Shape) Shape {
+	return spread(with(s, 0, 1), mv.total)
+}
+
+// removeServer is s with one server fewer, its memory spread when it must be.
+func (mv moves) removeServer(s Shape) Shape {
+	to := with(s, 0, -1)
+	if mv.total > 0 {
+		return spread(to, mv.total)
+	}
+	if mv.rows > 0 && float64(to.Servers)*float64(to.Server.Memory) < mv.rows {
+		return spread(to, mv.rows)
+	}
+	return to
+}
+
+func (mv moves) ok(from, to Shape) bool {
+	if mv.pays == nil {
+		return true
+	}
+	ok, _ := mv.pays(from, to)
+	return ok
+}
+
 // grow adds one process at a time, the one of highest marginal efficiency, while that is at
-// least AddEfficiency and the quota allows, up to n processes.
-//
-// A step that changes the servers spreads total bytes of server memory over them (0: each
-// keeps its memory).
-func (c *Config) grow(m Model, s Shape, n int, total float64) []step {
+// least AddEfficiency, the quota allows and the change from start pays, up to n processes.
+func (c *Config) grow(m Model, s Shape, n int, mv moves) []step {
 	var steps []step
+	start := s
 	for range n {
 		best := step{eff: -1}
-		for _, to := range []Shape{with(s, 1, 0), spread(with(s, 0, 1), total)} {
-			if !c.allows(to) {
+		for _, to := range []Shape{with(s, 1, 0), mv.addServer(s)} {
+			if !c.allows(to) || !mv.ok(start, to) {
 				continue
 			}
-			if e := efficiency(m, s, to); e > best.eff {
+			if e := c.efficiency(m, s, to); e > best.eff {
 				best = step{to, e}
 			}
 		}
@@ -93,16 +142,17 @@ func (c *Config) grow(m Model, s Shape, n int, total float64) []step {
 }
 
 // shrink removes one process at a time, the one whose loss per core is least, while that is
-// below RemoveEfficiency, up to n processes.
-func (c *Config) shrink(m Model, s Shape, n int, total float64) []step {
+// below RemoveEfficiency and the change from start pays, up to n processes.
+func (c *Config) shrink(m Model, s Shape, n int, mv moves) []step {
 	var steps []step
+	start := s
 	for range n {
 		best, found := step{}, false
-		for _, to := range []Shape{with(s, -1, 0), spread(with(s, 0, -1), total)} {
-			if !c.allows(to) {
+		for _, to := range []Shape{with(s, -1, 0), mv.removeServer(s)} {
+			if !c.allows(to) || !mv.ok(start, to) {
 				continue
 			}
-			if e := efficiency(m, s, to); !found || e < best.eff {
+			if e := c.efficiency(m, s, to); !found || e < best.eff {
 				best, found = step{to, e}, true
 			}
 		}
@@ -122,18 +172,17 @@ func with(s Shape, dw, dp int) Shape {
 }
 
 // replan returns the shape the model recommends from s, and the Decision for it; ok is false
-// when s is best. total is the bytes of memory the servers share (0: unknown, each server
-// keeps its memory).
-func (c *Config) replan(m Model, s Shape, total float64) (Decision, bool) {
+// when s is best. mv says how servers are added and removed and which changes pay.
+func (c *Config) replan(m Model, s Shape, mv moves) (Decision, bool) {
 	from := s
 	s = c.withinQuota(c.clamp(s))
 	if s.Servers != from.Servers {
-		s = spread(s, total)
+		s = spread(s, max(mv.total, mv.rows))
 	}
-	steps := c.grow(m, s, c.MaxStep, total)
+	steps := c.grow(m, s, c.MaxStep, mv)
 	limit, verb := c.AddEfficiency, ">="
 	if len(steps) == 0 {
-		steps = c.shrink(m, s, c.MaxStep, total)
+		steps = c.shrink(m, s, c.MaxStep, mv)
 		limit, verb = c.RemoveEfficiency, "<"
 	}
 	if len(steps) > 0 {
@@ -146,7 +195,7 @@ func (c *Config) replan(m Model, s Shape, total float64) (Decision, bool) {
 		Kind: Resize, Shape: s, Limit: limit,
 		Before: m.Throughput(from), After: m.Throughput(s),
 	}
-	change := fmt.Sprintf("%+d workers, %+d servers (%+g cores)", s.Workers-from.Workers, s.Servers-from.Servers, s.CPU()-from.CPU())
+	change := fmt.Sprintf("%+d workers, %+d servers (%+g cores, %+.1f GiB)", s.Workers-from.Workers, s.Servers-from.Servers, s.CPU()-from.CPU(), gib(s.Memory()-from.Memory()))
 	if len(steps) == 0 {
 		d.Reason = fmt.Sprintf("%s to stay within the quota", change)
 		return d, true

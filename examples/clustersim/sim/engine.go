@@ -83,6 +83,7 @@ type jobState struct {
 	gpuSeconds                      float64
 	restarts, resizes, ooms         int
 	lastUsedWorker, lastUsedServer  Resources
+	lastBusyWorker, lastBusyServer  float64
 }
 
 // State is what a policy sees and changes. It is valid only during Schedule.
@@ -268,7 +269,10 @@ type Observation struct {
 	Throughput float64 // work units per second, 0 while stalled
 	Worker     Resources
 	Server     Resources
-	Progress   float64 // 0..1
+	// WorkerBusy and ServerBusy are the shares of its time a worker computed and a server
+	// served (PSTruth.Busy; 0 for a GPU job).
+	WorkerBusy, ServerBusy float64
+	Progress               float64 // 0..1
 }
 
 // Observe returns j's latest observation; ok is false when it is not running or has not
@@ -279,7 +283,8 @@ func (s *State) Observe(j *Job) (Observation, bool) {
 		return Observation{}, false
 	}
 	noise := math.Max(0.5, 1+0.03*s.rng.NormFloat64())
-	return Observation{Config: js.cfg, Throughput: js.lastRate * noise, Worker: js.lastUsedWorker, Server: js.lastUsedServer, Progress: js.progress / j.Work}, true
+	return Observation{Config: js.cfg, Throughput: js.lastRate * noise, Worker: js.lastUsedWorker, Server: js.lastUsedServer,
+		WorkerBusy: js.lastBusyWorker, ServerBusy: js.lastBusyServer, Progress: js.progress / j.Work}, true
 }
 
 func addStall(a, b Stall) Stall {
@@ -466,8 +471,10 @@ func (s *State) advance() Sample {
 		// A GPU job's use of its cores and memory is not modelled (the traces say nothing of
 		// it): only its GPUs' busy share is.
 		var uw, us Resources
+		js.lastBusyWorker, js.lastBusyServer = 0, 0
 		if js.PSTruth != nil {
 			uw, us = js.PSTruth.Used(c, rate, js.progress/js.Work)
+			js.lastBusyWorker, js.lastBusyServer = js.PSTruth.Busy(c, rate)
 		} else if x > 0 {
 			uw = Resources{GPU: rate / x}
 		}

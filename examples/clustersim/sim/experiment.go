@@ -108,6 +108,17 @@ func RunComparisons(tr *Traces, setup Setup) ([]*Comparison, error) {
 	live := PSScaleCost{Figures: setup.Repartition, Live: true, RestartOverhead: setup.RestartOverhead, GPURestart: setup.GPURestart}
 	stop := live
 	stop.Live = false
+	// The planners price the changes that move rows at the platform's measured live rate, as
+	// a coordinator configured from the repartition benchmark would.
+	if setup.Planner.MoveBytesPerSecond == 0 {
+		setup.Planner.MoveBytesPerSecond = setup.Repartition.LiveBytesPerSec
+	}
+	if setup.Planner.MoveSpeed == 0 {
+		setup.Planner.MoveSpeed = setup.Repartition.DuringFactor
+	}
+	if setup.Planner.RestoreBytesPerSecond == 0 {
+		setup.Planner.RestoreBytesPerSecond = setup.Repartition.RestartBytesPerSec
+	}
 	{
 		// The planners' history: the records auto configuration leaves on an earlier window of
 		// the trace (another seed), as a platform's history holds its earlier jobs.

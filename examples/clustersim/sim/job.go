@@ -132,6 +132,23 @@ func (t *PSTruth) Used(c Config, x, progress float64) (worker, server Resources)
 	return worker, server
 }
 
+// Busy returns the share of its time a worker spends in its own computation (rather than
+// waiting on the servers, the other workers or the fixed costs) and the share of its time a
+// server spends serving, at c training at x samples/s: a worker's compute seconds per sample
+// over its seconds per sample, a server's CPU-seconds per second over the cores it can use.
+// Monitoring measures both (a worker times its forward and backward pass against its step, a
+// server its serving against the clock); with the cores used they give how many cores a
+// process uses while it works.
+func (t *PSTruth) Busy(c Config, x float64) (worker, server float64) {
+	if c.Workers <= 0 || c.Servers <= 0 || !(x > 0) {
+		return 0, 0
+	}
+	w, p := float64(c.Workers), float64(c.Servers)
+	worker = t.A / math.Min(c.WorkerCPU, t.WorkerCores) * x / w
+	server = t.B * x / p / math.Min(c.ServerCPU, t.ServerCores)
+	return math.Min(1, worker), math.Min(1, server)
+}
+
 // modelFill is the fraction of its final rows a sparse model holds at a progress: new ids
 // keep arriving over the first half of training, from 40% of the rows at the start.
 func modelFill(progress float64) float64 {

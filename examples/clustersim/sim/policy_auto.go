@@ -11,15 +11,17 @@ import (
 
 // Auto is DLRover-RM-style auto configuration of parameter-server jobs on the policy code the
 // coordinator runs (package elastic/autoscale): each job gets a Planner; its first shape comes
-// from Planner.Begin with the job's profile and the records of the jobs finished so far in
-// the run (the history); every tick the job's observation (throughput with noise, each
-// server's CPU share and memory, each worker's CPU share, memory and step time) goes to
-// Planner.Observe and its decisions are carried out: re-plans resize the job or right-size its
-// processes, added servers resize it (each change priced by the run's ScaleCost), a server
-// that ran out of memory or nears its limit restarts larger from the checkpoint (or its rows
-// are spread over more servers), and the first job in the queue, once it has waited longer
-// than PendingFor, asks for smaller processes. Jobs start in arrival order as soon as their
-// plan fits, as under FIFO. The planner's quota is the cores and memory the user asked for.
+// from Planner.Begin with the job's profile (the user's request among it) and the records of
+// the jobs finished so far in the run (the history); every tick the job's observation
+// (throughput with noise; each server's CPU share, busy share and memory; each worker's CPU
+// share, busy share, memory and step time) goes to Planner.Observe and its decisions are
+// carried out: re-plans resize the job or right-size its processes, added servers resize it
+// (each change priced by the run's ScaleCost, and by the planner from the same figures), a
+// server that ran out of memory or nears its limit restarts larger from the checkpoint (or its
+// rows are spread over more servers), and the first job in the queue, once it has waited
+// longer than PendingFor, gives up workers and then asks for smaller processes. Jobs start in
+// arrival order as soon as their plan fits, as under FIFO. The planner's quota is the cores and
+// memory the user asked for; a core weighs as much as the largest node's memory per core.
 type Auto struct {
 	cfg     autoscale.Config
 	label   string
@@ -101,9 +103,16 @@ func (a *Auto) begin(s *State, j *Job) (*autoJob, error) {
 	cfg.Worker = autoscale.Resources{CPU: j.Request.WorkerCPU, Memory: int64(j.Request.WorkerMem * gib)}
 	cfg.Server = autoscale.Resources{CPU: j.Request.ServerCPU}
 	cfg.InitialWorkers, cfg.InitialServers = j.Request.Workers, j.Request.Servers
+	if cfg.CoreMemory == 0 && a.maxNode.CPU > 0 {
+		// A core of the cluster's nodes comes with their memory over their cores.
+		cfg.CoreMemory = int64(a.maxNode.Mem / a.maxNode.CPU * gib)
+	}
 	cfg.MaxServerMemory = min(cfg.MaxServerMemory, int64(a.maxNode.Mem*gib))
 	if cfg.MaxServerMemory == 0 {
 		cfg.MaxServerMemory = int64(a.maxNode.Mem * gib)
+	}
+	if cfg.Logger != nil {
+		cfg.Logger = cfg.Logger.With("job", j.Name)
 	}
 	p, err := autoscale.NewPlanner(cfg)
 	if err != nil {
@@ -112,6 +121,7 @@ func (a *Auto) begin(s *State, j *Job) (*autoJob, error) {
 	aj := &autoJob{planner: p, profile: autoscale.JobProfile{
 		Kind: j.Profile.Application, ModelBytes: int64(j.Profile.ModelGiB * gib),
 		DatasetSamples: int64(j.Profile.Samples), BatchSize: j.Profile.Batch,
+		Request: a.shapeOf(j.Request),
 	}}
 	d, err := p.Begin(aj.profile, a.history, simTime(s.Now()))
 	if err != nil {
@@ -128,7 +138,7 @@ func (a *Auto) observation(s *State, j *Job, o Observation, oom bool) autoscale.
 	obs := autoscale.Observation{At: simTime(s.Now()), Shape: a.shapeOf(c), Throughput: o.Throughput, Changing: s.Stalled(j)}
 	for i := range c.Servers {
 		obs.Servers = append(obs.Servers, autoscale.ServerLoad{
-			ID: fmt.Sprintf("ps-%d", i), CPU: math.Min(1, o.Server.CPU/c.ServerCPU),
+			ID: fmt.Sprintf("ps-%d", i), CPU: math.Min(1, o.Server.CPU/c.ServerCPU), Busy: o.ServerBusy,
 			Memory: int64(o.Server.Mem * gib), MemoryLimit: int64(c.ServerMem * gib), OOMKilled: oom,
 		})
 	}
@@ -138,7 +148,7 @@ func (a *Auto) observation(s *State, j *Job, o Observation, oom bool) autoscale.
 	}
 	for i := range c.Workers {
 		obs.Workers = append(obs.Workers, autoscale.WorkerLoad{ID: fmt.Sprintf("worker-%d", i), StepTime: step,
-			CPU: math.Min(1, o.Worker.CPU/c.WorkerCPU), Memory: int64(o.Worker.Mem * gib)})
+			CPU: math.Min(1, o.Worker.CPU/c.WorkerCPU), Busy: o.WorkerBusy, Memory: int64(o.Worker.Mem * gib)})
 	}
 	return obs
 }
@@ -205,10 +215,15 @@ func (a *Auto) Schedule(s *State) {
 		head = false
 		aj.waited += s.Tick()
 		c := aj.plan
-		obs := autoscale.Observation{At: simTime(s.Now()), Shape: a.shapeOf(c), Pending: []autoscale.Pending{
-			{ID: "servers", Role: autoscale.Server, Size: a.shapeOf(c).Server, Waited: time.Duration(aj.waited * float64(time.Second))},
-			{ID: "workers", Role: autoscale.Worker, Size: a.shapeOf(c).Worker, Waited: time.Duration(aj.waited * float64(time.Second))},
-		}}
+		sh := a.shapeOf(c)
+		waited := time.Duration(aj.waited * float64(time.Second))
+		obs := autoscale.Observation{At: simTime(s.Now()), Shape: sh}
+		for i := range c.Servers {
+			obs.Pending = append(obs.Pending, autoscale.Pending{ID: fmt.Sprintf("ps-%d", i), Role: autoscale.Server, Size: sh.Server, Waited: waited})
+		}
+		for i := range c.Workers {
+			obs.Pending = append(obs.Pending, autoscale.Pending{ID: fmt.Sprintf("worker-%d", i), Role: autoscale.Worker, Size: sh.Worker, Waited: waited})
+		}
 		if ds := aj.planner.Observe(obs); len(ds) > 0 {
 			if n := a.apply(j, c, ds); n != c {
 				aj.plan, aj.waited = n, 0

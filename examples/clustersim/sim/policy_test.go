@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -231,4 +232,69 @@ func TestAutoKeepsAJobThatOutgrowsItsMemory(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, auto.Jobs[0].Completed, "restarted larger (near its limit or killed), it completes")
 	assert.Greater(t, a.Decisions(), 1)
+}
+
+// capJob is a parameter-server job that asks for 2 workers of 8 cores and 2 servers of 32 but
+// whose processes can use only 3 and 12: users ask for more than their processes use.
+func capJob(id int, arrival, dur float64) *Job {
+	req := Config{Workers: 2, Servers: 2, WorkerCPU: 8, ServerCPU: 32, WorkerMem: 8, ServerMem: 20}
+	t := &PSTruth{Base: 5e-6, A: 1e-4 * 3, B: 1e-4 * 12, C: 3e-6, D: 2e-6, WorkerCores: 3, ServerCores: 12, ModelGiB: 16, ServerBaseGiB: 2, WorkerGiB: 3}
+	return &Job{ID: id, Name: fmt.Sprintf("cap-%d", id), Arrival: arrival, Kind: PS, Work: dur * t.Throughput(req), Request: req, Perf: t, PSTruth: t,
+		Profile: Profile{ModelGiB: 16, Samples: dur * t.Throughput(req), Batch: 512, Application: "dlrm"}}
+}
+
+// firstWatch records the configuration each job first ran with.
+type firstWatch struct {
+	Policy
+	first map[int]Config
+}
+
+func (f *firstWatch) Schedule(s *State) {
+	f.Policy.Schedule(s)
+	for _, j := range s.Running() {
+		if _, ok := f.first[j.ID]; !ok {
+			f.first[j.ID] = s.Config(j)
+		}
+	}
+}
+
+// Auto configuration plans a job from what earlier jobs used of their requests: with a
+// history of jobs whose processes used less than asked, later jobs start smaller than asked,
+// every one completes, and none is slower than as asked by more than the cores it was not
+// given can explain.
+func TestAutoSizesFromHistory(t *testing.T) {
+	workload := func(first int) *Workload {
+		w := &Workload{Name: "caps", Nodes: []NodeSpec{{Count: 4, Resources: Resources{CPU: 96, Mem: 512}}}}
+		for i := range 20 {
+			w.Jobs = append(w.Jobs, capJob(i, float64(first+i)*600, 1800))
+		}
+		return w
+	}
+	fig := RepartitionFigures{LiveBytesPerSec: 1e8, DuringFactor: 0.5, RestartBytesPerSec: 5e7}
+	opt := Options{Cost: PSScaleCost{Figures: fig, Live: true}}
+	warm, err := NewAuto(autoscale.Config{}, "warm", nil)
+	require.NoError(t, err)
+	_, err = Run(workload(0), warm, opt)
+	require.NoError(t, err)
+	// (The last job to finish leaves no record: the run ends before the policy sees it.)
+	require.GreaterOrEqual(t, len(warm.History()), 19)
+	for _, r := range warm.History() {
+		assert.Equal(t, 8.0, r.Profile.Request.Worker.CPU, "the record keeps the request")
+		assert.InDelta(t, 3, r.WorkerCores, 0.5, "and what a worker used while it worked")
+		assert.InDelta(t, 12, r.ServerCores, 1.5)
+	}
+	auto, err := NewAuto(autoscale.Config{}, "auto", warm.History())
+	require.NoError(t, err)
+	fw := &firstWatch{Policy: auto, first: map[int]Config{}}
+	w := workload(100)
+	res, err := Run(w, fw, opt)
+	require.NoError(t, err)
+	assert.Equal(t, 20, res.Summary().Completed)
+	for _, j := range w.Jobs {
+		c := fw.first[j.ID]
+		assert.Less(t, c.WorkerCPU, j.Request.WorkerCPU, "job %d: %v", j.ID, c)
+		assert.Less(t, c.ServerCPU, j.Request.ServerCPU, "job %d: %v", j.ID, c)
+		assert.GreaterOrEqual(t, c.ServerCPU, 12.0, "job %d: the servers can use 12 cores: %v", j.ID, c)
+		assert.Less(t, c.ServerMem, j.Request.ServerMem, "job %d: %v", j.ID, c)
+	}
 }
