@@ -37,7 +37,9 @@
 // Raw records are the rows' own bytes (little-endian): id, last step, frequency, weights, state.
 // CopyRaw copies all rows, or only those changed since the last base copy, in one consistent cut;
 // LoadRaw applies records bit-exactly. Together with Schema they are what the checkpoint package
-// needs. Export and Import wrap the same records in a versioned stream with per-block and
+// needs. CopyRawDelta is the incremental copy of a server whose slots changed: the changes of some
+// slots, and every row of others (the slots it gained), in one cut; CopyRawSlots copies the rows of
+// some slots. Both need room only for what they copy. Export and Import wrap the same records in a versioned stream with per-block and
 // whole-stream xxhash64 checksums, selected by slot (Slot, SlotSet) and optionally only the rows
 // a Tracker saw change; they are what live migration of slots needs. Import verifies the whole
 // stream before it changes anything.

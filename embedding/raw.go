@@ -122,9 +122,202 @@ func (t *Table) copyRawBase(dst []byte, changedOnly, newBase bool, counts []int)
 	return n, nil
 }
 
-// CopyRawSlots copies every row whose id keep accepts, like CopyRaw without a tracker.
+// CopyRawSlots copies every row whose id keep accepts (nil: every row), like CopyRaw without a
+// tracker: one consistent cut, shards in parallel (keep is called from several goroutines at
+// once). dst needs room only for the rows copied: a dst too small returns io.ErrShortBuffer,
+// changes nothing and returns as n the bytes the copy needs (rows may be added before the next
+// try).
 func (t *Table) CopyRawSlots(dst []byte, keep func(id uint64) bool) (int, error) {
-	return t.copyRaw(dst, nil, false, false, keep, nil)
+	if keep == nil {
+		return t.copyRaw(dst, nil, false, false, nil, nil)
+	}
+	return t.copyPicked(dst, nil, nil, keep, false)
+}
+
+// CopyRawDelta copies, in one consistent cut like CopyRaw, what an incremental copy needs when
+// the set of rows it covers changes: every live row whose id whole accepts (rows the reader of
+// the copy does not hold yet, such as those of slots a server gained), and the rows changed or
+// removed since the last base copy whose id changed accepts and whole rejects (removals as
+// deletion records, before the rows of their shard). A nil changed accepts every id; a nil
+// whole accepts none, which makes it CopyRaw(dst, true, newBase) restricted to changed. With
+// newBase the change set is cleared in the same critical section, also of rows neither filter
+// accepts, so this copy becomes the base of later incremental copies.
+//
+// Shards are picked and copied in parallel, so the filters must be safe for concurrent use.
+// dst needs room for about the records copied: a dst too small returns io.ErrShortBuffer,
+// changes nothing and returns as n a bound of the bytes the copy needs (rows may be added before
+// the next try). The bound counts the removed ids changed accepts, the changed rows whatever
+// their id (filtering them would mean reading each row twice), and the rows whole accepts.
+// Before any base copy it returns ErrNoBase.
+func (t *Table) CopyRawDelta(dst []byte, changed, whole func(id uint64) bool, newBase bool) (int, error) {
+	t.baseMu.Lock()
+	defer t.baseMu.Unlock()
+	tr := t.baseTracker()
+	if tr == nil {
+		return 0, ErrNoBase
+	}
+	return t.copyPicked(dst, tr, changed, whole, newBase)
+}
+
+// picked is what one shard contributes to copyPicked: deletion records, then rows, at most room
+// bytes. rows lists the rows by index when they were picked by a pass over every row; else the
+// changed rows are found and filtered as they are copied.
+type picked struct {
+	dels   []uint64
+	rows   []uint32
+	listed bool
+	room   int
+}
+
+// copyPicked copies, with every shard read-locked (and tr's mutex held), the deletion records
+// and rows each shard picks (see pickShardLocked), shards in parallel each into the room of its
+// bound, then closes the gaps; with reset it clears tr's record of changes. A dst smaller than
+// the bounds returns their sum and io.ErrShortBuffer.
+func (t *Table) copyPicked(dst []byte, tr *Tracker, changed, whole func(uint64) bool, reset bool) (int, error) {
+	if tr != nil {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if tr.isClosed() {
+			return 0, ErrClosed
+		}
+	}
+	for i := range t.shards {
+		t.shards[i].mu.RLock()
+	}
+	defer func() {
+		for i := range t.shards {
+			t.shards[i].mu.RUnlock()
+		}
+	}()
+	picks := make([]picked, len(t.shards))
+	t.parallelShards(func(i int) { picks[i] = t.pickShardLocked(&t.shards[i], tr, changed, whole) })
+	off := make([]int, len(t.shards)+1)
+	for i, p := range picks {
+		off[i+1] = off[i] + p.room
+	}
+	if total := off[len(t.shards)]; total > len(dst) {
+		return total, io.ErrShortBuffer
+	}
+	got := make([]int, len(t.shards))
+	t.parallelShards(func(i int) {
+		got[i] = t.putPickedLocked(&t.shards[i], tr, picks[i], changed, dst[off[i]:off[i+1]])
+	})
+	o := 0
+	for i := range t.shards {
+		if o != off[i] {
+			copy(dst[o:o+got[i]], dst[off[i]:off[i]+got[i]])
+		}
+		o += got[i]
+	}
+	if reset && tr != nil {
+		for i := range t.shards {
+			t.shards[i].bitsLocked(tr).reset()
+		}
+	}
+	return o, nil
+}
+
+// pickShardLocked returns what copyPicked copies of shard s (read-locked): the removed ids
+// changed accepts (nil: every id) and whole rejects; with whole, the live rows whose id it
+// accepts and, with tr, the changed live rows whose id changed accepts, found by a pass over
+// every row; else, with tr, room for every changed row, filtered as they are copied.
+func (t *Table) pickShardLocked(s *shard, tr *Tracker, changed, whole func(uint64) bool) picked {
+	var p picked
+	var b *trackBits
+	if tr != nil {
+		b = s.bitsLocked(tr)
+	}
+	if b != nil {
+		for _, id := range b.deleted {
+			if (changed == nil || changed(id)) && (whole == nil || !whole(id)) {
+				p.dels = append(p.dels, id)
+			}
+		}
+	}
+	rec := t.RawRowSize()
+	if whole == nil {
+		if b != nil {
+			n := 0
+			for _, w := range b.bits {
+				n += bits.OnesCount64(w)
+			}
+			p.room = (len(p.dels) + n) * rec
+		} else {
+			p.room = len(p.dels) * rec
+		}
+		return p
+	}
+	p.listed = true
+	stride := t.stride
+	for r := uint32(0); r < s.hi; r++ {
+		w := s.rowWords(r, stride)
+		if w[wordStep] == freeMark {
+			continue
+		}
+		id := uint64(w[0]) | uint64(w[1])<<32
+		if whole(id) {
+			p.rows = append(p.rows, r)
+		} else if b != nil && int(r>>6) < len(b.bits) && b.bits[r>>6]&(1<<(r&63)) != 0 &&
+			(changed == nil || changed(id)) {
+			p.rows = append(p.rows, r)
+		}
+	}
+	p.room = (len(p.dels) + len(p.rows)) * rec
+	return p
+}
+
+// putPickedLocked writes shard s's deletion records and rows that p picked into dst (p.room
+// bytes) and returns the bytes written.
+func (t *Table) putPickedLocked(s *shard, tr *Tracker, p picked, changed func(uint64) bool, dst []byte) int {
+	stride := t.stride
+	rec := 4 * stride
+	o := 0
+	if len(p.dels) > 0 {
+		del := make([]uint32, stride)
+		del[wordStep] = freeMark
+		for _, id := range p.dels {
+			del[0], del[1] = uint32(id), uint32(id>>32)
+			o += putWords(dst[o:o+rec], del)
+		}
+	}
+	if p.listed {
+		for _, r := range p.rows {
+			o += putWords(dst[o:o+rec], s.rowWords(r, stride))
+		}
+		return o
+	}
+	if tr == nil {
+		return o
+	}
+	b := s.bitsLocked(tr)
+	if b == nil {
+		return o
+	}
+	start := o
+	for wi, word := range b.bits {
+		for ; word != 0; word &= word - 1 {
+			if r := uint32(wi*64 + bits.TrailingZeros64(word)); r < s.hi {
+				if w := s.rowWords(r, stride); w[wordStep] != freeMark {
+					o += putWords(dst[o:o+rec], w)
+				}
+			}
+		}
+	}
+	if changed == nil {
+		return o
+	}
+	// Filter the copies in a second pass: testing each row's id between the copies made the copy
+	// of rows not in cache a third slower, and the rows left out are few.
+	k := start
+	for r := start; r < o; r += rec {
+		if changed(binary.LittleEndian.Uint64(dst[r:])) {
+			if k != r {
+				copy(dst[k:k+rec], dst[r:r+rec])
+			}
+			k += rec
+		}
+	}
+	return k
 }
 
 // baseTracker returns CopyRaw's tracker, or nil before the first base copy.
