@@ -238,3 +238,22 @@ func TestVersion1SealIsStillRestored(t *testing.T) {
 	assert.Equal(t, want[2], shardedStates(ts))
 	assert.Zero(t, ts[0].bulkLoads, "a version-1 seal records no groups")
 }
+
+// Regions sealed by version 2 (the layout of version 3, whose chains never change slots) are
+// still restored from shared memory, group by group.
+func TestVersion2SealIsStillRestored(t *testing.T) {
+	cl := newCluster(t, NewMemStorage(), 64)
+	want := bulkJob(t, cl)
+	dir := filepath.Join(cl.shmDir, "job", "ps0")
+	b, err := os.ReadFile(sealPath(dir, 0))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(sealPath(dir, 0), withVersion(b, 2), 0o600))
+
+	tabs, ts := shardedTables()
+	ck := cl.open(cl.cfg("ps0", tabs))
+	r, err := ck.Restore(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, SourceShm, r.Sources["ps0"])
+	assert.Equal(t, want[2], shardedStates(ts))
+	assert.Equal(t, 1, ts[0].bulkLoads)
+}

@@ -36,7 +36,8 @@ type Checkpointer struct {
 	sinceBase   int // deltas since the chain's full snapshot
 	haveStep    bool
 	lastStep    uint64
-	chainOwned  slotSet
+	chainOwned  slotSet // the slots of the newest snapshot
+	slotDeltas  bool    // every table is a SlotDeltaTable
 	idSeq       uint64
 	durable     durablePos
 	lastFull    int64                   // bytes of the newest full snapshot
@@ -192,6 +193,12 @@ func New(cfg Config) (*Checkpointer, error) {
 		c.tables = append(c.tables, namedTable{name, t})
 	}
 	sort.Slice(c.tables, func(i, j int) bool { return c.tables[i].name < c.tables[j].name })
+	c.slotDeltas = true
+	for _, nt := range c.tables {
+		if _, ok := nt.t.(SlotDeltaTable); !ok {
+			c.slotDeltas = false
+		}
+	}
 	var nb [8]byte
 	if _, err := rand.Read(nb[:]); err != nil {
 		return nil, fmt.Errorf("checkpoint: random nonce: %w", err)

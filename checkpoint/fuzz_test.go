@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,7 +13,9 @@ func sampleManifest() *manifest {
 	owned := newSlotSet(70)
 	owned.add(3)
 	owned.add(69)
-	return &manifest{Job: "job", Node: "ps-1", Step: 20, ID: 0xabc, Slots: 70, Owned: owned, Full: false,
+	kept := newSlotSet(70) // slot 69 was gained after the parent's step: its older rows are dropped
+	kept.add(3)
+	return &manifest{Job: "job", Node: "ps-1", Step: 20, ID: 0xabc, Slots: 70, Owned: owned, Kept: kept, Full: false,
 		BaseStep: 10, Parent: "job/data/00000000000000000010/ps-1/0000000000000001/manifest", ParentStep: 10,
 		Segments: []uint64{1, 2},
 		Tables: []manifestTable{{Name: "t", Schema: []byte{1, 2}, RowSize: 16, Records: 3, Chunks: []chunkRef{
@@ -45,12 +48,65 @@ func FuzzDecodeChunk(f *testing.F) {
 	})
 }
 
+// appendManifestV1 encodes m as version 1 wrote manifests: no kept slots.
+func appendManifestV1(m *manifest) []byte {
+	b := appendManifest(nil, m)
+	d, _, err := openFileVersion(b, manifestMagic, manifestVersion, manifestVersion)
+	if err != nil {
+		panic(err)
+	}
+	// Everything up to the kept slots, then everything after them.
+	e := encoder{b: []byte(manifestMagic)}
+	e.u32(1)
+	e.str(d.str())
+	e.str(d.str())
+	e.u64(d.u64())
+	e.u64(d.u64())
+	e.slots(d.slots())
+	d.slots()
+	e.b = append(e.b, d.b...)
+	return e.seal()
+}
+
+// Manifests written before they recorded kept slots are still read, as keeping the owned ones
+// (their chains never change slots).
+func TestVersion1ManifestIsStillRead(t *testing.T) {
+	m := sampleManifest()
+	m.Kept = m.Owned
+	got, err := decodeManifest(appendManifestV1(m))
+	require.NoError(t, err)
+	assert.Equal(t, m, got)
+	assert.Equal(t, m.Owned, got.Kept)
+}
+
+// A manifest's kept slots are a subset of its owned ones, and all of them in a full manifest.
+func TestManifestKeptSlotsAreChecked(t *testing.T) {
+	m := sampleManifest()
+	_, err := decodeManifest(appendManifest(nil, m))
+	require.NoError(t, err)
+	bad := sampleManifest()
+	bad.Kept.add(10)
+	_, err = decodeManifest(appendManifest(nil, bad))
+	require.ErrorIs(t, err, ErrCorrupt)
+	full := sampleManifest()
+	full.Full, full.Parent, full.ParentStep, full.BaseStep = true, "", 0, 20
+	_, err = decodeManifest(appendManifest(nil, full))
+	require.ErrorIs(t, err, ErrCorrupt, "a full manifest keeps every slot it owns")
+	full.Kept = full.Owned
+	_, err = decodeManifest(appendManifest(nil, full))
+	require.NoError(t, err)
+}
+
 func FuzzDecodeManifest(f *testing.F) {
 	m := sampleManifest()
-	f.Add(appendManifest(nil, m))
-	m.Full, m.Parent, m.ParentStep, m.BaseStep = true, "", 0, 20
-	f.Add(appendManifest(nil, m))
-	f.Add([]byte("EPSMANIF\x01\x00\x00\x00"))
+	full := sampleManifest()
+	full.Full, full.Parent, full.ParentStep, full.BaseStep, full.Kept = true, "", 0, 20, full.Owned
+	for _, seed := range [][]byte{appendManifest(nil, m), appendManifestV1(m), appendManifest(nil, full), appendManifestV1(full)} {
+		_, err := decodeManifest(seed)
+		require.NoError(f, err, "a seed decodes")
+		f.Add(seed)
+	}
+	f.Add([]byte("EPSMANIF\x02\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeManifest(b)
 		if err != nil {
@@ -81,6 +137,13 @@ func FuzzDecodeCommit(f *testing.F) {
 	})
 }
 
+// withVersion returns the file b (magic, version, ..., xxhash64 trailer) relabelled as version v.
+func withVersion(b []byte, v uint32) []byte {
+	out := append([]byte(nil), b[:len(b)-8]...)
+	binary.LittleEndian.PutUint32(out[8:], v)
+	return binary.LittleEndian.AppendUint64(out, xxhashSum(out))
+}
+
 func FuzzDecodeSeal(f *testing.F) {
 	s := &sealFile{Job: "job", Node: "n", Gen: 1, Slots: 8, Piece: sealPiece,
 		Extents: []extentRef{{Name: "g1-0", Size: 1 << 20}, {Name: "g1-3", Size: 1 << 21}},
@@ -91,7 +154,22 @@ func FuzzDecodeSeal(f *testing.F) {
 			{ID: 2, Step: 11, BaseStep: 10, Owned: allSlots(8),
 				Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 1, Off: 64, Len: 0, Sums: []uint64{}}}},
 		}}
-	f.Add(appendSeal(nil, s))
+	seeds := [][]byte{appendSeal(nil, s), withVersion(appendSeal(nil, s), 2)}
+	// A chain whose slots change: the node loses slots 1 and 5, then gains slot 5 back.
+	lost, back := allSlots(8), allSlots(8)
+	lost.bits[0] &^= 1<<1 | 1<<5
+	back.bits[0] &^= 1 << 1
+	s.Segments = append(s.Segments,
+		&segment{ID: 3, Step: 12, BaseStep: 10, Owned: lost,
+			Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 1, Off: 128, Len: 32, WholeRecords: true, Sums: []uint64{7}}}},
+		&segment{ID: 4, Step: 13, BaseStep: 10, Owned: back,
+			Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 1, Off: 4096, Len: 48, WholeRecords: true, Sums: []uint64{8}}}})
+	seeds = append(seeds, appendSeal(nil, s))
+	for _, seed := range seeds {
+		_, err := decodeSeal(seed)
+		require.NoError(f, err, "a seed decodes")
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeSeal(b)
 		if err != nil {

@@ -2,17 +2,27 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 )
 
 // A manifest describes one node's checkpoint at one step: its slot set, its tables and their chunks, its
 // blobs, and for a delta the manifest it applies on top of. It is written after every object it names
 // is durable, so a readable manifest means a whole node checkpoint.
+//
+// The rows of a chain: a manifest's chunks hold rows of its Owned slots only; a row of manifest k
+// survives in the chain only if its slot is in Kept of every later manifest. Kept is the slots
+// owned at every snapshot a delta carries since its parent (Owned, unless the delta carries
+// several snapshots and the slot set changed between them), so the rows of a slot lost since
+// are dropped without deletion records, and a slot lost and owned again comes back only through
+// the whole copy of its rows taken when it was gained again (see Snapshot). Version 1 manifests
+// have no Kept: their chains own one slot set throughout, and Kept reads as Owned.
 type manifest struct {
 	Job, Node  string
 	Step       uint64
 	ID         uint64 // unique per persist attempt; names the directory
 	Slots      int    // S of the job
 	Owned      slotSet
+	Kept       slotSet // subset of Owned; equal to it in a full manifest
 	Full       bool
 	BaseStep   uint64   // step of the full checkpoint the chain starts at
 	Parent     string   // name of the parent manifest, delta only
@@ -52,8 +62,10 @@ type blobRef struct {
 }
 
 const (
-	manifestMagic   = "EPSMANIF"
-	manifestVersion = 1
+	manifestMagic = "EPSMANIF"
+	// manifestVersion is written; version 1 (no Kept) is still read. A reader of version 1 would
+	// misread a chain whose slot set changes, so it must refuse version 2.
+	manifestVersion = 2
 )
 
 func (m *manifest) dir() string { return persistDir(m.Job, m.Step, m.Node, m.ID) }
@@ -66,6 +78,7 @@ func appendManifest(dst []byte, m *manifest) []byte {
 	e.u64(m.Step)
 	e.u64(m.ID)
 	e.slots(m.Owned)
+	e.slots(m.Kept)
 	e.bool(m.Full)
 	e.u64(m.BaseStep)
 	e.str(m.Parent)
@@ -128,13 +141,18 @@ func decodeBlobRefs(d *decoder) []blobRef {
 
 // decodeManifest decodes and validates a manifest file.
 func decodeManifest(src []byte) (*manifest, error) {
-	d, err := openFile(src, manifestMagic, manifestVersion)
+	d, version, err := openFileVersion(src, manifestMagic, 1, manifestVersion)
 	if err != nil {
 		return nil, err
 	}
 	m := &manifest{Job: d.str(), Node: d.str(), Step: d.u64(), ID: d.u64()}
 	m.Owned = d.slots()
 	m.Slots = m.Owned.n
+	if version >= 2 {
+		m.Kept = d.slots()
+	} else {
+		m.Kept = slotSet{n: m.Owned.n, bits: slices.Clone(m.Owned.bits)}
+	}
 	m.Full = d.bool()
 	m.BaseStep = d.u64()
 	m.Parent = d.str()
@@ -192,6 +210,8 @@ func (m *manifest) validate() error {
 		return corruptf("manifest: delta with bad parent %q at step %d", m.Parent, m.ParentStep)
 	case len(m.Segments) == 0:
 		return corruptf("manifest: no segments")
+	case m.Kept.n != m.Owned.n || !m.Kept.subsetOf(m.Owned) || (m.Full && !m.Kept.equal(m.Owned)):
+		return corruptf("manifest: kept slots are not the owned slots or a subset of them")
 	}
 	names := map[string]bool{}
 	for _, t := range m.Tables {

@@ -135,9 +135,12 @@ func (c *Checkpointer) planLocked(job stageJob) persistPlan {
 func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResult, *objWriter, error) {
 	var res PersistResult
 	last := p.segs[len(p.segs)-1]
+	keep := survivors(p.segs)
 	m := &manifest{Job: c.cfg.Job, Node: c.cfg.Node, Step: p.step, ID: p.id, Slots: c.cfg.Slots,
-		Owned: last.Owned, Full: p.full, BaseStep: p.baseStep, Segments: p.chainIDs}
-	if !p.full {
+		Owned: last.Owned, Kept: keep[0], Full: p.full, BaseStep: p.baseStep, Segments: p.chainIDs}
+	if p.full {
+		m.Kept = last.Owned
+	} else {
 		m.Parent, m.ParentStep = p.parent, p.parentStep
 	}
 	dir := m.dir()
@@ -148,7 +151,7 @@ func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResul
 	}
 	for ti, t := range last.Tables {
 		mt := manifestTable{Name: t.Name, Schema: t.Schema, RowSize: t.RowSize}
-		chunks, err := c.writeTable(ctx, w, ti, p.tables[ti], int(t.RowSize), last.Owned)
+		chunks, err := c.writeTable(ctx, w, ti, p.tables[ti], int(t.RowSize), keep)
 		if err != nil {
 			return fail(fmt.Errorf("table %s: %w", t.Name, err))
 		}
@@ -241,9 +244,23 @@ type chunkSpan struct {
 	from, to     int
 }
 
+// survivors returns, for each of the segments segs (oldest first), the slots whose rows of that
+// segment survive to the last one: those owned in it and in every later one.
+func survivors(segs []*segment) []slotSet {
+	out := make([]slotSet, len(segs))
+	for k := len(segs) - 1; k >= 0; k-- {
+		out[k] = segs[k].Owned
+		if k+1 < len(segs) {
+			out[k] = out[k].intersect(out[k+1])
+		}
+	}
+	return out
+}
+
 // writeTable partitions the records of srcs (applied in order) by slot into chunks of about
-// ChunkBytes, dropping records of slots outside owned, and writes the chunks in parallel.
-func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, srcs [][]byte, rowSize int, owned slotSet) ([]chunkRef, error) {
+// ChunkBytes, dropping the records of srcs[k] whose slot is not in keep[k], and writes the chunks
+// in parallel.
+func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, srcs [][]byte, rowSize int, keep []slotSet) ([]chunkRef, error) {
 	S := c.cfg.Slots
 	var n int
 	starts := make([]int, len(srcs)+1) // record index where each source starts
@@ -261,7 +278,8 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 	recSlot := make([]uint32, n)
 	counts := make([]int, S+1)
 	i := 0
-	for _, s := range srcs {
+	for k, s := range srcs {
+		owned := keep[k]
 		for off := 0; off < len(s); off += rowSize {
 			slot := slotOf(recordID(s[off:]), S)
 			if !owned.has(slot) {

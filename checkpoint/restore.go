@@ -106,9 +106,12 @@ type bulkLoad struct {
 }
 
 type nodePlan struct {
-	node     string
-	entry    commitNode
-	owned    slotSet // the node's slots at the step
+	node  string
+	entry commitNode
+	owned slotSet // the node's slots at the step
+	// live[k] are the slots whose rows of chain element k (segs[k] or chain[k]) survive to the
+	// step: owned in it and kept by every later element (see liveSets).
+	live     []slotSet
 	relevant bool
 	src      Source
 	// shared memory: the chain's segments and their bytes
@@ -318,7 +321,7 @@ func (c *Checkpointer) planBulk(p *restorePlan) {
 			np = n
 		}
 	}
-	if np == nil || np.src != SourceShm || p.keepFor(np, 0, np.owned.n, true) != nil {
+	if np == nil || np.src != SourceShm || p.keepFor(np, 0, 0, np.owned.n, true) != nil {
 		return
 	}
 	base := np.segs[0]
@@ -461,6 +464,32 @@ func (np *nodePlan) useShm(g *generation, n int) {
 		np.bdata = append(np.bdata, g.data(b.Extent, b.Off, b.Len))
 	}
 	np.owned = np.segs[n-1].Owned
+	owned := make([]slotSet, n)
+	for k, s := range np.segs {
+		owned[k] = s.Owned
+	}
+	np.live = liveSets(owned, owned)
+}
+
+// liveSets returns, for the elements of a chain (oldest first) with the given owned and kept slots,
+// the slots whose rows of each element survive to the last one: a row of element k survives if
+// its slot is owned in k and kept by every later element. In shared memory an element is a
+// snapshot, and it keeps the slots it owns; in storage it is a manifest (see manifest.Kept). So
+// the rows of a slot a node lost are dropped without deletion records, and a slot lost and
+// owned again comes back only through the later whole copy of its rows.
+func liveSets(owned, kept []slotSet) []slotSet {
+	out := make([]slotSet, len(owned))
+	var acc slotSet // kept by every later element
+	for k := len(owned) - 1; k >= 0; k-- {
+		out[k] = owned[k]
+		if k+1 < len(owned) {
+			out[k] = out[k].intersect(acc)
+			acc = acc.intersect(kept[k])
+		} else {
+			acc = kept[k]
+		}
+	}
+	return out
 }
 
 // maxManifest bounds a manifest read whose size is not known in advance.
@@ -506,8 +535,16 @@ func (c *Checkpointer) planStorage(ctx context.Context, np *nodePlan, n commitNo
 		cur = pm
 	}
 	slices.Reverse(chain)
+	owned, kept := make([]slotSet, len(chain)), make([]slotSet, len(chain))
+	for k, cm := range chain {
+		if cm.Owned.n != m.Slots {
+			return corruptf("node %s: manifest of step %d has %d slots, not %d", n.Node, cm.Step, cm.Owned.n, m.Slots)
+		}
+		owned[k], kept[k] = cm.Owned, cm.Kept
+	}
 	np.chain = chain
 	np.owned = m.Owned
+	np.live = liveSets(owned, kept)
 	return nil
 }
 
@@ -555,44 +592,56 @@ func (c *Checkpointer) checkTables(np *nodePlan) error {
 	return nil
 }
 
-// chunkNeeded reports whether a chunk of node np over slots [lo, hi) may hold rows this node needs.
-func (p *restorePlan) chunkNeeded(np *nodePlan, lo, hi uint32) bool {
-	if p.reslot {
-		return true
-	}
+// chunkNeeded reports whether a chunk of element k of node np's chain over slots [lo, hi) may hold
+// rows this node needs.
+func (p *restorePlan) chunkNeeded(np *nodePlan, k int, lo, hi uint32) bool {
+	live := np.live[k]
 	for s := int(lo); s < int(hi); s++ {
-		if np.owned.has(s) && p.mine.has(s) {
+		if live.has(s) && (p.reslot || p.mine.has(s)) {
 			return true
 		}
 	}
 	return false
 }
 
-// keepFor returns the filter for rows of node np in a chunk over [lo, hi) (shared memory: the whole
-// slot range and rows of slots the node did not own): nil when every row there is wanted.
-func (p *restorePlan) keepFor(np *nodePlan, lo, hi int, fromShm bool) func(uint64) bool {
+// keepFor returns the filter for the rows of element k of node np's chain (a segment in shared
+// memory, which may hold rows of any slot; or in storage a chunk over slots [lo, hi), whose rows
+// are of slots its manifest owns): nil when every row there is wanted. A row is wanted when its
+// slot survives to the step (np.live[k]) and this node owns it now.
+func (p *restorePlan) keepFor(np *nodePlan, k, lo, hi int, fromShm bool) func(uint64) bool {
 	newS, oldS := p.mine.n, np.owned.n
+	live := np.live[k]
+	var held slotSet // the slots whose rows element k may hold
+	if fromShm {
+		held = allSlots(oldS)
+	} else {
+		held = np.chain[k].Owned
+	}
+	dropsOld := !held.subsetOf(live) // some rows of the element did not survive
 	switch {
 	case p.reslot:
-		if fromShm {
-			return func(id uint64) bool {
-				h := hashID(id)
-				return np.owned.has(int(h%uint64(oldS))) && p.mine.has(int(h%uint64(newS)))
-			}
+		if !dropsOld {
+			return func(id uint64) bool { return p.mine.has(slotOf(id, newS)) }
 		}
-		return func(id uint64) bool { return p.mine.has(slotOf(id, newS)) }
+		return func(id uint64) bool {
+			h := hashID(id)
+			return live.has(hashSlot(h, oldS)) && p.mine.has(hashSlot(h, newS))
+		}
 	case fromShm:
-		if np.owned.count() == oldS && p.mine.count() == newS {
+		if !dropsOld && p.mine.full() {
 			return nil
 		}
 		return func(id uint64) bool {
 			s := slotOf(id, oldS)
-			return np.owned.has(s) && p.mine.has(s)
+			return live.has(s) && p.mine.has(s)
 		}
 	default:
 		for s := lo; s < hi; s++ {
-			if np.owned.has(s) && !p.mine.has(s) {
-				return func(id uint64) bool { return p.mine.has(slotOf(id, newS)) }
+			if held.has(s) && !(live.has(s) && p.mine.has(s)) {
+				return func(id uint64) bool {
+					s := slotOf(id, oldS)
+					return live.has(s) && p.mine.has(s)
+				}
 			}
 		}
 		return nil
@@ -653,13 +702,13 @@ func (c *Checkpointer) verifyStorage(ctx context.Context, p *restorePlan, o *res
 		if np.src == SourceShm {
 			continue
 		}
-		for _, m := range np.chain {
+		for k, m := range np.chain {
 			if !np.relevant {
 				break
 			}
 			for _, t := range m.Tables {
 				for _, ch := range t.Chunks {
-					if !p.chunkNeeded(np, ch.SlotLo, ch.SlotHi) {
+					if !p.chunkNeeded(np, k, ch.SlotLo, ch.SlotHi) {
 						continue
 					}
 					name := m.dir() + "/" + ch.Object
@@ -778,11 +827,11 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 			}
 			res.Sources[np.node] = np.src
 			if np.src == SourceShm {
-				keep := p.keepFor(np, 0, np.owned.n, true)
 				for k, s := range np.segs {
 					if p.bulkFor(np, k, nt.name) != nil {
 						continue
 					}
+					keep := p.keepFor(np, k, 0, np.owned.n, true)
 					applied, err := nt.t.LoadRaw(np.tdata[k][s.tableIndex(nt.name)], keep)
 					if err != nil {
 						return partial(fmt.Errorf("table %s from shared memory of node %s: %w", nt.name, np.node, err))
@@ -792,15 +841,16 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 				continue
 			}
 			type item struct {
+				k  int
 				m  *manifest
 				ch chunkRef
 			}
 			var items []item
-			for _, m := range np.chain {
+			for k, m := range np.chain {
 				mt := m.table(nt.name)
 				for _, ch := range mt.Chunks {
-					if p.chunkNeeded(np, ch.SlotLo, ch.SlotHi) {
-						items = append(items, item{m, ch})
+					if p.chunkNeeded(np, k, ch.SlotLo, ch.SlotHi) {
+						items = append(items, item{k, m, ch})
 					}
 				}
 			}
@@ -834,7 +884,7 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 				return decoded{raw: raw, file: file, rows: rows}, nil
 			}, func(i int, d decoded) error {
 				it := items[i]
-				applied, err := nt.t.LoadRaw(d.rows, p.keepFor(np, int(it.ch.SlotLo), int(it.ch.SlotHi), false))
+				applied, err := nt.t.LoadRaw(d.rows, p.keepFor(np, it.k, int(it.ch.SlotLo), int(it.ch.SlotHi), false))
 				n += int64(applied)
 				return err
 			}, func(d decoded) {

@@ -6,8 +6,13 @@ import "fmt"
 // records and each blob lie in the generation's extent files, and an xxhash64 per piece of them
 // (a span of whole records of at most sealPiece bytes, within one group of a grouped table).
 // Segment 0 is a full snapshot; segments 1.. are deltas appended after it, each holding the rows
-// changed since the previous segment. A seal is replaced as a whole by rename, so a
-// reader sees the old or the new one; a generation about to be overwritten loses its seal first.
+// changed since the previous segment. Each segment records the slots the node owned: since
+// version 3 they may differ along a chain (a delta after a change of slot set also holds every
+// row of the slots gained), and a reader keeps a row of segment k only if its slot is owned in
+// segments k, k+1, ... through the newest one read. Chains sealed by versions 1 and 2 own one set
+// throughout, so the rule reads them as they were written. A seal is replaced as a whole by
+// rename, so a reader sees the old or the new one; a generation about to be overwritten loses
+// its seal first.
 type sealFile struct {
 	Job, Node string
 	Gen       uint32
@@ -126,8 +131,10 @@ type segBlob struct {
 
 const (
 	sealMagic = "EPSSEAL1"
-	// sealVersion is written; version 1 (no groups, checksums every Piece bytes) is still read.
-	sealVersion = 2
+	// sealVersion is written; versions 1 (no groups, checksums every Piece bytes) and 2 (the
+	// layout of 3, but every segment of a chain owns the same slots) are still read. A reader of
+	// version 2 would misread a chain whose slots change, so it must refuse version 3.
+	sealVersion = 3
 	// sealPiece is the span of one shared-memory checksum.
 	sealPiece = 4 << 20
 )

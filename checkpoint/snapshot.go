@@ -31,7 +31,10 @@ type Blob struct {
 
 // SnapshotSlots declares the slots this node owns at this snapshot (default: every slot). Rows of
 // other slots that the tables still hold are not persisted, and restore takes each slot from the node
-// that owned it. A snapshot whose slots differ from its base's is taken in full.
+// that owned it. A snapshot whose slots differ from the previous snapshot's is a delta when every
+// table is a SlotDeltaTable: it holds the changed rows of the slots kept and every row of the slots
+// gained, and records the slots, so that restore drops the rows of slots lost (see Snapshot);
+// with a plain Table it is taken in full.
 func SnapshotSlots(slots []int) SnapshotOption {
 	return func(o *snapOpts) error {
 		o.slots, o.have = slots, true
@@ -67,6 +70,12 @@ func SnapshotFull() SnapshotOption {
 // changed since the previous snapshot for a delta — and returns; the copy is all the caller waits for.
 // Sealing (checksums) and persisting to storage follow in the background; WaitPersisted reports the
 // outcome. For a consistent checkpoint call it at a step barrier; otherwise each row is consistent.
+//
+// When the slots differ from the previous snapshot's (SnapshotSlots), a delta costs about the
+// rows of the slots gained on top of an ordinary delta: their rows are new to this node's chain
+// and are copied whole. The rows of slots lost cost nothing: a restore keeps a row of a snapshot
+// only if its slot is owned at every later snapshot of the chain, so a slot lost and owned again
+// comes back only through the whole copy taken when it was gained again.
 //
 // Steps must increase, except that after a Load or Restore of step R the next step need only exceed R.
 // A step taken again after such a rollback is a new snapshot: WaitPersisted and OnPersist report its
@@ -117,7 +126,15 @@ func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (Snapsho
 		c.mu.Unlock()
 		return SnapshotInfo{}, fmt.Errorf("%w: %d after %d", ErrStepOrder, step, c.lastStep)
 	}
-	full := o.full || c.needFull || c.cur < 0 || c.sinceBase+1 >= c.cfg.FullEvery || !owned.equal(c.chainOwned)
+	// A change of slots is a delta when every table can copy by slot (and the chain has a slot
+	// set to compare with); else it starts a new base.
+	moved := !owned.equal(c.chainOwned)
+	full := o.full || c.needFull || c.cur < 0 || c.sinceBase+1 >= c.cfg.FullEvery ||
+		(moved && (!c.slotDeltas || c.chainOwned.n != owned.n))
+	sel := deltaSel{owned: owned, gained: newSlotSet(owned.n)}
+	if !full && moved {
+		sel.gained = owned.minus(c.chainOwned)
+	}
 	gi := c.cur
 	if full {
 		gi = 0
@@ -151,7 +168,7 @@ func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (Snapsho
 			return SnapshotInfo{}, fmt.Errorf("checkpoint: unseal generation %d: %w", gi, err)
 		}
 	}
-	bytes, need, err := c.copyInto(g, gi, seg, !full, o.blobs)
+	bytes, need, err := c.copyInto(g, gi, seg, !full, sel, o.blobs)
 	if err != nil {
 		c.mu.Lock()
 		for i, u := range saved {
@@ -207,12 +224,51 @@ func (c *Checkpointer) trimResultsLocked() {
 	}
 }
 
+// deltaSel is what a delta of SlotDeltaTables copies: the changes of the slots owned, and every
+// row of the slots gained since the previous snapshot.
+type deltaSel struct {
+	owned, gained slotSet
+}
+
+// copyPlan is how copyInto copies one table: through CopyRawDelta with these filters
+// (slotted), or through CopyRaw or CopyRawShards.
+type copyPlan struct {
+	slotted        bool
+	changed, whole func(uint64) bool
+}
+
+// planCopy decides how a snapshot copies table t. A delta of a SlotDeltaTable whose node does not
+// own every slot, or gained some, goes through CopyRawDelta: changes of slots not owned are left
+// out (restore would drop them; after a slot moves away they are mostly deletion records of its
+// every row), and the slots gained are copied whole.
+func planCopy(t Table, changedOnly bool, sel deltaSel) copyPlan {
+	_, ok := t.(SlotDeltaTable)
+	ng := sel.gained.count()
+	if !changedOnly || !ok || (sel.owned.full() && ng == 0) {
+		return copyPlan{}
+	}
+	p := copyPlan{slotted: true}
+	if !sel.owned.full() {
+		p.changed = sel.owned.hasID
+	}
+	if ng > 0 {
+		p.whole = sel.gained.hasID
+	}
+	return p
+}
+
 // copyInto copies every table (and the blobs) into generation g and fills seg's ranges. It returns the
-// bytes copied and the space it asked for.
-func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly bool, blobs []Blob) (bytes, need int64, err error) {
-	// Make sure one extent can take the whole snapshot, so the copies below do not allocate.
+// bytes copied and the space the snapshot needed: what it reserved for plain copies, and the room
+// slotted copies took.
+func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly bool, sel deltaSel, blobs []Blob) (bytes, need int64, err error) {
+	// Make sure one extent can take the whole snapshot, so the copies below do not allocate. A
+	// slotted copy is offered the largest free room instead and says what it needs when that is
+	// short: RawSize would count the deletion records it leaves out, and nothing bounds the rows
+	// of the slots gained short of a pass over the table.
 	for _, nt := range c.tables {
-		need += alignUp(copySpace(nt.t.RawSize(changedOnly), nt.t.RawRowSize()))
+		if !planCopy(nt.t, changedOnly, sel).slotted {
+			need += alignUp(copySpace(nt.t.RawSize(changedOnly), nt.t.RawRowSize()))
+		}
 	}
 	for _, b := range blobs {
 		need += alignUp(int64(len(b.Data)))
@@ -229,17 +285,36 @@ func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly
 		var counts []int
 		var key []byte
 		sharded, _ := nt.t.(ShardedTable)
+		var want int64 // the need a short slotted copy reported
+		cp := planCopy(nt.t, changedOnly, sel)
 		for attempt := 0; ; attempt++ {
-			size := copySpace(nt.t.RawSize(changedOnly), rowSize)
+			var size int64
+			if cp.slotted {
+				c.mu.Lock()
+				size = max(want, g.largestFree())
+				c.mu.Unlock()
+			} else {
+				size = copySpace(nt.t.RawSize(changedOnly), rowSize) << attempt
+			}
 			var dst []byte
 			var err error
-			ext, off, dst, err = c.alloc(g, gi, size<<attempt)
+			ext, off, dst, err = c.alloc(g, gi, size)
 			if err != nil {
 				return 0, 0, err
 			}
-			if sharded != nil && !changedOnly {
+			switch {
+			case sharded != nil && !changedOnly:
 				n, counts, key, err = sharded.CopyRawShards(dst, true)
-			} else {
+			case cp.slotted:
+				n, err = nt.t.(SlotDeltaTable).CopyRawDelta(dst, cp.changed, cp.whole, true)
+				if errors.Is(err, io.ErrShortBuffer) {
+					if n > len(dst) {
+						want = copySpace(n, rowSize)
+					} else { // no need reported: grow
+						want = max(2*size, minExtent)
+					}
+				}
+			default:
 				n, err = nt.t.CopyRaw(dst, changedOnly, true)
 			}
 			if errors.Is(err, io.ErrShortBuffer) && attempt < 4 {
@@ -276,6 +351,9 @@ func (c *Checkpointer) copyInto(g *generation, gi int, seg *segment, changedOnly
 		c.mu.Unlock()
 		seg.Tables = append(seg.Tables, st)
 		total += int64(n)
+		if cp.slotted {
+			need += alignUp(copySpace(n, rowSize))
+		}
 	}
 	for _, b := range blobs {
 		ext, off, dst, err := c.alloc(g, gi, int64(len(b.Data)))

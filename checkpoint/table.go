@@ -54,6 +54,25 @@ type ShardedTable interface {
 	LoadRawShards(key []byte, counts []int) (load func(group int, src []byte) error, end func(keep bool) (int, error), err error)
 }
 
+// SlotDeltaTable is a Table that can restrict a delta to the slots a node owns and copy whole the
+// rows of slots it gained, so that a snapshot after a change of the node's slot set (a live
+// repartition) is a delta rather than a full copy. The checkpointer detects it by type
+// assertion; when any table is a plain Table, a snapshot whose slot set differs from the
+// previous snapshot's is taken in full.
+type SlotDeltaTable interface {
+	Table
+	// CopyRawDelta copies into dst, in one consistent cut like CopyRaw, every live row whose id
+	// whole accepts, and the rows changed or deleted since the last base whose id changed accepts
+	// and whole rejects (deletions as deletion records, each before any row of its id). A nil
+	// changed accepts every id; a nil whole accepts none, which makes it CopyRaw(dst, true,
+	// newBase) restricted to changed. With newBase the change set is cleared in the same
+	// critical section, also of rows neither filter accepts. The filters may be called from
+	// several goroutines at once. A dst too small returns io.ErrShortBuffer, changes nothing, and
+	// returns as n the room the copy needs (a bound, which may count records it then leaves out;
+	// rows may be added before the retry, so the checkpointer adds some room to it).
+	CopyRawDelta(dst []byte, changed, whole func(id uint64) bool, newBase bool) (n int, err error)
+}
+
 // DeletionMark is the little-endian uint32 at bytes [8:12) of a deletion record.
 const DeletionMark = 0xFFFFFFFF
 
