@@ -3,10 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -17,7 +24,9 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/elasticps/elasticps/embedding"
@@ -449,18 +458,61 @@ type grpcPeer struct {
 	srvs    []*grpc.Server
 	wg      sync.WaitGroup
 	clients []*grpcClient
+	suite   string // the TLS cipher suite the connections negotiated; "" when insecure
 	once    sync.Once
 }
 
-func startGRPC(cl *psCluster, goroutines, dim int) (*grpcPeer, error) {
+// grpcTLS returns the credentials of a server with a self-signed ECDSA P-256 certificate for
+// 127.0.0.1, made in this process, and of clients that trust it: TLS as grpc-go sets it up by
+// default (TLS 1.3, the cipher suite Go prefers on this hardware).
+func grpcTLS() (server, client credentials.TransportCredentials, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "elasticps bench"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	server = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}}})
+	client = credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	return server, client, nil
+}
+
+// startGRPC starts one gRPC server per server of cl over its table and a client per goroutine,
+// in plaintext (insecure credentials, as the peer runs by default) or with TLS.
+func startGRPC(cl *psCluster, goroutines, dim int, withTLS bool) (*grpcPeer, error) {
 	p := &grpcPeer{}
+	srvCreds, cliCreds := insecure.NewCredentials(), insecure.NewCredentials()
+	if withTLS {
+		var err error
+		if srvCreds, cliCreds, err = grpcTLS(); err != nil {
+			return nil, err
+		}
+	}
 	var addrs []string
 	for _, s := range cl.srvs {
 		tab, ok := s.Table("emb")
 		if !ok {
+			p.stop()
 			return nil, errors.New("server has no table emb")
 		}
-		srv := grpc.NewServer(grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
+		srv := grpc.NewServer(grpc.Creds(srvCreds), grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 			grpc.ReadBufferSize(grpcBuffer), grpc.WriteBufferSize(grpcBuffer),
 			grpc.MaxRecvMsgSize(grpcMaxSize), grpc.MaxSendMsgSize(grpcMaxSize))
 		srv.RegisterService(grpcServiceDesc(), &grpcTable{tab: tab, dim: dim})
@@ -480,7 +532,7 @@ func startGRPC(cl *psCluster, goroutines, dim int) (*grpcPeer, error) {
 			var conns []*grpc.ClientConn
 			for range psConns {
 				cc, err := grpc.NewClient("passthrough:///"+addr,
-					grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithTransportCredentials(cliCreds),
 					grpc.WithInitialWindowSize(grpcWindow), grpc.WithInitialConnWindowSize(grpcWindow),
 					grpc.WithReadBufferSize(grpcBuffer), grpc.WithWriteBufferSize(grpcBuffer),
 					grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMaxSize), grpc.MaxCallSendMsgSize(grpcMaxSize)))
@@ -493,6 +545,21 @@ func startGRPC(cl *psCluster, goroutines, dim int) (*grpcPeer, error) {
 			c.conns = append(c.conns, conns)
 		}
 		p.clients = append(p.clients, c)
+	}
+	if withTLS {
+		// One call names the suite the connections agree on, for the report.
+		var from peer.Peer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c := p.clients[0]
+		err := c.conns[0][0].Invoke(ctx, grpcPullMethod, &wrapperspb.BytesValue{}, new(wrapperspb.BytesValue), grpc.Peer(&from))
+		if err != nil {
+			p.stop()
+			return nil, fmt.Errorf("grpc over TLS: %w", err)
+		}
+		if info, ok := from.AuthInfo.(credentials.TLSInfo); ok {
+			p.suite = tls.VersionName(info.State.Version) + " " + tls.CipherSuiteName(info.State.CipherSuite)
+		}
 	}
 	return p, nil
 }

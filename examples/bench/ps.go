@@ -24,8 +24,12 @@ const psConns = 2
 // pipelined MGET) and a gRPC service over the same tables. Pulls run with each frame protection:
 // integrity (the default), encryption, and none, which the servers here accept for this
 // measurement only (a connection is unprotected only if both ends ask), so the cost of protection
-// is a ratio measured in the same run. Every comparison runs its subject and baseline interleaved
+// is a ratio measured in the same run. The peers run as their users run them by default, Redis
+// and gRPC in plaintext, so each comparison is reported twice from the same rounds: our default
+// against the peer, and our unprotected wire against it (like with like); gRPC over TLS is
+// compared with our encrypted wire. Every comparison runs its subjects and baseline interleaved
 // in rounds. Without -quick, pull rates are then swept over batch sizes and server counts.
+// TestPSPullCPU (ps_profile_test.go) profiles the same pulls and breaks their CPU down by cause.
 func runPS(ctx context.Context, opt options, r *report) error {
 	const dim, batch, servers, goroutines = 64, 4096, 2, 2
 	perServer := 4 << 20
@@ -78,11 +82,16 @@ func runPS(ctx context.Context, opt options, r *report) error {
 		return fmt.Errorf("redis baseline: %w", err)
 	}
 	defer red.stop()
-	gp, err := startGRPC(cl, goroutines, dim)
+	gp, err := startGRPC(cl, goroutines, dim, false)
 	if err != nil {
 		return fmt.Errorf("grpc baseline: %w", err)
 	}
 	defer gp.stop()
+	gt, err := startGRPC(cl, goroutines, dim, true)
+	if err != nil {
+		return fmt.Errorf("grpc baseline over TLS: %w", err)
+	}
+	defer gt.stop()
 
 	grads := make([]float32, batch*dim)
 	for i := range grads {
@@ -97,8 +106,11 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	}
 	localPull := func(g int, b []uint64, out []float32) error { return folders[g].lookup(local, b, out) }
 	step := uint64(0)
-	push := func(g int, b []uint64, out []float32) error { return clients[g].Push(ctx, "emb", b, grads, step) }
+	push := func(cs []*ps.Client) func(g int, b []uint64, out []float32) error {
+		return func(g int, b []uint64, out []float32) error { return cs[g].Push(ctx, "emb", b, grads, step) }
+	}
 	grpcPull := func(g int, b []uint64, out []float32) error { return gp.clients[g].pull(ctx, b, out) }
+	grpcTLSPull := func(g int, b []uint64, out []float32) error { return gt.clients[g].pull(ctx, b, out) }
 	grpcPush := func(g int, b []uint64, out []float32) error { return gp.clients[g].push(ctx, b, grads, step) }
 	on := func(name string, ids []uint64, fn func(g int, b []uint64, out []float32) error) trial {
 		n := float64(len(ids) / batch * batch)
@@ -110,7 +122,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	}
 	// Connect every client (handshakes, first buffers) before measuring.
 	for _, fn := range []func(g int, b []uint64, out []float32) error{
-		pull(clients), pull(encClients), pull(plainClients), red.pull, grpcPull,
+		pull(clients), pull(encClients), pull(plainClients), red.pull, grpcPull, grpcTLSPull,
 	} {
 		if _, err := parallelBatches(goroutines, zipf[:goroutines*batch], batch, dim, fn); err != nil {
 			return err
@@ -135,17 +147,24 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return err
 	}
+	// Our default (integrity) and our unprotected wire against each peer in the same rounds.
 	fmt.Printf("ps: pulls against Redis and gRPC...\n")
-	rd, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("redis", zipf, red.pull))
+	rd, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("pull_unprotected", zipf, pull(plainClients)), on("redis", zipf, red.pull))
 	if err != nil {
 		return err
 	}
-	gr, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("grpc", zipf, grpcPull))
+	gr, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("pull_unprotected", zipf, pull(plainClients)), on("grpc", zipf, grpcPull))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ps: pulls against gRPC over TLS...\n")
+	gs, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("pull_encrypted", zipf, pull(encClients)), on("grpc_tls", zipf, grpcTLSPull))
 	if err != nil {
 		return err
 	}
 	fmt.Printf("ps: pushes against gRPC...\n")
-	pu, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("push", zipf, push), on("grpc_push", zipf, grpcPush))
+	pu, err := interleave(ctx, rounds, nil, on("pull", zipf, pull(clients)), on("push", zipf, push(clients)),
+		on("push_unprotected", zipf, push(plainClients)), on("grpc_push", zipf, grpcPush))
 	if err != nil {
 		return err
 	}
@@ -163,16 +182,28 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	r.add("local_distinct_rows_per_s", locD.median("local"), "rows/s of the local lookups on all-distinct batches (Zipf(1.1) ids, repeats within a batch redrawn)")
 	r.add("pull_distinct_rows_per_s", locD.median("pull"), "rows/s of pulls of the all-distinct batches")
 	r.addRatio("pull_vs_local_distinct", locD.ratio("pull", "local"), "local_distinct_rows_per_s", "local_distinct_rows_per_s", "the same on all-distinct batches; target >= 0.7")
-	redNote := fmt.Sprintf("Redis %s, one instance per server holding that server's rows, %d connections per goroutine and instance, the batch's distinct ids by pipelined MGET to every instance at once, each value read into place with one copy", red.version, psConns)
+	redNote := fmt.Sprintf("Redis %s in plaintext without AUTH, one instance per server holding that server's rows, %d connections per goroutine and instance, the batch's distinct ids by pipelined MGET to every instance at once, each value read into place with one copy", red.version, psConns)
 	r.add("redis_rows_per_s", rd.median("redis"), "rows/s from "+redNote)
-	r.addRatio("pull_vs_redis", rd.ratio("pull", "redis"), "redis_rows_per_s: "+redNote, "redis_rows_per_s", "target >= 2")
+	r.addRatio("pull_vs_redis", rd.ratio("pull", "redis"), "redis_rows_per_s: "+redNote, "redis_rows_per_s", "our default (integrity) against plaintext Redis; target >= 2")
+	r.addRatio("pull_vs_redis_unprotected", rd.ratio("pull_unprotected", "redis"), "redis_rows_per_s: "+redNote, "redis_rows_per_s",
+		"our pulls unprotected against plaintext Redis, like with like, in the same rounds")
 	grpcNote := fmt.Sprintf("grpc-go %s unary Pull(ids)->bytes and Push over the same tables, one server per ps server, %d connections per goroutine and server, windows %d MiB, the batch's distinct ids to every server at once", grpcVersion, psConns, grpcWindow>>20)
 	r.add("grpc_pull_rows_per_s", gr.median("grpc"), "rows/s from "+grpcNote)
-	r.addRatio("pull_vs_grpc", gr.ratio("pull", "grpc"), "grpc_pull_rows_per_s: "+grpcNote, "grpc_pull_rows_per_s", "target >= 1.5")
+	r.addRatio("pull_vs_grpc", gr.ratio("pull", "grpc"), "grpc_pull_rows_per_s: "+grpcNote+", insecure", "grpc_pull_rows_per_s", "our default (integrity) against insecure gRPC; target >= 1.5")
+	r.addRatio("pull_vs_grpc_unprotected", gr.ratio("pull_unprotected", "grpc"), "grpc_pull_rows_per_s: "+grpcNote+", insecure", "grpc_pull_rows_per_s",
+		"our pulls unprotected against insecure gRPC, like with like, in the same rounds")
+	tlsNote := fmt.Sprintf("the same gRPC peer over TLS (%s, self-signed certificate made in process)", gt.suite)
+	r.add("grpc_tls_pull_rows_per_s", gs.median("grpc_tls"), "rows/s from "+tlsNote)
+	r.addRatio("pull_encrypted_vs_grpc_tls", gs.ratio("pull_encrypted", "grpc_tls"), "grpc_tls_pull_rows_per_s: "+tlsNote, "grpc_tls_pull_rows_per_s",
+		"our pulls encrypted (AES-256-GCM) against gRPC over TLS, like with like")
+	r.addRatio("pull_vs_grpc_tls", gs.ratio("pull", "grpc_tls"), "grpc_tls_pull_rows_per_s: "+tlsNote, "grpc_tls_pull_rows_per_s",
+		"our default (integrity only) against gRPC over TLS (which also encrypts)")
 	r.add("push_rows_per_s", pu.median("push"), "rows/s (positions) of Adagrad pushes through the TCP client")
 	r.addRatio("push_vs_pull", pu.ratio("push", "pull"), "pulls of the same batches", "pull_rows_per_s", "target >= 0.5")
 	r.add("grpc_push_rows_per_s", pu.median("grpc_push"), "rows/s of the same pushes through the gRPC peer (gradients of repeated ids summed first, as our client does)")
-	r.addRatio("push_vs_grpc", pu.ratio("push", "grpc_push"), "grpc_push_rows_per_s", "grpc_push_rows_per_s", "our push over gRPC's push of the same batches")
+	r.addRatio("push_vs_grpc", pu.ratio("push", "grpc_push"), "grpc_push_rows_per_s: insecure gRPC", "grpc_push_rows_per_s", "our push (integrity) over gRPC's push of the same batches")
+	r.addRatio("push_vs_grpc_unprotected", pu.ratio("push_unprotected", "grpc_push"), "grpc_push_rows_per_s: insecure gRPC", "grpc_push_rows_per_s",
+		"our push unprotected over gRPC's push of the same batches, like with like, in the same rounds")
 	r.add("table_rows", float64(rows), fmt.Sprintf("rows x dim %d over %d servers", dim, servers))
 
 	n8, _ := ps.NewOwnerTable(1, ps.DefaultSlots, benchNodes(8), nil)
@@ -217,6 +248,7 @@ func runPS(ctx context.Context, opt options, r *report) error {
 	r.addTable("pull_by_batch", byBatch)
 	red.stop()
 	gp.stop()
+	gt.stop()
 	closeClients(clients)
 	closeClients(encClients)
 	closeClients(plainClients)
