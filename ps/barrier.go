@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -23,6 +24,7 @@ type barrier struct {
 	pending map[uint32]*stepPushes // steps still collecting
 	closed  bool
 	held    bool
+	holdGen uint64        // the hold this barrier is held by
 	limit   int64         // while held, pushes of later steps wait
 	changed chan struct{} // closed (and replaced) when a step is applied or the hold changes
 }
@@ -133,27 +135,33 @@ func (b *barrier) push(ctx context.Context, worker, step uint32, ids []uint64, g
 	}
 }
 
-// hold makes pushes of steps that have not begun wait, and returns the highest step begun (-1:
-// none).
-func (b *barrier) hold() int64 {
+// hold starts hold gen: pushes of steps that have not begun wait. It returns the highest step
+// begun (-1: none).
+func (b *barrier) hold(gen uint64) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.held, b.limit = true, b.begun
+	b.held, b.holdGen, b.limit = true, gen, b.begun
 	b.signalLocked()
 	return b.begun
 }
 
 // holdAfter lets pushes of steps up to step in (the steps some server has begun) and keeps
 // later ones waiting, and returns once every step up to step is applied here. step < 0 waits
-// for nothing.
-func (b *barrier) holdAfter(ctx context.Context, step int64) error {
+// for nothing. It fails, changing nothing, if hold gen has ended (the barrier is not held by it).
+func (b *barrier) holdAfter(ctx context.Context, gen uint64, step int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.held, b.limit = true, step
+	if !b.held || b.holdGen != gen {
+		return errHoldEnded
+	}
+	b.limit = step
 	b.signalLocked()
 	for {
-		if b.closed {
+		switch {
+		case b.closed:
 			return remote(codeClosed, "server closed")
+		case !b.held || b.holdGen != gen:
+			return errHoldEnded
 		}
 		collecting := false
 		for s := range b.pending {
@@ -175,12 +183,16 @@ func (b *barrier) begunStep() int64 {
 	return b.begun
 }
 
-// release ends a hold: the pushes waiting are admitted (or refused) in turn. boundary >= 0 is
-// the step the job was held after: a server that had none of the steps up to it (it joined the
-// table at this boundary) never will, and its first step is a later one.
-func (b *barrier) release(boundary int64) {
+// release ends hold gen (nothing if the barrier is not held by it): the pushes waiting are
+// admitted (or refused) in turn. boundary >= 0 is the step the job was held after: a server
+// that had none of the steps up to it (it joined the table at this boundary) never will, and
+// its first step is a later one.
+func (b *barrier) release(gen uint64, boundary int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.held || b.holdGen != gen {
+		return
+	}
 	if boundary >= 0 && (!b.started || int64(b.applied) < boundary) {
 		for step, sp := range b.pending {
 			if int64(step) <= boundary {
@@ -191,11 +203,12 @@ func (b *barrier) release(boundary int64) {
 		}
 		b.started, b.applied = true, uint32(boundary)
 	}
-	if b.held {
-		b.held = false
-		b.signalLocked()
-	}
+	b.held = false
+	b.signalLocked()
 }
+
+// errHoldEnded is a hold's second round finding the hold over (ended or replaced).
+var errHoldEnded = errors.New("the hold of the steps has ended")
 
 func (b *barrier) close() {
 	b.mu.Lock()

@@ -596,9 +596,10 @@ func mapErr(addr string, err error) error {
 		we := &WrongOwnerError{Server: addr}
 		if len(re.Data) >= 12 {
 			we.Version = binary.LittleEndian.Uint64(re.Data)
-			we.Slot = int(binary.LittleEndian.Uint32(re.Data[8:]))
-			if we.Slot == math.MaxUint32 {
+			if slot := binary.LittleEndian.Uint32(re.Data[8:]); slot == math.MaxUint32 {
 				we.Slot = -1
+			} else {
+				we.Slot = int(slot)
 			}
 		}
 		return we

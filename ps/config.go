@@ -255,9 +255,9 @@ type ClientConfig struct {
 	// Sync must be set when the servers run synchronously (ServerConfig.SyncWorkers > 0): every
 	// push then reaches every server, empty where the worker has no rows for it, so each server's
 	// step barrier hears from every worker. A synchronous push is never resent in part (the
-	// barrier counts one push per worker and step): refused by every server because the owner
-	// table changed between steps, it is resent whole by the new table; refused by only some,
-	// the call fails.
+	// barrier counts one push per worker and step): when no server counted it and the refusals
+	// were for the table it was routed by (the owner table changed between steps), it is resent
+	// whole by the newer table; once any server counted it, a refusal fails the call.
 	Sync bool
 	// Compression offers s2 compression of large requests.
 	Compression bool

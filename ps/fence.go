@@ -64,7 +64,7 @@ func (f *fences) refused(epoch uint64) bool {
 // Fence refuses, from when it returns, every push carrying one of epochs (ErrFenced). Pushes of
 // those epochs being applied when it is called have finished by the time it returns (it takes
 // the ownership lock exclusively). On a synchronous server a push is checked when its step's
-// barrier counts it, not when the step is applied. Epoch 0 (a client without an epoch) cannot be fenced this way:
+// barrier counts it: a push counted before the fence is applied with its step. Epoch 0 (a client without an epoch) cannot be fenced this way:
 // use SetEpochFloor.
 func (s *Server) Fence(epochs ...uint64) {
 	s.own.Lock()

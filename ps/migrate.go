@@ -56,11 +56,11 @@ const (
 	opDiscard
 	// opHold (migration id 0): start holding synchronous steps (see holdSteps).
 	opHold
-	// opHoldAfter (migration id 0): count u32 | per table: name (str) | step i64; answers once
-	// the steps are applied (see holdStepsAfter).
+	// opHoldAfter (migration id 0): hold generation u64 | count u32 | per table: name (str) |
+	// step i64; answers once the steps are applied (see holdStepsAfter).
 	opHoldAfter
-	// opUnhold (migration id 0): floor version u64 | the steps held after, as for opHoldAfter
-	// (count 0 when no boundary was reached); ends the hold.
+	// opUnhold (migration id 0): hold generation u64 | floor version u64 | the steps held
+	// after, as for opHoldAfter (count 0 when no boundary was reached); ends the hold.
 	opUnhold
 )
 
@@ -293,18 +293,19 @@ func (s *Server) handleMigrate(ctx context.Context, req []byte, resp *rpc.Buffer
 		resp.Write(s.holdSteps())
 		return nil
 	case opHoldAfter:
+		gen := d.u64()
 		steps, err := decodeSteps(d.b)
-		if err != nil {
+		if d.err != nil || err != nil {
 			return remote(codeBadRequest, "malformed hold after")
 		}
-		return s.holdStepsAfter(ctx, steps)
+		return s.holdStepsAfter(ctx, gen, steps)
 	case opUnhold:
-		floor := d.u64()
+		gen, floor := d.u64(), d.u64()
 		steps, err := decodeSteps(d.b)
 		if d.err != nil || err != nil {
 			return remote(codeBadRequest, "malformed unhold")
 		}
-		s.releaseSteps(floor, steps)
+		s.releaseSteps(gen, floor, steps)
 		return nil
 	}
 	return remote(codeBadRequest, "unknown migration op %d", op)
@@ -563,11 +564,7 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 	n := 0
 	for _, h := range tables {
 		if h.dense {
-			for _, rid := range h.ids {
-				if h.t.Delete(rid) {
-					n++
-				}
-			}
+			n += deleteDense(h)
 			continue
 		}
 		n += h.t.DeleteSlots(m.slots)
@@ -772,7 +769,33 @@ func (s *Server) DiscardSlots(slots []int) (int, error) {
 		}
 		set.Add(sl)
 	}
-	return s.ClearSlots(func(sl int) bool { return set.Has(sl) && !s.Owns(sl) }), nil
+	drop := func(sl int) bool { return set.Has(sl) && !s.Owns(sl) }
+	n := s.ClearSlots(drop)
+	// ClearSlots keeps dense tensors for a restore to replace; a failed migration's copy of
+	// one goes too.
+	s.own.RLock()
+	var dense []*hosted
+	for _, h := range s.own.tables {
+		if h.dense && set.Has(h.slot) && !s.own.slots.Has(h.slot) {
+			dense = append(dense, h)
+		}
+	}
+	s.own.RUnlock()
+	for _, h := range dense {
+		n += deleteDense(h)
+	}
+	return n, nil
+}
+
+// deleteDense deletes the rows of dense tensor h and returns how many there were.
+func deleteDense(h *hosted) int {
+	n := 0
+	for _, rid := range h.ids {
+		if h.t.Delete(rid) {
+			n++
+		}
+	}
+	return n
 }
 
 // Owns reports whether the server's owner table gives it slot.

@@ -100,6 +100,12 @@ func serverRows(t *testing.T, servers []*ps.Server, table *ps.OwnerTable, name s
 
 func migrate(t *testing.T, ctx context.Context, c *pstest.Cluster, m *ps.Migrator, cur *ps.OwnerTable, ids ...string) *ps.OwnerTable {
 	t.Helper()
+	return migrateWith(t, ctx, c, m, cur, c.PublishTo, ids...)
+}
+
+// migrateWith is migrate with publish.
+func migrateWith(t *testing.T, ctx context.Context, c *pstest.Cluster, m *ps.Migrator, cur *ps.OwnerTable, publish ps.Publish, ids ...string) *ps.OwnerTable {
+	t.Helper()
 	var nodes []ps.Node
 	for _, id := range ids {
 		if c.Server(id) == nil {
@@ -110,7 +116,7 @@ func migrate(t *testing.T, ctx context.Context, c *pstest.Cluster, m *ps.Migrato
 	next, err := ps.NewOwnerTable(0, cur.Slots, nodes, cur)
 	require.NoError(t, err)
 	moves := cur.Moves(next)
-	got, err := m.Migrate(ctx, cur, next, c.PublishTo)
+	got, err := m.Migrate(ctx, cur, next, publish)
 	require.NoError(t, err)
 	assert.True(t, got.SamePlacement(next))
 	assert.Greater(t, got.Version, cur.Version)

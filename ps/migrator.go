@@ -516,16 +516,21 @@ func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable
 	}
 	g.Wait()
 	err = errors.Join(errs...)
+	// Each server's hold, by its generation (0: not held), and per table the highest step
+	// begun by a server the workers push to (they push every step to every server of their
+	// table).
+	gens := make([]uint64, len(nodes))
 	var boundary map[string]int64 // once every server reached it
 	resume = func(floor uint64) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		body := appendSteps(binary.LittleEndian.AppendUint64(nil, floor), boundary)
 		var g errgroup.Group
 		for i, n := range nodes {
-			if len(answers[i]) == 0 || answers[i][0] == 0 {
+			if gens[i] == 0 {
 				continue
 			}
+			body := binary.LittleEndian.AppendUint64(nil, gens[i])
+			body = appendSteps(binary.LittleEndian.AppendUint64(body, floor), boundary)
 			g.Go(func() error {
 				if err := m.call(rctx, n.Addr, opUnhold, 0, body); err != nil {
 					m.log.Warn("could not end the hold of the synchronous steps; it ends by itself", "server", n.ID, "err", err)
@@ -535,8 +540,6 @@ func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable
 		}
 		g.Wait()
 	}
-	// Per table, the highest step begun by a server the workers push to (they push every step
-	// to every server of their table).
 	inCur := map[string]bool{}
 	for _, n := range cur.Nodes {
 		inCur[n.ID] = true
@@ -552,10 +555,11 @@ func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable
 			continue // asynchronous
 		}
 		var steps map[string]int64
-		if len(a) > 0 && a[0] == 1 {
-			steps, _ = decodeSteps(a[1:])
+		if len(a) >= 9 && a[0] == 1 {
+			gens[i] = binary.LittleEndian.Uint64(a[1:])
+			steps, _ = decodeSteps(a[9:])
 		}
-		if steps == nil {
+		if steps == nil || gens[i] == 0 {
 			resume(0)
 			return nil, fmt.Errorf("%w: hold answer from %s", ErrCorrupt, n.ID)
 		}
@@ -579,10 +583,12 @@ func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.StepWait)
 	defer cancel()
 	g = errgroup.Group{}
-	for _, n := range nodes {
-		body := appendSteps(nil, begun)
-		if !inCur[n.ID] {
-			body = appendSteps(nil, nil) // its own steps only
+	for i, n := range nodes {
+		body := binary.LittleEndian.AppendUint64(nil, gens[i])
+		if inCur[n.ID] {
+			body = appendSteps(body, begun)
+		} else {
+			body = appendSteps(body, nil) // its own steps only
 		}
 		g.Go(func() error {
 			if err := m.call(wctx, n.Addr, opHoldAfter, 0, body); err != nil {
@@ -592,7 +598,7 @@ func (m *Migrator) pauseSteps(ctx context.Context, nodes []Node, cur *OwnerTable
 		})
 	}
 	if err := g.Wait(); err != nil {
-		resume(0)
+		resume(0) // ends the holds, and with them the servers' waits
 		return nil, err
 	}
 	boundary = begun

@@ -221,7 +221,9 @@ func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 			return true, nil
 		case t.Version == cur.Version:
 			return false, fmt.Errorf("%w: a different owner table with the current version %d", ErrBadConfig, t.Version)
-		case s.cfg.SyncWorkers > 0 && s.steps.pushed.Load() && !s.steps.boundary.Load():
+		case s.cfg.SyncWorkers > 0 && s.steps.pushed.Load() && !s.steps.boundary.Load() && t.Version > s.steps.floor.Load():
+			// (A table no newer than the floor can come any time: every push routed by an
+			// older one is refused, so no step is under way by one.)
 			return false, fmt.Errorf("%w: a synchronous server changes its owner table (version %d) only at a step boundary", ErrBadConfig, cur.Version)
 		}
 	}
@@ -495,7 +497,7 @@ func (s *Server) syncAdmit(r tableReq, slotsLocked func() error) func(counting b
 	return func(counting bool) error {
 		s.own.RLock()
 		defer s.own.RUnlock()
-		if err := s.syncRoutedLocked(r.version); err != nil || !counting {
+		if err := s.syncRoutedLocked(r.version, counting); err != nil || !counting {
 			return err
 		}
 		if err := s.fencedLocked(r.epoch); err != nil {
@@ -509,7 +511,7 @@ func (s *Server) syncAdmit(r tableReq, slotsLocked func() error) func(counting b
 // The barrier is not shared yet, so taking its lock under the ownership lock is safe.
 func (s *Server) holdNewLocked(h *hosted) {
 	if h.bar != nil && s.steps.holding {
-		h.bar.hold()
+		h.bar.hold(s.steps.gen)
 	}
 }
 

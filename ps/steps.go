@@ -31,8 +31,11 @@ type stepState struct {
 	pushed   atomic.Bool   // a push has been counted: the table changes only at a boundary
 	boundary atomic.Bool   // held at a step boundary: the table may change
 	floor    atomic.Uint64 // pushes routed by an older table are refused
-	holding  bool          // guarded by own: new tables' barriers start held
-	timer    *time.Timer   // guarded by own: ends a hold nobody ended
+	// Guarded by own: the hold under way (holding), its generation (each hold has its own, so
+	// a late round or end of an earlier hold changes nothing), and its timer.
+	holding bool
+	gen     uint64
+	timer   *time.Timer
 }
 
 // barriersLocked returns the barriers of the hosted tables, by table name.
@@ -46,67 +49,82 @@ func (s *Server) barriersLocked() map[string]*hosted {
 	return out
 }
 
-// holdSteps starts a hold (round 1) and answers sync u8 | per table, the highest step begun
-// (appendSteps). An asynchronous server answers sync 0 and holds nothing.
+// holdSteps starts a hold (round 1), replacing one under way, and answers sync u8 | the hold's
+// generation u64 | per table, the highest step begun (appendSteps). An asynchronous server
+// answers sync 0 and holds nothing.
 func (s *Server) holdSteps() []byte {
 	if s.cfg.SyncWorkers == 0 {
 		return []byte{0}
 	}
 	s.own.Lock()
+	s.steps.gen++
+	gen := s.steps.gen
 	s.steps.holding = true
 	s.steps.boundary.Store(false)
 	if s.steps.timer != nil {
 		s.steps.timer.Stop()
 	}
 	s.steps.timer = time.AfterFunc(s.cfg.MigrationTTL, func() {
-		s.log.Warn("a hold of the synchronous steps was not ended; ending it", "after", s.cfg.MigrationTTL)
-		s.releaseSteps(0, nil)
+		if s.releaseSteps(gen, 0, nil) {
+			s.log.Warn("a hold of the synchronous steps was not ended; ending it", "after", s.cfg.MigrationTTL)
+		}
 	})
 	bars := s.barriersLocked()
 	s.own.Unlock()
 	begun := make(map[string]int64, len(bars))
 	for name, h := range bars {
-		begun[name] = h.bar.hold()
+		begun[name] = h.bar.hold(gen)
 	}
-	return appendSteps([]byte{1}, begun)
+	out := binary.LittleEndian.AppendUint64([]byte{1}, gen)
+	return appendSteps(out, begun)
 }
 
-// holdStepsAfter is round 2: steps gives, per table, the highest step any server of the table
-// has begun. A dense tensor's pushes reach only its owner, so its own steps count; a table
-// steps does not name waits for its own begun steps.
-func (s *Server) holdStepsAfter(ctx context.Context, steps map[string]int64) error {
+// holdStepsAfter is round 2 of hold gen: steps gives, per table, the highest step any server
+// of the table has begun. A dense tensor's pushes reach only its owner, so its own steps count;
+// a table steps does not name waits for its own begun steps. It fails if the hold ends first.
+func (s *Server) holdStepsAfter(ctx context.Context, gen uint64, steps map[string]int64) error {
 	if s.cfg.SyncWorkers == 0 {
 		return nil
 	}
 	s.own.RLock()
-	holding := s.steps.holding
+	current := s.steps.holding && s.steps.gen == gen
 	bars := s.barriersLocked()
 	s.own.RUnlock()
-	if !holding {
-		return migErr("server %s holds no steps", s.cfg.ID)
+	if !current {
+		return migErr("server %s: %v", s.cfg.ID, errHoldEnded)
 	}
 	for name, h := range bars {
 		step := h.bar.begunStep()
 		if v, ok := steps[name]; ok && !h.dense {
 			step = max(step, v)
 		}
-		if err := h.bar.holdAfter(ctx, step); err != nil {
-			return migErr("table %q: %v", name, err)
+		if err := h.bar.holdAfter(ctx, gen, step); err != nil {
+			return migErr("server %s, table %q: %v", s.cfg.ID, name, err)
 		}
+	}
+	s.own.Lock()
+	defer s.own.Unlock()
+	if !s.steps.holding || s.steps.gen != gen {
+		return migErr("server %s: %v", s.cfg.ID, errHoldEnded)
 	}
 	s.steps.boundary.Store(true)
 	return nil
 }
 
-// releaseSteps ends a hold; pushes routed by tables older than floor are refused from now on.
-// boundary, if the servers reached one, gives per table the step they were held after.
-func (s *Server) releaseSteps(floor uint64, boundary map[string]int64) {
+// releaseSteps ends hold gen, if it is the one under way, and reports whether it was; pushes
+// routed by tables older than floor are refused from now on either way. boundary, if the
+// servers reached one, gives per table the step they were held after.
+func (s *Server) releaseSteps(gen, floor uint64, boundary map[string]int64) bool {
 	if s.cfg.SyncWorkers == 0 {
-		return
+		return false
 	}
 	for cur := s.steps.floor.Load(); floor > cur && !s.steps.floor.CompareAndSwap(cur, floor); cur = s.steps.floor.Load() {
 	}
 	s.own.Lock()
+	if !s.steps.holding || s.steps.gen != gen {
+		s.own.Unlock()
+		return false
+	}
 	s.steps.holding = false
 	s.steps.boundary.Store(false)
 	if s.steps.timer != nil {
@@ -120,20 +138,27 @@ func (s *Server) releaseSteps(floor uint64, boundary map[string]int64) {
 		if !ok || h.dense {
 			step = -1
 		}
-		h.bar.release(step)
+		h.bar.release(gen, step) // a barrier a later hold holds is left to it
 	}
+	return true
 }
 
-// syncRoutedLocked refuses a synchronous push routed by any table but the server's current one
-// (or one older than the newest a hold ended with): the client then resends its step, whole.
-func (s *Server) syncRoutedLocked(version uint64) error {
+// syncRoutedLocked checks the table a synchronous push was routed by. Counted, a push must have
+// been routed by the server's current table (and that not older than the newest a hold ended
+// with). Before it waits for a hold to end (counting false), only a push routed by an older
+// table is refused: a newer one may be the table the hold installs. A refusal makes the client
+// resend its step, whole.
+func (s *Server) syncRoutedLocked(version uint64, counting bool) error {
 	cur := s.version()
 	floor := s.steps.floor.Load()
-	if version == cur && cur >= floor {
+	v := max(cur, floor)
+	switch {
+	case counting && version == cur && cur >= floor:
 		s.steps.pushed.Store(true)
 		return nil
+	case !counting && version >= v:
+		return nil
 	}
-	v := max(cur, floor)
 	var d [12]byte
 	binary.LittleEndian.PutUint64(d[:], v)
 	binary.LittleEndian.PutUint32(d[8:], math.MaxUint32)
@@ -166,7 +191,11 @@ func decodeSteps(b []byte) (map[string]int64, error) {
 	out := make(map[string]int64, n)
 	for range n {
 		name := d.str()
-		out[name] = int64(d.u64())
+		step := int64(d.u64())
+		if step < -1 || step > math.MaxUint32 {
+			return nil, errShort
+		}
+		out[name] = step
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return nil, errShort

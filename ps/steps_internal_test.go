@@ -2,9 +2,13 @@ package ps
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/embedding"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,7 +26,7 @@ func FuzzDecodeSteps(f *testing.F) {
 			require.True(t, errors.Is(err, errShort), "%v", err)
 			return
 		}
-		if len(m) == int(uint32(len(m))) && !hasDuplicateNames(b) {
+		if !hasDuplicateNames(b) {
 			require.Equal(t, b, appendSteps(nil, m))
 		}
 	})
@@ -61,7 +65,7 @@ func TestBarrierHold(t *testing.T) {
 	counted := make(chan struct{})
 	push(0, 1, func(bool) error { close(counted); return nil })
 	<-counted
-	require.Equal(t, int64(1), b.hold())
+	require.Equal(t, int64(1), b.hold(1))
 	// Step 2 has not begun: worker 1's push is checked, then waits.
 	checked, admitted := make(chan struct{}), make(chan struct{})
 	push(1, 2, func(counting bool) error {
@@ -81,7 +85,7 @@ func TestBarrierHold(t *testing.T) {
 	assert.Equal(t, stale, b.push(ctx, 0, 2, nil, nil, func(bool) error { return stale }, apply), "a stale push is refused without waiting")
 	// Round 2: step 1 completes; step 2 still waits.
 	holdDone := make(chan error, 1)
-	go func() { holdDone <- b.holdAfter(ctx, 1) }()
+	go func() { holdDone <- b.holdAfter(ctx, 1, 1) }()
 	push(1, 1, nil)
 	require.NoError(t, <-holdDone)
 	require.NoError(t, <-pushed)
@@ -93,7 +97,7 @@ func TestBarrierHold(t *testing.T) {
 	default:
 	}
 	// Release: step 2 is admitted; with worker 0's push it completes.
-	b.release(1)
+	b.release(1, 1)
 	<-admitted
 	push(0, 2, nil)
 	require.NoError(t, <-pushed)
@@ -106,12 +110,94 @@ func TestBarrierHold(t *testing.T) {
 func TestBarrierReleaseAtBoundaryOfNewServer(t *testing.T) {
 	ctx := context.Background()
 	b := newBarrier(1)
-	assert.Equal(t, int64(-1), b.hold())
-	require.NoError(t, b.holdAfter(ctx, -1))
-	b.release(7)
-	require.NoError(t, b.holdAfter(ctx, 7), "steps up to the boundary need nothing from this server")
-	b.release(-1)
+	assert.Equal(t, int64(-1), b.hold(3))
+	require.NoError(t, b.holdAfter(ctx, 3, -1))
+	b.release(3, 7)
+	b.hold(4)
+	require.NoError(t, b.holdAfter(ctx, 4, 7), "steps up to the boundary need nothing from this server")
+	b.release(4, -1)
 	err := b.push(ctx, 0, 7, nil, nil, nil, func([]uint64, []float32, uint32) error { return nil })
 	assert.ErrorContains(t, err, "already applied")
 	require.NoError(t, b.push(ctx, 0, 8, nil, nil, nil, func([]uint64, []float32, uint32) error { return nil }))
+}
+
+// A hold that ends (or is replaced) is over for good: its second round fails instead of
+// holding the barrier again, and a late end of it leaves a later hold alone.
+func TestBarrierHoldGenerations(t *testing.T) {
+	ctx := context.Background()
+	b := newBarrier(2)
+	apply := func([]uint64, []float32, uint32) error { return nil }
+	counted := make(chan struct{})
+	pushed := make(chan error, 1)
+	go func() {
+		pushed <- b.push(ctx, 0, 1, nil, nil, func(bool) error { close(counted); return nil }, apply)
+	}()
+	<-counted
+	require.Equal(t, int64(1), b.hold(1))
+	waiting := make(chan error, 1)
+	go func() { waiting <- b.holdAfter(ctx, 1, 1) }() // step 1 needs worker 1, which never comes
+	b.release(1, -1)
+	assert.ErrorIs(t, <-waiting, errHoldEnded, "a round 2 waiting when its hold ends stops")
+	assert.ErrorIs(t, b.holdAfter(ctx, 1, 1), errHoldEnded, "an ended hold is not taken up again")
+	b.mu.Lock()
+	assert.False(t, b.held)
+	b.mu.Unlock()
+
+	b.hold(2)
+	b.release(1, -1) // late: hold 1 is over
+	b.mu.Lock()
+	assert.True(t, b.held, "a late end of hold 1 ended hold 2")
+	b.mu.Unlock()
+	b.release(2, -1)
+	require.NoError(t, b.push(ctx, 1, 1, nil, nil, nil, apply))
+	require.NoError(t, <-pushed)
+}
+
+// A server's hold ends by generation: a round 2 or an end of an earlier hold is refused or
+// ignored, and round 2 of a hold that ends while it waits fails without marking a boundary.
+func TestServerHoldGenerations(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewServer(ServerConfig{ID: "a", Secret: []byte("an internal test secret of 32 B."), Slots: 16, SyncWorkers: 2,
+		Tables: []TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}}})
+	require.NoError(t, err)
+	defer s.Close()
+	hold := func() uint64 {
+		a := s.holdSteps()
+		require.Equal(t, byte(1), a[0])
+		return binary.LittleEndian.Uint64(a[1:])
+	}
+	g1 := hold()
+	g2 := hold() // replaces hold 1
+	assert.NotEqual(t, g1, g2)
+	assert.Error(t, s.holdStepsAfter(ctx, g1, nil), "round 2 of a replaced hold")
+	assert.False(t, s.releaseSteps(g1, 0, nil), "the end of a replaced hold")
+	require.NoError(t, s.holdStepsAfter(ctx, g2, nil))
+	assert.True(t, s.steps.boundary.Load())
+	assert.True(t, s.releaseSteps(g2, 0, nil))
+	assert.False(t, s.steps.boundary.Load())
+
+	// A step begun and not complete: round 2 waits for it, and fails when the hold ends.
+	h := s.own.tables["emb"]
+	go h.bar.push(ctx, 0, 5, nil, nil, nil, func([]uint64, []float32, uint32) error { return nil })
+	for h.bar.begunStep() != 5 {
+		runtime.Gosched()
+	}
+	g3 := hold()
+	done := make(chan error, 1)
+	go func() { done <- s.holdStepsAfter(ctx, g3, map[string]int64{"emb": 5}) }()
+	for {
+		h.bar.mu.Lock()
+		waiting := h.bar.limit == 5
+		h.bar.mu.Unlock()
+		if waiting {
+			break
+		}
+		runtime.Gosched()
+	}
+	assert.True(t, s.releaseSteps(g3, 0, nil))
+	assert.Error(t, <-done)
+	assert.False(t, s.steps.boundary.Load(), "no boundary was reached")
+	h.bar.mu.Lock()
+	assert.False(t, h.bar.held, "the barrier is free again")
+	h.bar.mu.Unlock()
 }

@@ -30,7 +30,10 @@ type syncTrainer struct {
 	cls    []*ps.Client
 	step   atomic.Int64 // highest step a worker has started
 	stopAt atomic.Int64 // last step to run, once set
-	notify chan int64   // worker 0's finished steps, if set (dropped when nobody listens)
+	notify chan int64   // worker 0's finished steps, once started (dropped when nobody listens)
+	done   chan error   // the result of the run start began
+	// beforePush, if set, runs before worker w pushes step s.
+	beforePush func(w int, s int64)
 }
 
 func newSyncTrainer(c *pstest.Cluster) *syncTrainer {
@@ -55,6 +58,9 @@ func (tr *syncTrainer) batch(ctx context.Context, w int, s int64) error {
 	g := make([]float32, len(vals))
 	for i := range g {
 		g[i] = float32(rng.NormFloat64()) + 0.05*vals[i]
+	}
+	if tr.beforePush != nil {
+		tr.beforePush(w, s)
 	}
 	if err := cl.Push(ctx, "emb", ids, g, uint64(s)); err != nil {
 		return err
@@ -99,6 +105,14 @@ func (tr *syncTrainer) run(ctx context.Context, first int64) error {
 	return g.Wait()
 }
 
+// start runs the workers from step first in the background; wait returns their result.
+func (tr *syncTrainer) start(ctx context.Context, first int64) {
+	tr.notify, tr.done = make(chan int64), make(chan error, 1)
+	go func() { tr.done <- tr.run(ctx, first) }()
+}
+
+func (tr *syncTrainer) wait() error { return <-tr.done }
+
 // stopSoon sets the last step a little after every worker's current one: workers of a
 // synchronous job are at most a step apart, so all of them stop at the same step.
 func (tr *syncTrainer) stopSoon() int64 {
@@ -107,12 +121,15 @@ func (tr *syncTrainer) stopSoon() int64 {
 	return stop
 }
 
-// waitSteps returns once worker 0 has finished n more steps.
+// waitSteps returns once worker 0 has finished n more steps, and fails the test if training
+// ends first.
 func (tr *syncTrainer) waitSteps(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		select {
 		case <-tr.notify:
+		case err := <-tr.done:
+			t.Fatalf("training ended: %v", err)
 		case <-time.After(time.Minute):
 			t.Fatal("training does not progress")
 		}
@@ -131,28 +148,51 @@ func syncReference(t *testing.T, ctx context.Context, steps int64) (emb, mlp map
 
 // TestSyncMigrateIsBitExact trains a synchronous job on 2 servers, scales it to 3, then 5, then
 // back to 2 other servers while its workers push throughout; the final rows (weights, optimizer
-// state, steps, counts) equal those of the same training with no repartition, bit for bit.
+// state, steps, counts) equal those of the same training with no repartition, bit for bit. The
+// tables go out to the servers in order, or in reverse order with a pause before each server
+// (clients then hold a table some servers have not installed).
 func TestSyncMigrateIsBitExact(t *testing.T) {
+	t.Run("publish in order", func(t *testing.T) { testSyncMigrateIsBitExact(t, nil) })
+	t.Run("publish reversed and slow", func(t *testing.T) {
+		testSyncMigrateIsBitExact(t, func(c *pstest.Cluster) ps.Publish {
+			return func(ctx context.Context, table *ps.OwnerTable) error {
+				c.Holder.Set(table)
+				for i := len(table.Nodes) - 1; i >= 0; i-- {
+					time.Sleep(5 * time.Millisecond) // the clients get ahead of the servers
+					if _, err := c.Server(table.Nodes[i].ID).SetOwnerTable(table); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		})
+	})
+}
+
+func testSyncMigrateIsBitExact(t *testing.T, publish func(*pstest.Cluster) ps.Publish) {
 	ctx := pstest.Context(t)
 	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
-	m := c.Migrator(ps.MigratorConfig{GroupSlots: 4, Concurrency: 2, StepWait: 3 * time.Second})
+	m := c.Migrator(ps.MigratorConfig{GroupSlots: 4, Concurrency: 2, StepWait: 5 * time.Second})
+	pub := c.PublishTo
+	if publish != nil {
+		pub = publish(c)
+	}
 	tr := newSyncTrainer(c)
-	tr.notify = make(chan int64)
-	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx, 1) }()
+	tr.start(ctx, 1)
 
 	cur := c.Holder.Get()
 	var during []int64
 	for _, servers := range [][]string{{"ps-0", "ps-1", "ps-2"}, {"ps-0", "ps-1", "ps-2", "ps-3", "ps-4"}, {"ps-2", "ps-4"}} {
 		tr.waitSteps(t, 3)
 		before := tr.step.Load()
-		cur = migrate(t, ctx, c, m, cur, servers...)
+		cur = migrateWith(t, ctx, c, m, cur, pub, servers...)
 		during = append(during, tr.step.Load()-before)
 	}
 	tr.waitSteps(t, 3)
 	steps := tr.stopSoon()
-	require.NoError(t, <-done)
+	require.NoError(t, tr.wait())
 	t.Logf("%d steps; steps run during each repartition: %v; final table version %d", steps, during, cur.Version)
+	assert.Positive(t, during[0]+during[1]+during[2], "training went on during the repartitions")
 
 	emb, mlp := rowsByID(t, c, cur, "emb"), rowsByID(t, c, cur, "mlp")
 	refEmb, refMlp := syncReference(t, ctx, steps)
@@ -173,9 +213,7 @@ func TestSyncMigrateDestinationDies(t *testing.T) {
 	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
 	m := c.Migrator(ps.MigratorConfig{GroupSlots: 1000})
 	tr := newSyncTrainer(c)
-	tr.notify = make(chan int64)
-	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx, 1) }()
+	tr.start(ctx, 1)
 
 	tr.waitSteps(t, 3)
 	cur := c.Holder.Get()
@@ -192,7 +230,7 @@ func TestSyncMigrateDestinationDies(t *testing.T) {
 	assert.True(t, got.SamePlacement(cur), "nothing moved")
 	tr.waitSteps(t, 3)
 	steps := tr.stopSoon()
-	require.NoError(t, <-done)
+	require.NoError(t, tr.wait())
 
 	live := c.Servers[:2] // what the dead destination had received died with it
 	refEmb, refMlp := syncReference(t, ctx, steps)
@@ -200,14 +238,15 @@ func TestSyncMigrateDestinationDies(t *testing.T) {
 	assert.Equal(t, refMlp, serverRows(t, live, cur, "mlp"))
 }
 
-// TestSyncMigrateSourceDies kills the source of a synchronous job's scale-out in the middle of
-// the copy. Its rows are gone, so the job rolls back to its last commit onto three fresh servers
-// and replays the steps since: the final rows equal the training with no failure and no
-// repartition, bit for bit.
+// TestSyncMigrateSourceDies kills the source of a synchronous job's scale-out in its handover,
+// while every server is held at a step boundary. Its rows are gone, so the job rolls back to
+// its last commit onto three fresh servers and replays the steps since: the final rows equal the
+// training with no failure and no repartition, bit for bit.
 func TestSyncMigrateSourceDies(t *testing.T) {
 	ctx := pstest.Context(t)
 	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
-	m := c.Migrator(ps.MigratorConfig{GroupSlots: 1000})
+	// One group at a time, ps-0's first: the first handover is ps-0's.
+	m := c.Migrator(ps.MigratorConfig{GroupSlots: 1000, Concurrency: 1})
 	store, shm := checkpoint.NewMemStorage(), t.TempDir()
 	local := func(srv *ps.Server) *elastic.LocalServer {
 		l, err := elastic.NewLocalServer(srv, c.Node(srv.ID()).Addr, checkpoint.Config{Job: "sync", Storage: store, ShmDir: shm})
@@ -233,16 +272,14 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	_, err = committer.Commit(ctx, commit, refs)
 	require.NoError(t, err)
 
-	// Training goes on; the destination of a scale-out kills the source when it has copied.
+	// Training goes on; the destination of a scale-out kills the source once it has fenced it.
 	tr.stopAt.Store(last)
-	tr.notify = make(chan int64)
-	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx, commit+1) }()
+	tr.start(ctx, commit+1)
 	tr.waitSteps(t, 2)
 	cur := c.Holder.Get()
 	dest, node := c.AddServer("ps-2")
 	var once sync.Once
-	ps.SetAfterCopyHook(dest, func(context.Context) {
+	ps.SetAfterFenceHook(dest, func(context.Context) {
 		once.Do(func() {
 			c.Net.Kill("ps-0")
 			c.Server("ps-0").Close()
@@ -253,7 +290,7 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	got, err := m.Migrate(ctx, cur, next, c.PublishTo)
 	require.ErrorIs(t, err, ps.ErrMigration)
 	assert.True(t, got.SamePlacement(cur), "nothing moved")
-	require.Error(t, <-done, "training cannot go on without ps-0")
+	require.Error(t, tr.wait(), "training cannot go on without ps-0")
 
 	// Rollback: every server restarts from the commit, here as three fresh ones.
 	for _, srv := range c.Servers {
@@ -278,4 +315,52 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	refEmb, refMlp := syncReference(t, ctx, last)
 	assert.Equal(t, refEmb, serverRows(t, restored, table, "emb"))
 	assert.Equal(t, refMlp, serverRows(t, restored, table, "mlp"))
+}
+
+// TestSyncMigrateStepWait: a worker stalls in the middle of a step, so the servers cannot reach
+// a step boundary within StepWait. The handovers are called off, the holds end, and once the
+// worker goes on training does too (no server stays held), to the same rows as with no
+// repartition.
+func TestSyncMigrateStepWait(t *testing.T) {
+	ctx := pstest.Context(t)
+	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
+	m := c.Migrator(ps.MigratorConfig{GroupSlots: 8, StepWait: 100 * time.Millisecond})
+	tr := newSyncTrainer(c)
+	const stallAt = 6
+	stalled, goOn := make(chan struct{}), make(chan struct{})
+	tr.beforePush = func(w int, s int64) {
+		if w == 2 && s == stallAt {
+			close(stalled)
+			<-goOn
+		}
+	}
+	tr.start(ctx, 1)
+	<-stalled
+	cur := c.Holder.Get()
+	_, node := c.AddServer("ps-2")
+	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
+	require.NoError(t, err)
+	got, err := m.Migrate(ctx, cur, next, c.PublishTo)
+	require.ErrorIs(t, err, ps.ErrMigration)
+	assert.ErrorContains(t, err, "step boundary")
+	assert.True(t, got.SamePlacement(cur), "nothing moved")
+	close(goOn)
+	tr.waitSteps(t, 5)
+	steps := tr.stopSoon()
+	require.NoError(t, tr.wait())
+
+	// And the next scale-out goes through.
+	refEmb, refMlp := syncReference(t, ctx, steps)
+	assert.Equal(t, refEmb, rowsByID(t, c, cur, "emb"))
+	assert.Equal(t, refMlp, rowsByID(t, c, cur, "mlp"))
+	tr.stopAt.Store(0)
+	tr.start(ctx, steps+1)
+	tr.waitSteps(t, 2)
+	cur = migrateWith(t, ctx, c, m, cur, c.PublishTo, "ps-0", "ps-1", "ps-2")
+	tr.waitSteps(t, 2)
+	steps = tr.stopSoon()
+	require.NoError(t, tr.wait())
+	refEmb, refMlp = syncReference(t, ctx, steps)
+	assert.Equal(t, refEmb, rowsByID(t, c, cur, "emb"))
+	assert.Equal(t, refMlp, rowsByID(t, c, cur, "mlp"))
 }
