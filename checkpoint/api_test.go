@@ -115,8 +115,8 @@ func TestSnapshotErrorsAndLifecycle(t *testing.T) {
 
 // assertJoined checks that no goroutine runs code of this package once Close has returned. A
 // goroutine that Close joined may still show, on its way out: its deferred WaitGroup.Done has
-// run and its top frame is its function's closing brace. Those are left out; any other is a
-// goroutine Close did not wait for.
+// run and its top frame is its function's closing brace, or the runtime's exit. Those are left
+// out; any other is a goroutine Close did not wait for.
 func assertJoined(t *testing.T) {
 	t.Helper()
 	var left []string
@@ -128,12 +128,16 @@ func assertJoined(t *testing.T) {
 	assert.Empty(t, left, "Close joins every goroutine")
 }
 
-// leaving reports whether the top frame of goroutine stack g is at a line of source that is
-// only a closing brace: the goroutine has finished its function and is returning.
+// leaving reports whether goroutine stack g is of a goroutine that has finished its function:
+// its top frame is at a line of source that is only a closing brace, or it is already in the
+// runtime's exit.
 func leaving(g string) bool {
 	lines := strings.Split(g, "\n")
 	if len(lines) < 3 {
 		return false
+	}
+	if strings.HasPrefix(lines[1], "runtime.goexit1(") {
+		return true
 	}
 	loc := strings.TrimSpace(lines[2]) // "/path/file.go:28 +0x21d"
 	if i := strings.LastIndex(loc, " +0x"); i >= 0 {
