@@ -105,14 +105,19 @@ func (c *Client) refreshTable(ctx context.Context, minVersion uint64) (*OwnerTab
 type clientScratch struct {
 	uniq  []uint64 // distinct ids in first-seen order
 	hash  []uint64 // uniq index -> idHash of the id: the dedupe probe and the slot both use it
-	first []int32  // uniq index -> first caller position
-	last  []int32  // uniq index -> last caller position (while deduplicating)
-	next  []int32  // caller position -> next position of the same id, or -1
-	keys  []uint64 // dedupe hash table
-	vals  []int32  // dedupe hash table: uniq index + 1
+	at    []int32  // caller position -> uniq index
+	first []int32  // uniq index -> first caller position (with links)
+	last  []int32  // uniq index -> last caller position (with links, while deduplicating)
+	next  []int32  // caller position -> next position of the same id, or -1 (with links)
+	slots []int32  // dedupe hash table: uniq index + 1, 0 for empty
 	idx   []int32  // the uniq indices a call sends first: all of them
 	by    [][]int32
 	parts []part
+
+	// A pull holds every response until all parts have arrived, then fills dst in caller order.
+	mu    sync.Mutex
+	resps [][]byte // responses held, each released once when the pull ends
+	where []uint64 // uniq index -> response index<<32 | byte offset of its row
 }
 
 func (c *Client) scratch() *clientScratch {
@@ -123,47 +128,95 @@ func (c *Client) scratch() *clientScratch {
 	return sc
 }
 
-// dedupe fills sc.uniq with the distinct ids in first-seen order, sc.hash with their hashes,
-// sc.first with the first position of each and sc.next with the next position of the same id
-// (-1 ends the list). Each id is hashed once: the hash that finds its slot also probes the table.
-func (sc *clientScratch) dedupe(ids []uint64) {
-	size := 16
-	for size < 2*len(ids) {
-		size <<= 1
+// dedupe fills sc.uniq with the distinct ids in first-seen order, sc.hash with their hashes and
+// sc.at with the uniq index of each position; with links also sc.first with the first position
+// of each distinct id and sc.next with the next position of the same id (-1 ends the list). The
+// table is probed by a multiplicative hash of the id, and its entries are uniq indices (compared
+// through sc.uniq) so that it stays small; only distinct ids get the idHash that routes them.
+func (sc *clientScratch) dedupe(ids []uint64, links bool) {
+	shift := 4
+	for 1<<shift < 2*len(ids) {
+		shift++
 	}
-	if cap(sc.keys) < size {
-		sc.keys = make([]uint64, size)
-		sc.vals = make([]int32, size)
+	size := 1 << shift
+	if cap(sc.slots) < size {
+		sc.slots = make([]int32, size)
 	}
-	keys, vals := sc.keys[:size], sc.vals[:size]
-	clear(vals)
+	slots := sc.slots[:size]
+	clear(slots)
 	sc.uniq, sc.hash, sc.first, sc.last = sc.uniq[:0], sc.hash[:0], sc.first[:0], sc.last[:0]
-	if cap(sc.next) < len(ids) {
-		sc.next = make([]int32, len(ids))
+	if cap(sc.at) < len(ids) {
+		sc.at = make([]int32, len(ids))
 	}
-	sc.next = sc.next[:len(ids)]
+	at := sc.at[:len(ids)]
+	sc.at = at
+	if links {
+		if cap(sc.next) < len(ids) {
+			sc.next = make([]int32, len(ids))
+		}
+		sc.next = sc.next[:len(ids)]
+	}
 	mask := uint64(size - 1)
 	for i, id := range ids {
-		sc.next[i] = -1
-		h := idHash(id)
-		for k := h & mask; ; k = (k + 1) & mask {
-			if vals[k] == 0 {
-				keys[k] = id
+		for k := (id * 0x9e3779b97f4a7c15) >> (64 - shift); ; k = (k + 1) & mask {
+			e := slots[k]
+			if e == 0 {
 				sc.uniq = append(sc.uniq, id)
-				sc.hash = append(sc.hash, h)
-				sc.first = append(sc.first, int32(i))
-				sc.last = append(sc.last, int32(i))
-				vals[k] = int32(len(sc.uniq))
+				sc.hash = append(sc.hash, idHash(id))
+				slots[k] = int32(len(sc.uniq))
+				at[i] = int32(len(sc.uniq) - 1)
+				if links {
+					sc.next[i] = -1
+					sc.first = append(sc.first, int32(i))
+					sc.last = append(sc.last, int32(i))
+				}
 				break
 			}
-			if keys[k] == id {
-				u := vals[k] - 1
-				sc.next[sc.last[u]] = int32(i)
-				sc.last[u] = int32(i)
+			if sc.uniq[e-1] == id {
+				at[i] = e - 1
+				if links {
+					sc.next[i] = -1
+					sc.next[sc.last[e-1]] = int32(i)
+					sc.last[e-1] = int32(i)
+				}
 				break
 			}
 		}
 	}
+}
+
+// hold keeps resp, a pull's answer for the distinct ids at idx, until release, and records
+// where each of their rows is. A part resent after a refusal overwrites the records of its ids.
+// Parts call it concurrently; their idx are disjoint.
+func (sc *clientScratch) hold(resp []byte, idx []int32, rowBytes int) {
+	sc.mu.Lock()
+	r := uint64(len(sc.resps)) << 32
+	sc.resps = append(sc.resps, resp)
+	sc.mu.Unlock()
+	for k, i := range idx {
+		sc.where[i] = r | uint64(k*rowBytes)
+	}
+}
+
+// gather fills dst in caller order from the responses held: each position gets the row of its
+// id, so dst is written sequentially.
+func (sc *clientScratch) gather(dst []float32, dim int) {
+	rowBytes := 4 * dim
+	resps, where := sc.resps, sc.where
+	for q, u := range sc.at {
+		w := where[u]
+		off := int(uint32(w))
+		getFloats(dst[q*dim:(q+1)*dim], resps[w>>32][off:off+rowBytes])
+	}
+}
+
+// release hands every response held back to rc, once.
+func (sc *clientScratch) release(rc *rpc.Client) {
+	for _, b := range sc.resps {
+		rc.Release(b)
+	}
+	clear(sc.resps)
+	sc.resps = sc.resps[:0]
 }
 
 // buffer returns a request buffer from the client's pool; put it back with putBuffer.
@@ -230,7 +283,11 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 	dim := len(dst) / len(ids)
 	sc := c.scratch()
 	defer c.pool.Put(sc)
-	sc.dedupe(ids)
+	sc.dedupe(ids, false)
+	if cap(sc.where) < len(sc.uniq) {
+		sc.where = make([]uint64, len(sc.uniq))
+	}
+	sc.where = sc.where[:len(sc.uniq)]
 	rowBytes := 4 * dim
 	err := c.route(ctx, sc, false, true, true, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
@@ -247,19 +304,17 @@ func (c *Client) Pull(ctx context.Context, table string, ids []uint64, dst []flo
 		if err != nil {
 			return err
 		}
-		defer c.rpc.Release(resp)
 		if len(resp) != rowBytes*len(p.idx) {
+			c.rpc.Release(resp)
 			return fmt.Errorf("%w: pull answer of %d bytes for %d rows of %d", ErrBadRequest, len(resp), len(p.idx), dim)
 		}
-		// Each row goes straight to every caller position that asked for it.
-		for k, i := range p.idx {
-			row := resp[rowBytes*k : rowBytes*(k+1)]
-			for q := sc.first[i]; q >= 0; q = sc.next[q] {
-				getFloats(dst[int(q)*dim:int(q+1)*dim], row)
-			}
-		}
+		sc.hold(resp, p.idx, rowBytes)
 		return nil
 	})
+	if err == nil {
+		sc.gather(dst, dim)
+	}
+	sc.release(c.rpc)
 	if err != nil {
 		return fmt.Errorf("pull %q: %w", table, err)
 	}
@@ -300,7 +355,7 @@ func (c *Client) Push(ctx context.Context, table string, ids []uint64, grads []f
 	}
 	sc := c.scratch()
 	defer c.pool.Put(sc)
-	sc.dedupe(ids)
+	sc.dedupe(ids, true)
 	rowBytes := 4 * dim
 	err := c.route(ctx, sc, c.cfg.Sync, false, o.hasPos && !c.cfg.Sync, func(ctx context.Context, t *OwnerTable, p part) error {
 		buf := c.buffer()
