@@ -68,15 +68,16 @@ func (b *barrier) waitLocked(ctx context.Context) error {
 // refuses the push, which then counts for nothing.
 func (b *barrier) push(ctx context.Context, worker, step uint32, ids []uint64, grads []float32, admit func(counting bool) error, apply func([]uint64, []float32, uint32) error) error {
 	b.mu.Lock()
-	if admit != nil && b.held && int64(step) > b.limit {
-		// A push routed by an old table is refused at once: held, it could keep a step that
-		// its client would send elsewhere from completing.
-		if err := admit(false); err != nil {
-			b.mu.Unlock()
-			return err
-		}
-	}
 	for b.held && int64(step) > b.limit && !b.closed {
+		// A push routed by an old table is refused rather than held: held, it could keep a
+		// step that its client would send elsewhere from completing. It is checked again each
+		// time it wakes, since one hold may end and the next begin before it runs.
+		if admit != nil {
+			if err := admit(false); err != nil {
+				b.mu.Unlock()
+				return err
+			}
+		}
 		if err := b.waitLocked(ctx); err != nil {
 			b.mu.Unlock()
 			return err

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,13 +68,14 @@ func TestBarrierHold(t *testing.T) {
 	push(0, 1, func(bool) error { close(counted); return nil })
 	<-counted
 	require.Equal(t, int64(1), b.hold(1))
-	// Step 2 has not begun: worker 1's push is checked, then waits.
+	// Step 2 has not begun: worker 1's push is checked (each time it wakes), then waits.
 	checked, admitted := make(chan struct{}), make(chan struct{})
+	var checkedOnce sync.Once
 	push(1, 2, func(counting bool) error {
 		if counting {
 			close(admitted)
 		} else {
-			close(checked)
+			checkedOnce.Do(func() { close(checked) })
 		}
 		return nil
 	})
@@ -200,4 +203,38 @@ func TestServerHoldGenerations(t *testing.T) {
 	h.bar.mu.Lock()
 	assert.False(t, h.bar.held, "the barrier is free again")
 	h.bar.mu.Unlock()
+}
+
+// A push held by one hold that sees the next one begin before it runs is checked again: routed
+// by a table that is no longer current, it is refused instead of staying held (it could keep a
+// step its client would send elsewhere from completing).
+func TestBarrierRechecksAcrossHolds(t *testing.T) {
+	ctx := context.Background()
+	b := newBarrier(1)
+	apply := func([]uint64, []float32, uint32) error { return nil }
+	require.NoError(t, b.push(ctx, 0, 1, nil, nil, nil, apply))
+	b.hold(1)
+	stale := errors.New("routed by an old table")
+	var current atomic.Bool
+	current.Store(true)
+	checks := make(chan struct{}, 8)
+	pushed := make(chan error, 1)
+	go func() {
+		pushed <- b.push(ctx, 0, 2, nil, nil, func(counting bool) error {
+			checks <- struct{}{}
+			if !current.Load() {
+				return stale
+			}
+			return nil
+		}, apply)
+	}()
+	<-checks // held
+	current.Store(false) // the hold installs a table that routes step 2 elsewhere
+	b.mu.Lock()
+	b.held = false // the end of hold 1 and the start of hold 2, before the push runs
+	b.holdGen, b.held, b.limit = 2, true, 1
+	b.signalLocked()
+	b.mu.Unlock()
+	assert.ErrorIs(t, <-pushed, stale)
+	b.release(2, -1)
 }

@@ -356,7 +356,8 @@ func TestSyncMigrateStepWait(t *testing.T) {
 	tr.stopAt.Store(0)
 	tr.start(ctx, steps+1)
 	tr.waitSteps(t, 2)
-	cur = migrateWith(t, ctx, c, m, cur, c.PublishTo, "ps-0", "ps-1", "ps-2")
+	patient := c.Migrator(ps.MigratorConfig{GroupSlots: 8}) // a step may take 100 ms here
+	cur = migrateWith(t, ctx, c, patient, cur, c.PublishTo, "ps-0", "ps-1", "ps-2")
 	tr.waitSteps(t, 2)
 	steps = tr.stopSoon()
 	require.NoError(t, tr.wait())
