@@ -228,7 +228,7 @@ func TestBarrierRechecksAcrossHolds(t *testing.T) {
 			return nil
 		}, apply)
 	}()
-	<-checks // held
+	<-checks             // held
 	current.Store(false) // the hold installs a table that routes step 2 elsewhere
 	b.mu.Lock()
 	b.held = false // the end of hold 1 and the start of hold 2, before the push runs
