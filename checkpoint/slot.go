@@ -1,49 +1,25 @@
 package checkpoint
 
-import "math/bits"
+import (
+	"math/bits"
 
-// slotOf returns the slot of row id in a job with slots slots: the xxhash64 of the id's 8
-// little-endian bytes modulo slots, the placement of embedding.Slot (which this package does not
-// import; a test checks they agree). slots must be positive; slotOf returns 0 otherwise.
+	"github.com/elasticps/elasticps/internal/slothash"
+)
+
+// slotOf returns the slot of row id in a job with slots slots: the placement of embedding.Slot
+// (internal/slothash). slots must be positive; slotOf returns 0 otherwise.
 func slotOf(id uint64, slots int) int {
 	if slots <= 0 {
 		return 0
 	}
-	return hashSlot(hashID(id), slots)
+	return slothash.Of(id, slots)
 }
 
-// The constants of xxhash64.
-const (
-	xxPrime1 uint64 = 0x9e3779b185ebca87
-	xxPrime2 uint64 = 0xc2b2ae3d27d4eb4f
-	xxPrime3 uint64 = 0x165667b19e3779f9
-	xxPrime4 uint64 = 0x85ebca77c2b2ae63
-	xxPrime5 uint64 = 0x27d4eb2f165667c5
-)
+// hashID is the hash slotOf takes, for loops that place an id among two slot counts.
+func hashID(id uint64) uint64 { return slothash.Hash(id) }
 
-// hashID is xxhash64 (seed 0) of the 8 little-endian bytes of id, computed on the integer: no
-// byte slice and no call, so the loops that filter rows by slot inline it.
-func hashID(id uint64) uint64 {
-	h := xxPrime5 + 8
-	h ^= bits.RotateLeft64(id*xxPrime2, 31) * xxPrime1
-	h = bits.RotateLeft64(h, 27)*xxPrime1 + xxPrime4
-	h ^= h >> 33
-	h *= xxPrime2
-	h ^= h >> 29
-	h *= xxPrime3
-	h ^= h >> 32
-	return h
-}
-
-// hashSlot is the slot of an id whose hashID is h among slots (positive): a mask for a
-// power-of-two count, else a division.
-func hashSlot(h uint64, slots int) int {
-	n := uint64(slots)
-	if n&(n-1) == 0 {
-		return int(h & (n - 1))
-	}
-	return int(h % n)
-}
+// hashSlot is the slot of an id whose hashID is h among slots (positive).
+func hashSlot(h uint64, slots int) int { return slothash.Slot(h, slots) }
 
 // slotSet is a set of slots in [0, n), one bit per slot.
 type slotSet struct {

@@ -1,19 +1,14 @@
 package embedding
 
 import (
-	"encoding/binary"
 	"math/bits"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/elasticps/elasticps/internal/slothash"
 )
 
 // Slot returns the slot of id among slots: xxhash64 of the id's 8 little-endian bytes, mod slots.
 // Every elasticps package places rows with this function.
-func Slot(id uint64, slots int) int {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], id)
-	return int(xxhash.Sum64(b[:]) % uint64(slots))
-}
+func Slot(id uint64, slots int) int { return slothash.Of(id, slots) }
 
 // mix64 is the splitmix64 finaliser: a fast bijective mixer used for the table's internal
 // placement (shard, index position, tag) and for initialisation. It is deliberately a different
