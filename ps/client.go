@@ -104,7 +104,7 @@ func (c *Client) refreshTable(ctx context.Context, minVersion uint64) (*OwnerTab
 // clientScratch is per-call working memory.
 type clientScratch struct {
 	uniq  []uint64 // distinct ids in first-seen order
-	hash  []uint64 // uniq index -> idHash of the id: the dedupe probe and the slot both use it
+	hash  []uint64 // uniq index -> idHash of the id, which routes it
 	at    []int32  // caller position -> uniq index
 	first []int32  // uniq index -> first caller position (with links)
 	last  []int32  // uniq index -> last caller position (with links, while deduplicating)
@@ -131,8 +131,8 @@ func (c *Client) scratch() *clientScratch {
 // dedupe fills sc.uniq with the distinct ids in first-seen order, sc.hash with their hashes and
 // sc.at with the uniq index of each position; with links also sc.first with the first position
 // of each distinct id and sc.next with the next position of the same id (-1 ends the list). The
-// table is probed by a multiplicative hash of the id, and its entries are uniq indices (compared
-// through sc.uniq) so that it stays small; only distinct ids get the idHash that routes them.
+// table is probed by probeHash of the id, and its entries are uniq indices (compared through
+// sc.uniq) so that it stays small; only distinct ids get the idHash that routes them.
 func (sc *clientScratch) dedupe(ids []uint64, links bool) {
 	shift := 4
 	for 1<<shift < 2*len(ids) {
@@ -158,7 +158,7 @@ func (sc *clientScratch) dedupe(ids []uint64, links bool) {
 	}
 	mask := uint64(size - 1)
 	for i, id := range ids {
-		for k := (id * 0x9e3779b97f4a7c15) >> (64 - shift); ; k = (k + 1) & mask {
+		for k := probeHash(id) >> (64 - shift); ; k = (k + 1) & mask {
 			e := slots[k]
 			if e == 0 {
 				sc.uniq = append(sc.uniq, id)
@@ -183,6 +183,17 @@ func (sc *clientScratch) dedupe(ids []uint64, links bool) {
 			}
 		}
 	}
+}
+
+// probeHash mixes id for the dedupe table (the splitmix64 finaliser): a multiplicative hash alone
+// is linear, and ids in arithmetic progression, which synthetic ids often are, would pile up in
+// one run of the table.
+func probeHash(id uint64) uint64 {
+	id ^= id >> 30
+	id *= 0xbf58476d1ce4e5b9
+	id ^= id >> 27
+	id *= 0x94d049bb133111eb
+	return id ^ id>>31
 }
 
 // hold keeps resp, a pull's answer for the distinct ids at idx, until release, and records
