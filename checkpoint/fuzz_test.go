@@ -224,3 +224,27 @@ func TestCodecRoundTripAndRatio(t *testing.T) {
 	assert.LessOrEqual(t, len(file), len(noise)+chunkHeader+8)
 	_ = ci
 }
+
+// A seal of a chain whose segments own the same slots is written as version 2, which an earlier
+// release reads; a chain whose slots change is version 3, which such a release refuses.
+func TestSealVersionFollowsSlotChanges(t *testing.T) {
+	seg := func(id uint64, owned slotSet) *segment {
+		return &segment{ID: id, Step: 10 + id, Full: id == 1, BaseStep: 11, Owned: owned,
+			Tables: []segTable{{Name: "t", Schema: []byte("s"), RowSize: 16, Extent: 0, Off: 64 * id, Len: 0, Sums: []uint64{}}}}
+	}
+	s := &sealFile{Job: "job", Node: "n", Gen: 1, Slots: 8, Piece: sealPiece, Extents: []extentRef{{Name: "g1-0", Size: 1 << 20}},
+		Segments: []*segment{seg(1, allSlots(8)), seg(2, allSlots(8))}}
+	version := func(b []byte) uint32 { return binary.LittleEndian.Uint32(b[len(sealMagic):]) }
+	b := appendSeal(nil, s)
+	assert.Equal(t, uint32(2), version(b))
+	_, _, err := openFileVersion(b, sealMagic, 1, 2)
+	require.NoError(t, err, "a reader of versions 1 and 2 opens it")
+	fewer := allSlots(8)
+	fewer.bits[0] &^= 1 << 3
+	s.Segments = append(s.Segments, seg(3, fewer))
+	b = appendSeal(nil, s)
+	assert.Equal(t, uint32(3), version(b))
+	got, err := decodeSeal(b)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+}

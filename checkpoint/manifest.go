@@ -63,22 +63,32 @@ type blobRef struct {
 
 const (
 	manifestMagic = "EPSMANIF"
-	// manifestVersion is written; version 1 (no Kept) is still read. A reader of version 1 would
-	// misread a chain whose slot set changes, so it must refuse version 2.
+	// manifestVersion is written for a chain whose slot set changes; version 1 (no Kept) for a
+	// chain that keeps its slots, so that a reader of version 1 (an earlier release) still
+	// restores and keeps what it can read right. Both are read.
 	manifestVersion = 2
 )
 
 func (m *manifest) dir() string { return persistDir(m.Job, m.Step, m.Node, m.ID) }
 
+// appendManifest encodes m at manifestVersion.
 func appendManifest(dst []byte, m *manifest) []byte {
+	return appendManifestVersion(dst, m, manifestVersion)
+}
+
+// appendManifestVersion encodes m at version (1 or 2); version 1 has no Kept (a reader takes it
+// to be Owned).
+func appendManifestVersion(dst []byte, m *manifest, version uint32) []byte {
 	e := encoder{b: append(dst, manifestMagic...)}
-	e.u32(manifestVersion)
+	e.u32(version)
 	e.str(m.Job)
 	e.str(m.Node)
 	e.u64(m.Step)
 	e.u64(m.ID)
 	e.slots(m.Owned)
-	e.slots(m.Kept)
+	if version >= 2 {
+		e.slots(m.Kept)
+	}
 	e.bool(m.Full)
 	e.u64(m.BaseStep)
 	e.str(m.Parent)

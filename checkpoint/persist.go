@@ -93,6 +93,7 @@ type persistPlan struct {
 	parentStep uint64
 	segs       []*segment // the segments to carry, oldest first
 	chainIDs   []uint64   // ids of the whole chain through the last segment
+	sameSlots  bool       // every segment of the chain owns the same slots
 	tables     [][][]byte // tables[t][k]: records of table t in segs[k]
 	blobs      [][]byte   // blobs of the last segment
 	id         uint64
@@ -112,8 +113,10 @@ func (c *Checkpointer) planLocked(job stageJob) persistPlan {
 	}
 	p.full = first == 0
 	p.segs = append([]*segment(nil), g.segs[first:job.idx+1]...)
+	p.sameSlots = true
 	for _, s := range g.segs[:job.idx+1] {
 		p.chainIDs = append(p.chainIDs, s.ID)
+		p.sameSlots = p.sameSlots && s.Owned.equal(g.segs[0].Owned)
 	}
 	last := p.segs[len(p.segs)-1]
 	p.tables = make([][][]byte, len(last.Tables))
@@ -168,7 +171,11 @@ func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResul
 		}
 		m.Blobs = append(m.Blobs, ref)
 	}
-	body := appendManifest(nil, m)
+	version := uint32(manifestVersion)
+	if p.sameSlots {
+		version = 1 // what an earlier release reads right
+	}
+	body := appendManifestVersion(nil, m, version)
 	name := manifestName(dir)
 	if err := w.put(ctx, name, body); err != nil {
 		return fail(err)

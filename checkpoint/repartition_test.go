@@ -2,10 +2,12 @@ package checkpoint_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -398,4 +400,46 @@ func TestSnapshotAfterMoveIsSmall(t *testing.T) {
 		_, err := ck.WaitPersisted(ctx, 2)
 		require.NoError(t, err)
 	}
+}
+
+// manifestVersions returns, by node, the format versions of the manifests the job stored for
+// step.
+func (j *moveJob) manifestVersions(step uint64) map[string]uint32 {
+	ctx := context.Background()
+	names, err := j.st.List(ctx, fmt.Sprintf("job/data/%020d/", step))
+	require.NoError(j.t, err)
+	out := map[string]uint32{}
+	for _, name := range names {
+		if !strings.HasSuffix(name, "/manifest") {
+			continue
+		}
+		r, err := j.st.Open(ctx, name)
+		require.NoError(j.t, err)
+		b, err := io.ReadAll(r)
+		r.Close()
+		require.NoError(j.t, err)
+		require.Greater(j.t, len(b), 12)
+		node := strings.Split(name, "/")[3]
+		out[node] = binary.LittleEndian.Uint32(b[8:12])
+	}
+	return out
+}
+
+// A chain whose slots never change is stored in the manifest format an earlier release reads
+// (version 1), so going back to that release keeps the job's checkpoints; a node whose slots
+// change writes version 2, which records them, from then on in that chain.
+func TestManifestVersionFollowsSlotChanges(t *testing.T) {
+	j := newMoveJob(t)
+	j.train(1)
+	require.Empty(t, j.snapshot(1))
+	j.train(2)
+	require.Empty(t, j.snapshot(2))
+	assert.Equal(t, map[string]uint32{"ps0": 1, "ps1": 1, "ps2": 1}, j.manifestVersions(2))
+	j.move(0, 1, 0, 3)
+	j.train(3)
+	require.Empty(t, j.snapshot(3))
+	assert.Equal(t, map[string]uint32{"ps0": 2, "ps1": 2, "ps2": 1}, j.manifestVersions(3))
+	j.train(4)
+	require.Empty(t, j.snapshot(4))
+	assert.Equal(t, map[string]uint32{"ps0": 2, "ps1": 2, "ps2": 1}, j.manifestVersions(4), "the chain changed its slots")
 }

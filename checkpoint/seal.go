@@ -131,9 +131,9 @@ type segBlob struct {
 
 const (
 	sealMagic = "EPSSEAL1"
-	// sealVersion is written; versions 1 (no groups, checksums every Piece bytes) and 2 (the
-	// layout of 3, but every segment of a chain owns the same slots) are still read. A reader of
-	// version 2 would misread a chain whose slots change, so it must refuse version 3.
+	// sealVersion is written when a chain's slots change, version 2 (the same layout) when every
+	// segment owns the same slots, which an earlier release reads right; version 1 (no groups,
+	// checksums every Piece bytes) is still read.
 	sealVersion = 3
 	// sealPiece is the span of one shared-memory checksum.
 	sealPiece = 4 << 20
@@ -143,7 +143,13 @@ func pieces(n uint64, piece uint64) int { return int((n + piece - 1) / piece) }
 
 func appendSeal(dst []byte, s *sealFile) []byte {
 	e := encoder{b: append(dst, sealMagic...)}
-	e.u32(sealVersion)
+	version := uint32(2)
+	for _, sg := range s.Segments {
+		if !sg.Owned.equal(s.Segments[0].Owned) {
+			version = sealVersion
+		}
+	}
+	e.u32(version)
 	e.str(s.Job)
 	e.str(s.Node)
 	e.u32(s.Gen)
