@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -74,8 +75,9 @@ func TestCopyRawDelta(t *testing.T) {
 			deleted[id] = true
 		}
 	}
-	// One id removed and created again: its deletion record comes before its row.
-	again := ids[0]
+	// One id of an owned slot, not a gained one, removed and created again: its deletion record
+	// comes before its row.
+	again := ids[slices.IndexFunc(ids, func(id uint64) bool { return owned.Contains(id) && !gained.Contains(id) })]
 	tab.Delete(again)
 	deleted[again] = true
 	require.NoError(t, tab.Apply([]uint64{again}, g[:6], 10))
@@ -130,9 +132,19 @@ func TestCopyRawDelta(t *testing.T) {
 	rows, dels = records(t, dst[:n], tab.RawRowSize())
 	assert.Equal(t, wantRows, rows)
 	assert.Equal(t, wantDels, dels)
-	if owned.Contains(again) && !gained.Contains(again) {
-		assert.True(t, dels[again])
+	require.True(t, dels[again])
+	rec := tab.RawRowSize()
+	first := map[bool]int{}
+	for o := 0; o < n; o += rec {
+		if binary.LittleEndian.Uint64(dst[o:]) == again {
+			del := binary.LittleEndian.Uint32(dst[o+8:]) == freeMark
+			if _, seen := first[del]; !seen {
+				first[del] = o
+			}
+		}
 	}
+	require.Len(t, first, 2, "id %d has a deletion record and a row", again)
+	assert.Less(t, first[true], first[false], "the deletion record comes before the row, which a load would otherwise delete")
 	assert.Zero(t, tab.RawSize(true), "newBase clears every change, also of slots neither filter accepts")
 
 	// CopyRawSlots needs room for the rows it copies only.
