@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -67,7 +68,10 @@ func openFileVersion(src []byte, magic string, lo, hi uint32) (*decoder, uint32,
 	}
 	d := &decoder{b: body[len(magic):]}
 	v := d.u32()
-	if v < lo || v > hi {
+	switch {
+	case v > hi:
+		return nil, 0, fmt.Errorf("%w: %s version %d, this release reads %d to %d", ErrUnsupportedVersion, magic, v, lo, hi)
+	case v < lo:
 		return nil, 0, corruptf("%s: version %d, want %d to %d", magic, v, lo, hi)
 	}
 	return d, v, nil

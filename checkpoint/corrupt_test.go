@@ -132,3 +132,34 @@ func TestCorruptSharedMemoryFallsBackToStorage(t *testing.T) {
 	assert.Equal(t, SourceStorage, r.Sources["ps0"])
 	assert.Equal(t, want[4], states(ts))
 }
+
+// A commit whose manifest a later release wrote, in a format version this one does not read,
+// stops a restore with ErrUnsupportedVersion instead of being skipped for an older commit, and
+// retention does not delete what such a manifest may refer to (here the base of step 2's
+// chain, which step 1 alone would leave behind).
+func TestNewerFormatStopsRestore(t *testing.T) {
+	st := NewMemStorage()
+	cl := newCluster(t, st, 64)
+	fourSteps(t, cl)
+	// A later release's manifest of step 2, and its commit record naming it by size and sum.
+	man := objects(t, st, 2, "/manifest")[0]
+	var newer []byte
+	require.NoError(t, st.Update(man, func(b []byte) []byte {
+		newer = withVersion(b, manifestVersion+1)
+		return newer
+	}))
+	require.NoError(t, st.Update(commitName("job", 2), func(b []byte) []byte {
+		rec, err := decodeCommit(b)
+		require.NoError(t, err)
+		rec.Nodes[0].Size, rec.Nodes[0].Sum = uint64(len(newer)), xxhashSum(newer)
+		return appendCommit(nil, rec)
+	}))
+	_, _, err := cl.restoreFresh(2)
+	require.ErrorIs(t, err, ErrUnsupportedVersion)
+	base := objects(t, st, 1, "")
+	_, err = cl.committer().Prune(context.Background())
+	if err != nil {
+		require.ErrorIs(t, err, ErrUnsupportedVersion)
+	}
+	assert.Equal(t, base, objects(t, st, 1, ""), "the base of step 2's chain is kept")
+}

@@ -9,6 +9,10 @@ var (
 	// ErrCorrupt is returned when stored or shared-memory data fails a magic, length or checksum check,
 	// or does not decode. Restore skips a commit whose data is corrupt.
 	ErrCorrupt = errors.New("checkpoint: corrupt data")
+	// ErrUnsupportedVersion is returned for a file in a format version newer than this release
+	// reads: a later release wrote it. It is not corruption: Restore, Choose and Prune stop on it
+	// rather than skip the commit or delete what the file refers to.
+	ErrUnsupportedVersion = errors.New("checkpoint: format version newer than this release reads")
 	// ErrNotFound is returned by a Storage when the named object does not exist.
 	ErrNotFound = errors.New("checkpoint: not found")
 	// ErrNotCommitted is returned when a step has no valid commit record. Nothing without a commit

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,7 +36,7 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ci, out, err := decodeChunk(b, nil, 1<<20, cs)
 		if err != nil {
-			assert.ErrorIs(t, err, ErrCorrupt)
+			assertUnreadable(t, err)
 			return
 		}
 		// A chunk that decodes re-encodes (uncompressed) to one that decodes to the same bytes.
@@ -112,7 +113,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		for _, b := range [][]byte{b, withTrailer(b)} {
 			m, err := decodeManifest(b)
 			if err != nil {
-				assert.ErrorIs(t, err, ErrCorrupt)
+				assertUnreadable(t, err)
 				continue
 			}
 			m2, err := decodeManifest(appendManifest(nil, m))
@@ -131,7 +132,7 @@ func FuzzDecodeCommit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := decodeCommit(b)
 		if err != nil {
-			assert.ErrorIs(t, err, ErrCorrupt)
+			assertUnreadable(t, err)
 			return
 		}
 		rec2, err := decodeCommit(appendCommit(nil, rec))
@@ -188,7 +189,7 @@ func FuzzDecodeSeal(f *testing.F) {
 		for _, b := range [][]byte{b, withTrailer(b)} {
 			s, err := decodeSeal(b)
 			if err != nil {
-				assert.ErrorIs(t, err, ErrCorrupt)
+				assertUnreadable(t, err)
 				continue
 			}
 			s2, err := decodeSeal(appendSeal(nil, s))
@@ -247,4 +248,24 @@ func TestSealVersionFollowsSlotChanges(t *testing.T) {
 	got, err := decodeSeal(b)
 	require.NoError(t, err)
 	assert.Equal(t, s, got)
+}
+
+// assertUnreadable checks that a decoder refused its input as corrupt or as too new.
+func assertUnreadable(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrUnsupportedVersion) {
+		assert.ErrorIs(t, err, ErrCorrupt)
+	}
+}
+
+// A file of a later format version is refused as such, not as corruption: a restore must not
+// skip the commit, nor retention delete what it refers to.
+func TestNewerVersionIsNotCorruption(t *testing.T) {
+	b := withVersion(appendManifest(nil, sampleManifest()), manifestVersion+1)
+	_, err := decodeManifest(b)
+	require.ErrorIs(t, err, ErrUnsupportedVersion)
+	assert.NotErrorIs(t, err, ErrCorrupt)
+	assert.False(t, skippable(err))
+	_, err = decodeManifest(withVersion(appendManifest(nil, sampleManifest()), 0))
+	assert.ErrorIs(t, err, ErrCorrupt, "a version below the first is corrupt")
 }

@@ -286,6 +286,10 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	}
 	for _, ci := range commits {
 		if err := c.checkCommit(ctx, ci.Step); err != nil {
+			if errors.Is(err, checkpoint.ErrUnsupportedVersion) {
+				// A later release wrote it: going back to an older commit would lose its work.
+				return 0, nil, fmt.Errorf("commit of step %d: %w", ci.Step, err)
+			}
 			c.log.Warn("skipping commit", "step", ci.Step, "err", err)
 			if checkpointDamaged(err) {
 				res.Skipped = append(res.Skipped, checkpoint.SkippedCommit{Step: ci.Step, Err: err})
