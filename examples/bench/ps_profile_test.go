@@ -27,7 +27,7 @@ import (
 
 // Where the CPU of one pull goes, for the ps suite's comparisons with Redis and gRPC. Run
 //
-//	go test ./examples/bench -run PSPullCPU -v -psprof /tmp/psprof
+//	go test ./examples/bench -run PSPullCPU -v -psprof DIR
 //
 // (skipped without -psprof). It builds the ps suite's setting (2 servers in this process holding
 // 2 x 4 M rows of dim 64, batches of 4096 Zipf(1.1) ids, 2 goroutines, psConns connections, one
