@@ -112,8 +112,8 @@ func (j *moveJob) train(step uint32) {
 	}
 }
 
-// deleteIn deletes up to n rows of slot s on its owner: rows a stale copy elsewhere would revive.
-func (j *moveJob) deleteIn(s, n int) {
+// slotRows returns the owner's table of slot s and the ids of the slot's rows in it, sorted.
+func (j *moveJob) slotRows(s int) (*embedding.Table, []uint64) {
 	tab := j.tabs[j.owner[s]]
 	var ids []uint64
 	for id := range rowsOf(tab) {
@@ -122,6 +122,12 @@ func (j *moveJob) deleteIn(s, n int) {
 		}
 	}
 	slices.Sort(ids)
+	return tab, ids
+}
+
+// deleteIn deletes up to n rows of slot s on its owner: rows a stale copy elsewhere would revive.
+func (j *moveJob) deleteIn(s, n int) {
+	tab, ids := j.slotRows(s)
 	require.NotEmpty(j.t, ids, "slot %d has rows", s)
 	for _, id := range ids[:min(n, len(ids))] {
 		require.True(j.t, tab.Delete(id))
@@ -130,14 +136,7 @@ func (j *moveJob) deleteIn(s, n int) {
 
 // touch trains every row of slot s on its owner.
 func (j *moveJob) touch(s int, step uint32) {
-	tab := j.tabs[j.owner[s]]
-	var ids []uint64
-	for id := range rowsOf(tab) {
-		if embedding.Slot(id, j.slots) == s {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
+	tab, ids := j.slotRows(s)
 	g := make([]float32, len(ids)*moveTableConfig.Dim)
 	for k := range g {
 		g[k] = float32(j.rng.NormFloat64()) - 0.5

@@ -174,21 +174,11 @@ type picked struct {
 // bound, then closes the gaps; with reset it clears tr's record of changes. A dst smaller than
 // the bounds returns their sum and io.ErrShortBuffer.
 func (t *Table) copyPicked(dst []byte, tr *Tracker, changed, whole func(uint64) bool, reset bool) (int, error) {
-	if tr != nil {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		if tr.isClosed() {
-			return 0, ErrClosed
-		}
+	unlock, err := t.lockCut(tr)
+	if err != nil {
+		return 0, err
 	}
-	for i := range t.shards {
-		t.shards[i].mu.RLock()
-	}
-	defer func() {
-		for i := range t.shards {
-			t.shards[i].mu.RUnlock()
-		}
-	}()
+	defer unlock()
 	picks := make([]picked, len(t.shards))
 	t.parallelShards(func(i int) { picks[i] = t.pickShardLocked(&t.shards[i], tr, changed, whole) })
 	off := make([]int, len(t.shards)+1)
@@ -320,6 +310,30 @@ func (t *Table) putPickedLocked(s *shard, tr *Tracker, p picked, changed func(ui
 	return k
 }
 
+// lockCut takes tr's mutex (when tr is set) and every shard's read lock, so that a copy is one
+// consistent cut of the table and of tr's record of changes; the func it returns releases them.
+// A closed tr gives ErrClosed.
+func (t *Table) lockCut(tr *Tracker) (func(), error) {
+	if tr != nil {
+		tr.mu.Lock()
+		if tr.isClosed() {
+			tr.mu.Unlock()
+			return nil, ErrClosed
+		}
+	}
+	for i := range t.shards {
+		t.shards[i].mu.RLock()
+	}
+	return func() {
+		for i := range t.shards {
+			t.shards[i].mu.RUnlock()
+		}
+		if tr != nil {
+			tr.mu.Unlock()
+		}
+	}, nil
+}
+
 // baseTracker returns CopyRaw's tracker, or nil before the first base copy.
 func (t *Table) baseTracker() *Tracker {
 	t.trackMu.Lock()
@@ -328,23 +342,12 @@ func (t *Table) baseTracker() *Tracker {
 }
 
 func (t *Table) copyRaw(dst []byte, tr *Tracker, changedOnly, reset bool, keep func(uint64) bool, counts []int) (int, error) {
-	if tr != nil {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		if tr.isClosed() {
-			return 0, ErrClosed
-		}
+	unlock, err := t.lockCut(tr)
+	if err != nil {
+		return 0, err
 	}
-	for i := range t.shards {
-		t.shards[i].mu.RLock()
-	}
-	defer func() {
-		for i := range t.shards {
-			t.shards[i].mu.RUnlock()
-		}
-	}()
+	defer unlock()
 	var n int
-	var err error
 	if !changedOnly && keep == nil {
 		n, err = t.copyAllLocked(dst, counts)
 	} else {

@@ -117,7 +117,7 @@ type clientScratch struct {
 	// A pull holds every response until all parts have arrived, then fills dst in caller order.
 	mu    sync.Mutex
 	resps [][]byte // responses held, each released once when the pull ends
-	where []uint64 // uniq index -> response index<<32 | byte offset of its row
+	where []uint64 // uniq index -> response index<<32 | byte offset of its row (frames are < 4 GiB)
 }
 
 func (c *Client) scratch() *clientScratch {

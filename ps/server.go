@@ -221,7 +221,7 @@ func (s *Server) SetOwnerTable(t *OwnerTable) (bool, error) {
 			return true, nil
 		case t.Version == cur.Version:
 			return false, fmt.Errorf("%w: a different owner table with the current version %d", ErrBadConfig, t.Version)
-		case s.cfg.SyncWorkers > 0 && s.steps.pushed.Load() && !s.steps.boundary.Load() && t.Version > s.steps.floor.Load():
+		case s.cfg.SyncWorkers > 0 && s.steps.pushed.Load() && !s.steps.boundary.Load() && t.Version > s.steps.floor:
 			// (A table no newer than the floor can come any time: every push routed by an
 			// older one is refused, so no step is under way by one.)
 			return false, fmt.Errorf("%w: a synchronous server changes its owner table (version %d) only at a step boundary", ErrBadConfig, cur.Version)

@@ -28,11 +28,12 @@ import (
 
 // stepState is a synchronous server's part in changes of owner table.
 type stepState struct {
-	pushed   atomic.Bool   // a push has been counted: the table changes only at a boundary
-	boundary atomic.Bool   // held at a step boundary: the table may change
-	floor    atomic.Uint64 // pushes routed by an older table are refused
-	// Guarded by own: the hold under way (holding), its generation (each hold has its own, so
-	// a late round or end of an earlier hold changes nothing), and its timer.
+	pushed   atomic.Bool // a push has been counted: the table changes only at a boundary
+	boundary atomic.Bool // held at a step boundary: the table may change
+	// Guarded by own: the version below which pushes are refused (floor), the hold under way
+	// (holding), its generation (each hold has its own, so a late round or end of an earlier
+	// hold changes nothing), and its timer.
+	floor   uint64
 	holding bool
 	gen     uint64
 	timer   *time.Timer
@@ -118,9 +119,8 @@ func (s *Server) releaseSteps(gen, floor uint64, boundary map[string]int64) bool
 	if s.cfg.SyncWorkers == 0 {
 		return false
 	}
-	for cur := s.steps.floor.Load(); floor > cur && !s.steps.floor.CompareAndSwap(cur, floor); cur = s.steps.floor.Load() {
-	}
 	s.own.Lock()
+	s.steps.floor = max(s.steps.floor, floor)
 	if !s.steps.holding || s.steps.gen != gen {
 		s.own.Unlock()
 		return false
@@ -150,7 +150,7 @@ func (s *Server) releaseSteps(gen, floor uint64, boundary map[string]int64) bool
 // resend its step, whole.
 func (s *Server) syncRoutedLocked(version uint64, counting bool) error {
 	cur := s.version()
-	floor := s.steps.floor.Load()
+	floor := s.steps.floor
 	v := max(cur, floor)
 	switch {
 	case counting && version == cur && cur >= floor:

@@ -200,18 +200,9 @@ func (p *Planner) replanBusyLocked(obs Observation) (Decision, bool) {
 	}
 	size(Worker, &to.Worker)
 	size(Server, &to.Server)
-	if p.peakWorkerMem > 0 {
-		target := max(roundMiB(float64(p.peakWorkerMem)*c.MemoryHeadroom), c.MinProcess.Memory)
-		cur := s.Worker.Memory
-		what := fmt.Sprintf("workers use at most %.2f GiB: %.2f GiB with x%.2f headroom", gib(p.peakWorkerMem), gib(target), c.MemoryHeadroom)
-		if cur > 0 && float64(p.peakWorkerMem) >= c.NearMemory*float64(cur) {
-			target = max(target, roundMiB(float64(cur)*c.MemoryGrowth))
-			what = fmt.Sprintf("workers use %.2f of %.2f GiB (near at %.0f%%): %.2f GiB", gib(p.peakWorkerMem), gib(cur), 100*c.NearMemory, gib(target))
-		}
-		if cur == 0 || math.Abs(float64(target-cur)) > c.RightsizeMargin*float64(cur) {
-			to.Worker.Memory = target
-			why = append(why, what)
-		}
+	if target, what, ok := p.workerMemoryLocked(s.Worker.Memory); ok {
+		to.Worker.Memory = target
+		why = append(why, what)
 	}
 	if !c.allows(to) {
 		// Larger processes the quota has no room for: keep the sizes.
@@ -235,6 +226,25 @@ func (p *Planner) replanBusyLocked(obs Observation) (Decision, bool) {
 	d.Reason = fmt.Sprintf("%s; %g -> %g cores, %.1f -> %.1f GiB in all; %s",
 		strings.Join(why, "; "), s.CPU(), to.CPU(), gib(s.Memory()), gib(to.Memory()), m.String())
 	return d, true
+}
+
+// workerMemoryLocked returns a worker's right memory, from the most a worker used, and why; or
+// false when none was measured or cur is within RightsizeMargin of it.
+func (p *Planner) workerMemoryLocked(cur int64) (int64, string, bool) {
+	c := &p.cfg
+	if p.peakWorkerMem <= 0 {
+		return 0, "", false
+	}
+	target := max(roundMiB(float64(p.peakWorkerMem)*c.MemoryHeadroom), c.MinProcess.Memory)
+	what := fmt.Sprintf("workers use at most %.2f GiB: %.2f GiB with x%.2f headroom", gib(p.peakWorkerMem), gib(target), c.MemoryHeadroom)
+	if cur > 0 && float64(p.peakWorkerMem) >= c.NearMemory*float64(cur) {
+		target = max(target, roundMiB(float64(cur)*c.MemoryGrowth))
+		what = fmt.Sprintf("workers use %.2f of %.2f GiB (near at %.0f%%): %.2f GiB", gib(p.peakWorkerMem), gib(cur), 100*c.NearMemory, gib(target))
+	}
+	if cur != 0 && math.Abs(float64(target-cur)) <= c.RightsizeMargin*float64(cur) {
+		return 0, "", false
+	}
+	return target, what, true
 }
 
 // roundUp rounds x up to a multiple of step.
@@ -286,18 +296,9 @@ func (p *Planner) rightsizeLocked(obs Observation) (Decision, bool) {
 	}
 	size(Worker, &to.Worker, p.workerUsed, true)
 	size(Server, &to.Server, p.serverUsed, false)
-	if p.peakWorkerMem > 0 {
-		target := max(roundMiB(float64(p.peakWorkerMem)*c.MemoryHeadroom), c.MinProcess.Memory)
-		cur := s.Worker.Memory
-		what := fmt.Sprintf("workers use at most %.2f GiB: %.2f GiB with x%.2f headroom", gib(p.peakWorkerMem), gib(target), c.MemoryHeadroom)
-		if cur > 0 && float64(p.peakWorkerMem) >= c.NearMemory*float64(cur) {
-			target = max(target, roundMiB(float64(cur)*c.MemoryGrowth))
-			what = fmt.Sprintf("workers use %.2f of %.2f GiB (near at %.0f%%): %.2f GiB", gib(p.peakWorkerMem), gib(cur), 100*c.NearMemory, gib(target))
-		}
-		if cur == 0 || math.Abs(float64(target-cur)) > c.RightsizeMargin*float64(cur) {
-			to.Worker.Memory = target
-			why = append(why, what)
-		}
+	if target, what, ok := p.workerMemoryLocked(s.Worker.Memory); ok {
+		to.Worker.Memory = target
+		why = append(why, what)
 	}
 	if len(why) == 0 {
 		return Decision{}, false
