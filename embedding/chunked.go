@@ -106,34 +106,73 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 // and returns the rows removed. Trackers record the removals as deletions. A server whose slot
 // moved away calls it, so that a slot that later comes back never revives rows its other owner
 // deleted meanwhile.
+//
+// A shard that loses many rows has its index rebuilt from the rows that stay, in one pass over
+// its rows, instead of having each row taken out of it: taking out an entry moves the later
+// entries of its probe run back, and each move reads the row of the moved entry.
 func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
+	var doomed []uint32
 	for i := range t.shards {
 		s := &t.shards[i]
-		// A few hundred rows per hold of the write lock, so readers and writers of the shard
-		// wait for little.
-		for r := uint32(0); ; {
-			s.mu.Lock()
-			if r >= s.hi {
-				s.mu.Unlock()
-				break
+		s.mu.Lock()
+		doomed = doomed[:0]
+		for r := uint32(0); r < s.hi; r++ {
+			if w := s.rowWords(r, t.stride); w[wordStep] != freeMark && set.Contains(uint64(w[0])|uint64(w[1])<<32) {
+				doomed = append(doomed, r)
 			}
-			n := 0
-			for stop := r + holdRows; r < s.hi && r < stop; r++ {
-				w := s.rowWords(r, t.stride)
-				if w[wordStep] == freeMark {
-					continue
-				}
-				id := uint64(w[0]) | uint64(w[1])<<32
-				if set.Contains(id) {
-					s.removeLocked(id, t.hash(id), r, t)
-					n++
-				}
-			}
-			s.mu.Unlock()
-			t.rows.Add(-int64(n))
-			total += n
 		}
+		if len(doomed) > 0 {
+			t.deleteRowsLocked(s, doomed)
+		}
+		s.mu.Unlock()
+		t.rows.Add(-int64(len(doomed)))
+		total += len(doomed)
 	}
 	return total
+}
+
+// deleteRowsLocked removes the live rows rows of shard s (write-locked), recording their ids as
+// deleted for every tracker. Beyond a sixteenth of the shard's rows it frees them and rebuilds
+// the index from the rows left; fewer, it takes each out of the index.
+func (t *Table) deleteRowsLocked(s *shard, rows []uint32) {
+	stride := t.stride
+	if len(rows) < s.live/16 {
+		for _, r := range rows {
+			id := s.rowID(r, stride)
+			s.removeLocked(id, t.hash(id), r, t)
+		}
+		return
+	}
+	for _, r := range rows {
+		w := s.rowWords(r, stride)
+		id := uint64(w[0]) | uint64(w[1])<<32
+		w[wordStep] = freeMark
+		for k := range s.trks {
+			s.trks[k].deleted = append(s.trks[k].deleted, id)
+		}
+	}
+	s.free = append(s.free, rows...)
+	s.live -= len(rows)
+	clear(s.idx)
+	idx := s.idx
+	n := len(idx)
+	for c, w := range s.words {
+		base := uint32(c) << chunkShift
+		rows := min(uint32(len(w)/stride), s.hi-min(base, s.hi))
+		for k, o := uint32(0), 0; k < rows; k, o = k+1, o+stride {
+			h := w[o : o+hdrWords : o+hdrWords]
+			if h[wordStep] == freeMark {
+				continue
+			}
+			hash := t.hash(uint64(h[0]) | uint64(h[1])<<32)
+			i := s.pos(hash)
+			for idx[i] != 0 {
+				if i++; i == n {
+					i = 0
+				}
+			}
+			idx[i] = tagOf(hash) | (base + k + 1)
+		}
+	}
 }

@@ -181,28 +181,67 @@ func TestAppendRawRowsCursor(t *testing.T) {
 }
 
 func TestDeleteSlots(t *testing.T) {
-	tab := trained(t, 5000, 2) // several lock holds per shard
 	const slots = 32
-	set := NewSlotSet(slots, 1, 5, 30)
-	tr := tab.NewTracker()
-	defer tr.Close()
-	want := 0
-	for id := range dump(tab) {
-		if set.Contains(id) {
-			want++
-		}
+	for _, tc := range []struct {
+		name    string
+		members []int
+	}{
+		{"many rows: the index is rebuilt", []int{1, 5, 30}},
+		{"few rows: taken out one by one", []int{7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := trained(t, 5000, 2)
+			before := dump(tab)
+			set := NewSlotSet(slots, tc.members...)
+			tr := tab.NewTracker()
+			defer tr.Close()
+			want := 0
+			for id := range before {
+				if set.Contains(id) {
+					want++
+				}
+			}
+			require.Positive(t, want)
+			assert.Equal(t, want, tab.DeleteSlots(set))
+			assert.Equal(t, 5000-want, tab.Len())
+			after := dump(tab)
+			assert.Len(t, after, 5000-want)
+			// Every row left is found through the index, unchanged; every row deleted is gone.
+			for id, row := range before {
+				got, ok := tab.Row(id)
+				if set.Contains(id) {
+					assert.False(t, ok, "row %d of a deleted slot survived", id)
+					continue
+				}
+				if assert.True(t, ok, "row %d of a kept slot is lost", id) {
+					assert.Equal(t, row, got)
+				}
+			}
+			// The removals are recorded, so a copy of the changes carries them as deletion records.
+			delta, _, err := tab.AppendRawShards(nil, 0, 1<<40, ExportOptions{Changed: tr})
+			require.NoError(t, err)
+			assert.Equal(t, want*tab.RawRowSize(), len(delta))
+			assert.Equal(t, 0, tab.DeleteSlots(set), "nothing left to delete")
+			// The freed rows are reused and the index takes new ids: rows of the deleted slots
+			// come back at their initial value.
+			var back []uint64
+			for id := range before {
+				if set.Contains(id) {
+					back = append(back, id)
+				}
+			}
+			dst := make([]float32, len(back)*tab.Dim())
+			require.NoError(t, tab.Lookup(back, dst))
+			assert.Equal(t, 5000, tab.Len())
+			for i, id := range back {
+				init := make([]float32, tab.Dim())
+				require.NoError(t, tab.InitialWeights(id, init))
+				assert.Equal(t, init, dst[i*tab.Dim():(i+1)*tab.Dim()])
+				_, ok := tab.Row(id)
+				assert.True(t, ok)
+			}
+		})
 	}
-	require.Positive(t, want)
-	assert.Equal(t, want, tab.DeleteSlots(set))
-	assert.Equal(t, 5000-want, tab.Len())
-	for id := range dump(tab) {
-		assert.False(t, set.Contains(id), "row %d of a deleted slot survived", id)
-	}
-	// The removals are recorded, so a copy of the changes carries them as deletion records.
-	delta, _, err := tab.AppendRawShards(nil, 0, 1<<40, ExportOptions{Changed: tr})
-	require.NoError(t, err)
-	assert.Equal(t, want*tab.RawRowSize(), len(delta))
-	assert.Equal(t, 0, tab.DeleteSlots(set), "nothing left to delete")
 }
 
 // TestCopyRawAfterReserve: whole copies and loads of a table whose shards hold slab chunks

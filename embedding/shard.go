@@ -22,9 +22,9 @@ const (
 	maxStep  = freeMark - 1
 )
 
-// Rows live in chunks of chunkRows rows; only the last chunk of a shard may be smaller, and it grows
-// by doubling until it is full, so small tables stay small and big tables have at most one
-// partly-used chunk per shard.
+// Rows live in chunks of chunkRows rows; only a shard's first chunk may be smaller, and it grows by
+// doubling until it is full, so small tables stay small. Later chunks are made whole, so big tables
+// have at most one partly-used chunk per shard.
 const (
 	chunkShift   = 9
 	chunkRows    = 1 << chunkShift
@@ -211,7 +211,14 @@ func (s *shard) allocLocked(stride int) (uint32, bool) {
 	c := int(r >> chunkShift)
 	in := int(r & chunkMask)
 	if c == len(s.words) {
-		w := s.arena.alloc(minChunkRows * stride)
+		// Only a shard's first chunk starts small and grows by doubling, so small tables stay
+		// small; a shard that filled a chunk gets its next ones whole, which spares the copies
+		// (and, off-heap, the map and unmap calls) of growing each one.
+		n := minChunkRows
+		if c > 0 {
+			n = chunkRows
+		}
+		w := s.arena.alloc(n * stride)
 		if w == nil {
 			return 0, false
 		}

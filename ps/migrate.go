@@ -437,7 +437,7 @@ func (s *Server) copyMigration(id uint64, table string, from embedding.Cursor, c
 	if h.dense {
 		slots = nil // a dense tensor moves whole with its name's slot
 	}
-	budget = max(budget, 1)
+	budget = min(max(budget, 1), maxChunkBytes) // the room is allocated before it is filled
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	next := embedding.Cursor{Shard: h.t.Shards()}
@@ -657,6 +657,17 @@ type MigrationSpec struct {
 
 // maxChunkBytes bounds MigrationSpec.ChunkBytes well below the frame cap.
 const maxChunkBytes = 64 << 20
+
+// chunkSlack is what a chunk's frame holds beside its records: the cursor and the tag, with room
+// to spare.
+const chunkSlack = 64
+
+// chunkBudget is the budget a destination asks a base copy for, given ChunkBytes and the record
+// size. A base chunk overshoots its budget by less than a record, so the budget leaves that
+// much room: a chunk (its 8-byte cursor, its records and the frame's tag) fits in chunkBytes,
+// and a chunk of the default size in a pooled frame buffer on both ends, which spares
+// allocating and clearing 4 MiB per chunk.
+func chunkBudget(chunkBytes, rec int) int { return max(chunkBytes-chunkSlack-rec, 1) }
 
 // validate reports every problem of the tuning fields.
 func (sp MigrationSpec) validate() error {
@@ -982,6 +993,7 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 	var rows int64
 	for _, tb := range r.tabs {
 		rec := tb.t.RawRowSize()
+		budget := chunkBudget(r.spec.ChunkBytes, rec)
 		for from := (embedding.Cursor{}); from.Shard < tb.t.Shards(); {
 			body := appendString(nil, tb.name)
 			body = binary.LittleEndian.AppendUint32(body, uint32(from.Shard))
@@ -991,7 +1003,7 @@ func (r *receiver) copyAll(ctx context.Context, changed bool) (int64, error) {
 				flag = 1
 			}
 			body = append(body, flag)
-			body = binary.LittleEndian.AppendUint32(body, uint32(r.spec.ChunkBytes))
+			body = binary.LittleEndian.AppendUint32(body, uint32(budget))
 			resp, err := r.call(ctx, opCopy, body)
 			if err != nil {
 				return rows, err

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -93,4 +94,17 @@ func TestTableGivingSlotsAwayReleasesTheMigration(t *testing.T) {
 	require.NoError(t, err)
 	s.mig.wg.Wait()
 	assert.Zero(t, openMigrations(s))
+}
+
+// A base chunk of the default size, with its cursor and its frame's tag, fits in a pooled frame
+// buffer, whatever the record size: the budget a destination asks for leaves room for the
+// record a chunk may overshoot it by.
+func TestChunkFitsPooledFrame(t *testing.T) {
+	def := MigrationSpec{}.withDefaults().ChunkBytes
+	for _, rec := range []int{24, 528, 4112, 64 << 10} {
+		worst := 8 + chunkBudget(def, rec) - 1 + rec + wire.TagSize
+		assert.LessOrEqual(t, worst, wire.MaxPooledSize, "record of %d bytes", rec)
+		assert.LessOrEqual(t, worst, def, "record of %d bytes", rec)
+	}
+	assert.Equal(t, 1, chunkBudget(100, 528), "a record larger than the chunk: one record at a time")
 }
