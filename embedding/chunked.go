@@ -102,65 +102,90 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 	return dst, cur
 }
 
-// DeleteSlots removes every row whose slot is in set, one shard at a time under its write lock,
-// and returns the rows removed. Trackers record the removals as deletions. A server whose slot
-// moved away calls it, so that a slot that later comes back never revives rows its other owner
-// deleted meanwhile.
+// DeleteSlots removes every row whose slot is in set, one shard at a time, and returns the rows
+// removed. Trackers record the removals as deletions. A server whose slot moved away calls it,
+// so that a slot that later comes back never revives rows its other owner deleted meanwhile.
 //
-// A shard that loses many rows has its index rebuilt from the rows that stay, in one pass over
-// its rows, instead of having each row taken out of it: taking out an entry moves the later
-// entries of its probe run back, and each move reads the row of the moved entry.
+// The rows to delete are found under the shard's read lock, a few hundred rows per hold, and
+// removed under its write lock. A shard that loses many rows has its index rebuilt from the
+// rows that stay, in one pass over its rows, instead of having each row taken out of it (which
+// moves the later entries of its probe run back, reading the row of each). The shards are
+// visited in the opposite order to lookups and updates, so that a batch never waits for more
+// than one shard's removal.
 func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
 	var doomed []uint32
-	for i := range t.shards {
+	var ids []uint64
+	for i := len(t.shards) - 1; i >= 0; i-- {
 		s := &t.shards[i]
-		s.mu.Lock()
-		doomed = doomed[:0]
-		for r := uint32(0); r < s.hi; r++ {
-			if w := s.rowWords(r, t.stride); w[wordStep] != freeMark && set.Contains(uint64(w[0])|uint64(w[1])<<32) {
-				doomed = append(doomed, r)
+		doomed, ids = doomed[:0], ids[:0]
+		for r := uint32(0); ; {
+			s.mu.RLock()
+			hi := s.hi
+			for stop := min(r+holdRows, hi); r < stop; r++ {
+				w := s.rowWords(r, t.stride)
+				if id := uint64(w[0]) | uint64(w[1])<<32; w[wordStep] != freeMark && set.Contains(id) {
+					doomed, ids = append(doomed, r), append(ids, id)
+				}
+			}
+			s.mu.RUnlock()
+			if r >= hi {
+				break
 			}
 		}
-		if len(doomed) > 0 {
-			t.deleteRowsLocked(s, doomed)
+		if len(doomed) == 0 {
+			continue
 		}
+		s.mu.Lock()
+		k := t.deleteRowsLocked(s, doomed, ids)
 		s.mu.Unlock()
-		t.rows.Add(-int64(len(doomed)))
-		total += len(doomed)
+		t.rows.Add(-int64(k))
+		total += k
 	}
 	return total
 }
 
-// deleteRowsLocked removes the live rows rows of shard s (write-locked), recording their ids as
-// deleted for every tracker. Beyond a sixteenth of the shard's rows it frees them and rebuilds
-// the index from the rows left; fewer, it takes each out of the index.
-func (t *Table) deleteRowsLocked(s *shard, rows []uint32) {
+// deleteRowsLocked removes those of rows (of shard s, write-locked) that still hold ids (rows[i]
+// held ids[i] when it was found under the read lock: it may have been removed since, evicted, and
+// its place given to another row). It records their ids as deleted for every tracker and returns
+// how many it removed. Beyond a sixteenth of the shard's rows it frees them and rebuilds the
+// index from the rows left; fewer, it takes each out of the index.
+func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 	stride := t.stride
+	k := 0
 	if len(rows) < s.live/16 {
-		for _, r := range rows {
-			id := s.rowID(r, stride)
-			s.removeLocked(id, t.hash(id), r, t)
+		for i, r := range rows {
+			if w := s.rowWords(r, stride); w[wordStep] != freeMark && uint64(w[0])|uint64(w[1])<<32 == ids[i] {
+				s.removeLocked(ids[i], t.hash(ids[i]), r, t)
+				k++
+			}
 		}
-		return
+		return k
 	}
-	for _, r := range rows {
+	for i, r := range rows {
 		w := s.rowWords(r, stride)
-		id := uint64(w[0]) | uint64(w[1])<<32
-		w[wordStep] = freeMark
-		for k := range s.trks {
-			s.trks[k].deleted = append(s.trks[k].deleted, id)
+		if w[wordStep] == freeMark || uint64(w[0])|uint64(w[1])<<32 != ids[i] {
+			continue
 		}
+		w[wordStep] = freeMark
+		for q := range s.trks {
+			s.trks[q].deleted = append(s.trks[q].deleted, ids[i])
+		}
+		rows[k] = r
+		k++
 	}
-	s.free = append(s.free, rows...)
-	s.live -= len(rows)
+	if k == 0 {
+		return 0
+	}
+	s.free = append(s.free, rows[:k]...)
+	s.live -= k
 	clear(s.idx)
 	idx := s.idx
 	n := len(idx)
 	for c, w := range s.words {
 		base := uint32(c) << chunkShift
 		rows := min(uint32(len(w)/stride), s.hi-min(base, s.hi))
-		for k, o := uint32(0), 0; k < rows; k, o = k+1, o+stride {
+		for q, o := uint32(0), 0; q < rows; q, o = q+1, o+stride {
 			h := w[o : o+hdrWords : o+hdrWords]
 			if h[wordStep] == freeMark {
 				continue
@@ -172,7 +197,8 @@ func (t *Table) deleteRowsLocked(s *shard, rows []uint32) {
 					i = 0
 				}
 			}
-			idx[i] = tagOf(hash) | (base + k + 1)
+			idx[i] = tagOf(hash) | (base + q + 1)
 		}
 	}
+	return k
 }

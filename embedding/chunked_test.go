@@ -266,3 +266,61 @@ func TestCopyRawAfterReserve(t *testing.T) {
 		assert.Equal(t, dump(src), dump(dst))
 	}
 }
+
+// DeleteSlots while other slots' rows are created and updated: the rows of the other slots end
+// exactly as in a table that had no deletion, and no row of the deleted slots is left.
+func TestDeleteSlotsUnderWriters(t *testing.T) {
+	const slots = 32
+	set := NewSlotSet(slots, 2, 9, 17, 30)
+	cfg := Config{Dim: 4, Seed: 3, Shards: 8, Optimizer: Optimizer{Kind: Adagrad}}
+	tab, ref := newTestTable(t, cfg), newTestTable(t, cfg)
+	var doomed, kept []uint64
+	for i := uint64(0); len(kept) < 20000; i++ {
+		if id := i * 104729; set.Contains(id) {
+			doomed = append(doomed, id)
+		} else {
+			kept = append(kept, id)
+		}
+	}
+	w := make([]float32, len(doomed)*4)
+	require.NoError(t, tab.Lookup(doomed, w))
+	require.NoError(t, tab.Lookup(kept[:10000], make([]float32, 10000*4)))
+	require.NoError(t, ref.Lookup(kept[:10000], make([]float32, 10000*4)))
+	// The writers update old rows and create new ones; ref gets the same batches afterwards.
+	rng := rand.New(rand.NewPCG(5, 6))
+	var batches [][]uint64
+	for range 200 {
+		b := make([]uint64, 256)
+		for i := range b {
+			b[i] = kept[rng.IntN(len(kept))]
+		}
+		batches = append(batches, b)
+	}
+	g := make([]float32, 256*4)
+	for i := range g {
+		g[i] = float32(rng.NormFloat64())
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for step, b := range batches {
+			if err := tab.Apply(b, g, uint32(step)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	assert.Equal(t, len(doomed), tab.DeleteSlots(set))
+	<-done
+	for step, b := range batches {
+		require.NoError(t, ref.Apply(b, g, uint32(step)))
+	}
+	assert.Equal(t, dump(ref), dump(tab))
+	for _, id := range kept {
+		want, ok := ref.Row(id)
+		got, ok2 := tab.Row(id)
+		require.Equal(t, ok, ok2, "id %d", id)
+		assert.Equal(t, want, got)
+	}
+	assert.Equal(t, ref.Len(), tab.Len())
+}
