@@ -58,6 +58,31 @@ func TestCopyRawLoadRawBitExact(t *testing.T) {
 	assert.Equal(t, src.Len(), applied)
 	assert.Equal(t, dump(src), dump(dst))
 
+	// The same records shard after shard as the loading table places them (the copy of a table
+	// placed alike), and in a shuffled order.
+	alike := newTestTable(t, src.Config())
+	_, err = alike.LoadRaw(buf[:n], nil)
+	require.NoError(t, err)
+	assert.Equal(t, dump(src), dump(alike))
+	rec := src.RawRowSize()
+	shuffled := make([]byte, n)
+	for i, j := range rand.New(rand.NewPCG(4, 4)).Perm(n / rec) {
+		copy(shuffled[i*rec:(i+1)*rec], buf[j*rec:(j+1)*rec])
+	}
+	mixed := newTestTable(t, src.Config())
+	_, err = mixed.LoadRaw(shuffled, nil)
+	require.NoError(t, err)
+	assert.Equal(t, dump(src), dump(mixed))
+	for id := range dump(src) {
+		want, _ := src.Row(id)
+		got, ok := mixed.Row(id)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+		got, ok = alike.Row(id)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
+
 	_, err = src.CopyRaw(buf[:n-1], false, false)
 	require.ErrorIs(t, err, io.ErrShortBuffer)
 	_, err = dst.LoadRaw(buf[:n-1], nil)

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -278,19 +277,6 @@ func profileCalls(s psSubject, path string, red *redisPeer, ids []uint64, batch,
 	pprof.StopCPUProfile()
 	m.self = self1.sub(self0)
 	return m, errors.Join(append(errs, err)...)
-}
-
-// procCPU is the user and system CPU time of a process.
-type procCPU struct{ user, sys time.Duration }
-
-func (c procCPU) sub(d procCPU) procCPU { return procCPU{c.user - d.user, c.sys - d.sys} }
-
-func selfCPU() (procCPU, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return procCPU{}, err
-	}
-	return procCPU{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}, nil
 }
 
 // redisCPU reads the CPU times of the Redis instances from /proc/PID/stat (fields utime and

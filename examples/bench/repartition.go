@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -106,6 +107,13 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	r.addRatio("migrate_vs_pull", rs.spread(func(o repRound) float64 { return o.moveRate }, func(o repRound) float64 { return o.pull }),
 		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", fmt.Sprintf("rows/s moved (with optimizer state: %d B per row) over the pull rate", 16+2*4*repDim))
 	r.add("migrated_bytes_per_s", rs.median(func(o repRound) float64 { return float64(o.prog.Bytes) / o.migS }), "bytes/s copied, catch-up rounds included")
+	r.add("pull_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.pullCPU }), "us of CPU (this process: workers and servers) per row pulled, pulls only")
+	r.add("train_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.trainCPU }), "us of CPU per row trained (pulled and pushed) before the move")
+	r.add("move_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.moveCPU }), "us of CPU per row moved: the move's window less its training at the cost before it")
+	r.addRatio("move_cpu_vs_pull_cpu", rs.spread(func(o repRound) float64 { return o.moveCPU }, func(o repRound) float64 { return o.pullCPU }),
+		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", fmt.Sprintf("CPU per row moved (%d B with its optimizer state) over CPU per row pulled (%d B)", 16+2*4*repDim, 8+4*repDim))
+	r.add("throughput_bound_at_half_pull", rs.median(func(o repRound) float64 { return o.boundAtHalfPull() }),
+		"the most throughput_during_vs_before these costs allow while rows move at half the pull rate (1 - pull/2 * move CPU / cores training used)")
 	r.add("scale_in_s", rs.median(func(o repRound) float64 { return o.scaleInS }), "s to drain ps-2 back onto 2 servers, live")
 	migS := r.get("migration_s")
 
@@ -150,7 +158,15 @@ type repRound struct {
 	stall, maxBefore                      time.Duration
 	migS, scaleInS                        float64
 	prog                                  ps.MigrationProgress
+	// CPU seconds per row pulled (pulls only), trained (pull and push) and moved (the move's
+	// window less its training), and the cores busy training before the move.
+	pullCPU, trainCPU, moveCPU, cores float64
 }
+
+// boundAtHalfPull is the most training rows/s over those before a move that this round's costs
+// allow while rows move at half the pull rate: moving them takes pull/2 * moveCPU of the cores
+// training had.
+func (o repRound) boundAtHalfPull() float64 { return 1 - o.pull/2*o.moveCPU/o.cores }
 
 // round measures the pull rate, training before a move, the live scale-out from ps-0 and ps-1
 // to all three servers (by out, or by m), training after it, and the scale-in back with m.
@@ -159,25 +175,36 @@ func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, ou
 		out = m
 	}
 	var o repRound
+	var cpuErr error
+	cpuNow := func() (procCPU, time.Time) { // this process's CPU time and the wall clock
+		c, err := selfCPU()
+		cpuErr = cmp.Or(cpuErr, err)
+		return c, time.Now()
+	}
 	ws.set(repPull)
-	t0 := time.Now()
+	sleepCtx(ctx, p.phase/8) // let the push traffic drain
+	c0, t0 := cpuNow()
 	sleepCtx(ctx, p.phase/2)
-	o.pull = ws.rate(t0, time.Now())
+	c1, t1 := cpuNow()
+	o.pull = ws.rate(t0, t1)
+	o.pullCPU = c1.sub(c0).total().Seconds() / (o.pull * t1.Sub(t0).Seconds())
 	ws.set(repTrain)
 	sleepCtx(ctx, p.phase/4) // let the push traffic settle
-	t1 := time.Now()
+	c1, t1 = cpuNow()
 	sleepCtx(ctx, p.phase)
-	t2 := time.Now()
+	c2, t2 := cpuNow()
 	o.before, o.maxBefore = ws.rate(t1, t2), ws.maxLatency(t1, t2)
+	o.cores = c2.sub(c1).total().Seconds() / t2.Sub(t1).Seconds()
+	o.trainCPU = o.cores / o.before
 
 	cur := job.holder.Get()
 	next, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
 	if err != nil {
 		return o, err
 	}
-	ms := time.Now()
+	cs, ms := cpuNow()
 	cur, err = out.Migrate(ctx, cur, next, job.publish)
-	me := time.Now()
+	ce, me := cpuNow()
 	if err != nil {
 		return o, fmt.Errorf("scale out: %w", err)
 	}
@@ -185,6 +212,12 @@ func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, ou
 	o.during, o.stall = ws.rate(ms, me), ws.maxLatency(ms, me)
 	o.migS = me.Sub(ms).Seconds()
 	o.moveRate = float64(o.prog.BaseRows) / o.migS
+	// What the move cost: the CPU of its window less what its training cost at the rate
+	// measured before it.
+	o.moveCPU = (ce.sub(cs).total().Seconds() - o.during*o.migS*o.trainCPU) / float64(o.prog.BaseRows)
+	if cpuErr != nil {
+		return o, fmt.Errorf("CPU time: %w", cpuErr)
+	}
 	sleepCtx(ctx, p.phase/2)
 	o.after = ws.rate(me, time.Now())
 
