@@ -288,6 +288,16 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 		return errNoCheckpoints
 	}
 	want := t.SlotsOf(l.srv.ID())
+	if mode == RestoreForget {
+		var lost []int
+		for sl := range t.Slots {
+			if !want.Has(sl) {
+				lost = append(lost, sl)
+			}
+		}
+		_, err := l.srv.DiscardSlots(lost) // only those its own table does not give it either
+		return err
+	}
 	var target func(slot int) bool
 	switch mode {
 	case RestoreAll:

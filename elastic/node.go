@@ -81,6 +81,12 @@ const (
 	// replacement or onto survivors (Partial). The slots it serves are left alone, and it goes
 	// on serving them meanwhile.
 	RestoreNew
+	// RestoreForget loads nothing (step is ignored): the server forgets what it holds for the
+	// slots the table does not give it (rows, dense tensors, applied positions), rows it kept
+	// of slots a table took from it without a move's release. A coordinator that takes a job
+	// over and finishes a publication its predecessor left half done calls it, after the
+	// server has installed the table.
+	RestoreForget
 )
 
 // Progress is how far the dispatcher has accepted the training data at a barrier: every data

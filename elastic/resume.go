@@ -348,9 +348,32 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	case !sameNodes(newest, servers):
 		why = fmt.Sprintf("owner table %d names other servers than the job's", newest.Version)
 	}
+	var lagging []ParameterServer
 	for i, s := range servers {
-		if why == "" && (tables[i] == nil || !tables[i].Equal(newest)) {
-			why = fmt.Sprintf("server %s has not got owner table %d (it restarted, or a change was under way)", s.Node().ID, newest.Version)
+		switch t := tables[i]; {
+		case why != "":
+		case t == nil:
+			why = fmt.Sprintf("server %s has no owner table (it restarted)", s.Node().ID)
+		case t.Equal(newest):
+		case t.Version < newest.Version:
+			lagging = append(lagging, s)
+		default:
+			why = fmt.Sprintf("server %s has another owner table %d", s.Node().ID, t.Version)
+		}
+	}
+	if why == "" && len(lagging) > 0 {
+		// The earlier coordinator died publishing newest: finish the publication. A table goes
+		// out only once every owner it names holds its slots (a move's handover, a recovery's
+		// restore), so the servers that missed it hold what it gives them; they forget the
+		// slots it takes from them, whose moves Lead called off.
+		if err := c.finishPublication(ctx, lagging, newest); err != nil {
+			why = fmt.Sprintf("owner table %d could not be given to every server: %v", newest.Version, err)
+		} else {
+			ids := make([]string, len(lagging))
+			for i, s := range lagging {
+				ids[i] = s.Node().ID
+			}
+			c.log.Warn("finished publishing the owner table the earlier coordinator was giving out", "table", newest.Version, "servers", ids)
 		}
 	}
 	if why == "" {
@@ -385,6 +408,24 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 		return 0, nil, err
 	}
 	return step, cm.job, nil
+}
+
+// finishPublication installs t on servers, which have an older table, and has them forget the
+// slots it takes from them.
+func (c *Coordinator) finishPublication(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.InstallTable(gctx, t); err != nil {
+				return fmt.Errorf("install on %s: %w", s.Node().ID, err)
+			}
+			if err := s.Restore(gctx, 0, t, RestoreForget); err != nil {
+				return fmt.Errorf("forget the slots %s gave away: %w", s.Node().ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // checkCommit checks that the coordinator's part of the commit of step reads back.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -146,7 +147,7 @@ func startRemoteJob(t *testing.T, n int, store checkpoint.Storage, tune func(*el
 	j.addr = "coord:1"
 	for i := range n {
 		id := fmt.Sprintf("ps-%d", i)
-		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}, Transport: j.net.Host(id)})
 		require.NoError(t, err)
 		l, err := j.net.Host(id).Listen(id + ":1")
 		require.NoError(t, err)
@@ -185,17 +186,26 @@ func startRemoteJob(t *testing.T, n int, store checkpoint.Storage, tune func(*el
 // coordinator starts a coordinator process on host (resuming the job when resume is set) and
 // returns it with the function that stops it as a crash would.
 func (j *remoteJob) coordinator(ctx context.Context, host string, resume bool) (*elastic.Coordinator, uint64, func(), error) {
+	return j.coordinatorOf(ctx, host, resume, len(j.servers), nil)
+}
+
+// coordinatorOf is coordinator with the job's first n servers, each seen through wrap (nil: as
+// they are).
+func (j *remoteJob) coordinatorOf(ctx context.Context, host string, resume bool, n int, wrap func(elastic.ParameterServer) elastic.ParameterServer) (*elastic.Coordinator, uint64, func(), error) {
 	var nodes []elastic.ParameterServer
 	var remotes []*elastic.RemoteServer
-	for _, s := range j.servers {
-		rs, err := elastic.NewRemoteServer(ps.Node{ID: s.ID(), Addr: s.ID() + ":1"}, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host(host)})
+	for _, s := range j.servers[:n] {
+		rs, err := j.remoteServer(host, s.ID())
 		if err != nil {
 			return nil, 0, nil, err
 		}
 		remotes, nodes = append(remotes, rs), append(nodes, rs)
+		if wrap != nil {
+			nodes[len(nodes)-1] = wrap(rs)
+		}
 	}
 	cfg := j.cfg
-	cfg.Servers = nodes
+	cfg.Servers, cfg.Transport = nodes, j.net.Host(host)
 	c, err := elastic.NewCoordinator(ctx, cfg)
 	if err != nil {
 		return nil, 0, nil, err
@@ -234,6 +244,11 @@ func (j *remoteJob) coordinator(ctx context.Context, host string, resume bool) (
 		j.net.Restart(host)
 	})
 	return c, step, stop, nil
+}
+
+// remoteServer is server id as a coordinator on host reaches it.
+func (j *remoteJob) remoteServer(host, id string) (*elastic.RemoteServer, error) {
+	return elastic.NewRemoteServer(ps.Node{ID: id, Addr: id + ":1"}, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host(host)})
 }
 
 // remoteWorker is a worker process: its clients reach the servers and the coordinator at
@@ -360,4 +375,98 @@ func TestTakeoverFencesTheEarlierCoordinator(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, commits)
 	assert.Equal(t, committed, commits[0].Step, "nothing the first coordinator tried after the takeover is a commit")
+}
+
+// lostInstalls is a server whose owner tables above a version never arrive (0: they all do).
+type lostInstalls struct {
+	elastic.ParameterServer
+	above *atomic.Uint64
+}
+
+func (l lostInstalls) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
+	if a := l.above.Load(); a > 0 && t.Version > a {
+		return fmt.Errorf("owner table %d lost on its way to %s", t.Version, l.Node().ID)
+	}
+	return l.ParameterServer.InstallTable(ctx, t)
+}
+
+// The coordinator dies while it gives out the owner table of a move: the new server got it, the
+// others never did (the source of the slots still holds them, refusing them). The coordinator
+// that takes the job over finishes the publication instead of returning the job to its commit:
+// the job goes on under that table, with the slots moved so far on the new server and nowhere
+// else. No worker fails, every position is trained exactly once per epoch, and every row equals
+// the failure-free result.
+func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	j := startRemoteJob(t, 4, store, func(c *elastic.Config) {
+		c.Secret = []byte("a secret of the takeover tests..")
+		c.Migration.Concurrency = 1 // one group's table at a time: the first one is half given out
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var above atomic.Uint64
+	c, _, stop, err := j.coordinatorOf(ctx, "coord", false, 3, func(s elastic.ParameterServer) elastic.ParameterServer {
+		return lostInstalls{ParameterServer: s, above: &above}
+	})
+	require.NoError(t, err)
+	j.stopC = stop
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		w := j.remoteWorker(fmt.Sprintf("w%d", i))
+		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
+	}
+	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
+		time.Sleep(time.Millisecond)
+	}
+	before, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	above.Store(before.Version)
+	ps3, err := j.remoteServer("coord", "ps-3")
+	require.NoError(t, err)
+	defer ps3.Close()
+	err = c.AddServers(ctx, ps3)
+	require.Error(t, err, "the table of the first group reached only ps-3")
+	t.Logf("the move: %v", err)
+	half := j.servers[3].OwnerTable()
+	require.NotNil(t, half)
+	require.Equal(t, before.Version+1, half.Version)
+	for _, s := range j.servers[:3] {
+		require.Equal(t, before.Version, s.OwnerTable().Version)
+	}
+	j.stopC()
+
+	c2, step, stop2, err := j.coordinator(ctx, "coord", true)
+	require.NoError(t, err)
+	j.stopC = stop2
+	t.Logf("took over from step %d", step)
+	now, err := c2.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	assert.True(t, now.Equal(half), "the half-published table is the job's (not a new one: no rollback)")
+	for _, s := range j.servers {
+		assert.True(t, s.OwnerTable().Equal(half), "%s has the table", s.ID())
+	}
+
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the restart", i)
+	}
+	_, err = c2.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c2)
+	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
+	moved := 0
+	for _, s := range j.servers {
+		tab, _ := s.Table("emb")
+		tab.Range(func(v embedding.RowView) bool {
+			owner := half.Owner(embedding.Slot(v.ID, half.Slots)).ID
+			assert.Equal(t, s.ID(), owner, "row %d on a server that does not own it", v.ID)
+			if owner == "ps-3" {
+				moved++
+			}
+			return true
+		})
+	}
+	assert.Positive(t, moved, "rows of the moved slots live on ps-3")
 }

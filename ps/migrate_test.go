@@ -168,8 +168,22 @@ func TestMigrateWhileTrainingIsBitExact(t *testing.T) {
 		}()
 	}
 	warm.Wait()
+	// Every group waits after its copy for pushes to land, so training goes on during each
+	// move whatever the scheduling.
+	pushesLand := func(ctx context.Context) {
+		for start := pushed.Load(); pushed.Load() < start+2 && ctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	cur := c.Holder.Get()
 	for _, ids := range [][]string{{"ps-0", "ps-1", "ps-2"}, {"ps-0", "ps-1", "ps-2", "ps-3", "ps-4"}, {"ps-1", "ps-4"}} {
+		for _, id := range ids {
+			s := c.Server(id)
+			if s == nil {
+				s, _ = c.AddServer(id)
+			}
+			ps.SetAfterCopyHook(s, pushesLand)
+		}
 		before := pushed.Load()
 		cur = migrate(t, ctx, c, m, cur, ids...)
 		assert.Greater(t, pushed.Load(), before, "no push ran during the move to %v", ids)
