@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -129,17 +130,22 @@ func assertJoined(t *testing.T) {
 }
 
 // leaving reports whether goroutine stack g is of a goroutine that has finished its function:
-// its top frame is at a line of source that is only a closing brace, or it is already in the
-// runtime's exit.
+// its top frame (past the runtime's preemption frames, when it was stopped there) is at a line
+// of source that is only a closing brace, is the wrapper the compiler makes for a go statement
+// (which runs on once the function it calls has returned), or is the runtime's exit.
 func leaving(g string) bool {
-	lines := strings.Split(g, "\n")
-	if len(lines) < 3 {
+	lines := strings.Split(g, "\n")[1:] // past "goroutine N [state]:"
+	for len(lines) >= 2 && strings.HasPrefix(lines[0], "runtime.asyncPreempt") {
+		lines = lines[2:] // a function line and its location line
+	}
+	if len(lines) < 2 {
 		return false
 	}
-	if strings.HasPrefix(lines[1], "runtime.goexit1(") {
+	fn := lines[0]
+	if strings.HasPrefix(fn, "runtime.goexit1(") || goWrapper.MatchString(fn) {
 		return true
 	}
-	loc := strings.TrimSpace(lines[2]) // "/path/file.go:28 +0x21d"
+	loc := strings.TrimSpace(lines[1]) // "/path/file.go:28 +0x21d"
 	if i := strings.LastIndex(loc, " +0x"); i >= 0 {
 		loc = loc[:i]
 	}
@@ -158,6 +164,9 @@ func leaving(g string) bool {
 	text := strings.Split(string(src), "\n")
 	return n >= 1 && n <= len(text) && strings.TrimSpace(text[n-1]) == "}"
 }
+
+// goWrapper matches the frame of the wrapper a go statement runs its call in (New.gowrap1).
+var goWrapper = regexp.MustCompile(`\.gowrap\d+\(`)
 
 // ourGoroutines returns the stacks of goroutines, other than the caller, running code of this
 // package. (A goroutine count would also see helpers such as errgroup's, which may still be on their
@@ -431,4 +440,36 @@ func TestRealDevShm(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Empty(t, entries)
+}
+
+// The goroutine-join check tells goroutines on their way out from ones still at work.
+func TestLeaving(t *testing.T) {
+	preemptedInWrapper := `goroutine 11 [runnable]:
+runtime.asyncPreempt2()
+	/usr/local/go/src/runtime/preempt.go:320 +0x14
+runtime.asyncPreempt()
+	/usr/local/go/src/runtime/preempt_amd64.s:124 +0x28b
+github.com/elasticps/elasticps/checkpoint.New.gowrap1()
+	/src/checkpoint/checkpointer.go:219 +0x1b
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1
+created by github.com/elasticps/elasticps/checkpoint.New in goroutine 10`
+	exiting := `goroutine 12 [runnable]:
+runtime.goexit1()
+	/usr/local/go/src/runtime/proc.go:4400 +0x1b
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1`
+	working := `goroutine 13 [select]:
+github.com/elasticps/elasticps/checkpoint.(*Checkpointer).sealLoop(0xc000100000)
+	/src/checkpoint/seal.go:40 +0x1b
+github.com/elasticps/elasticps/checkpoint.New.gowrap1()
+	/src/checkpoint/checkpointer.go:219 +0x1b
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1`
+	preemptedWorking := "goroutine 14 [runnable]:\nruntime.asyncPreempt2()\n\t/usr/local/go/src/runtime/preempt.go:320 +0x14\n" +
+		"runtime.asyncPreempt()\n\t/usr/local/go/src/runtime/preempt_amd64.s:124 +0x28b\n" + strings.SplitN(working, "\n", 2)[1]
+	assert.True(t, leaving(preemptedInWrapper))
+	assert.True(t, leaving(exiting))
+	assert.False(t, leaving(working))
+	assert.False(t, leaving(preemptedWorking))
 }

@@ -28,9 +28,14 @@ import (
 //     and no commit was written after the newest one, the servers keep their rows and go on:
 //     the dispatcher returns to the commit, and the batches trained since are replayed, each
 //     skipped by the servers that applied it (they keep every position not covered by the
-//     newest commit), so nothing is lost or counted twice. Otherwise every server returns to the
-//     commit (as under Rollback, from its own shared memory where it has it). A job with no
-//     commit yet returns to its start.
+//     newest commit), so nothing is lost or counted twice. Servers left behind on an older
+//     table, because the earlier coordinator died giving out the newest one (a move's group, a
+//     recovery's new placement), are given it first and forget the slots it took from them:
+//     a table goes out only once its owners hold their slots. A move cut short this way leaves
+//     the placement part of the way; setting the server count again finishes it. Otherwise
+//     (a server restarted, tables that disagree otherwise, a later commit) every server
+//     returns to the commit (as under Rollback, from its own shared memory where it has it). A
+//     job with no commit yet returns to its start.
 func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	r, err := c.ResumeReport(ctx)
 	return r.Step, r.Job, err
