@@ -132,7 +132,8 @@ func assertJoined(t *testing.T) {
 // leaving reports whether goroutine stack g is of a goroutine that has finished its function:
 // its top frame (past the runtime's preemption frames, when it was stopped there) is at a line
 // of source that is only a closing brace, is the wrapper the compiler makes for a go statement
-// (which runs on once the function it calls has returned), or is the runtime's exit.
+// past its start (the wrapper runs on once the function it calls has returned), or is the
+// runtime's exit.
 func leaving(g string) bool {
 	lines := strings.Split(g, "\n")[1:] // past "goroutine N [state]:"
 	for len(lines) >= 2 && strings.HasPrefix(lines[0], "runtime.asyncPreempt") {
@@ -142,12 +143,17 @@ func leaving(g string) bool {
 		return false
 	}
 	fn := lines[0]
-	if strings.HasPrefix(fn, "runtime.goexit1(") || goWrapper.MatchString(fn) {
+	loc := strings.TrimSpace(lines[1]) // "/path/file.go:28 +0x21d"
+	off := ""
+	if i := strings.LastIndex(loc, " +0x"); i >= 0 {
+		loc, off = loc[:i], loc[i+len(" +0x"):]
+	}
+	if strings.HasPrefix(fn, "runtime.goexit1(") {
 		return true
 	}
-	loc := strings.TrimSpace(lines[1]) // "/path/file.go:28 +0x21d"
-	if i := strings.LastIndex(loc, " +0x"); i >= 0 {
-		loc = loc[:i]
+	if goWrapper.MatchString(fn) {
+		// Past its start (a goroutine not yet run shows the wrapper at offset 0, or none).
+		return off != "" && strings.Trim(off, "0") != ""
 	}
 	i := strings.LastIndex(loc, ":")
 	if i < 0 {
@@ -468,7 +474,13 @@ runtime.goexit({})
 	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1`
 	preemptedWorking := "goroutine 14 [runnable]:\nruntime.asyncPreempt2()\n\t/usr/local/go/src/runtime/preempt.go:320 +0x14\n" +
 		"runtime.asyncPreempt()\n\t/usr/local/go/src/runtime/preempt_amd64.s:124 +0x28b\n" + strings.SplitN(working, "\n", 2)[1]
+	notStarted := `goroutine 15 [runnable]:
+github.com/elasticps/elasticps/checkpoint.New.gowrap1()
+	/src/checkpoint/checkpointer.go:219
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1`
 	assert.True(t, leaving(preemptedInWrapper))
+	assert.False(t, leaving(notStarted), "a goroutine not yet run is not on its way out")
 	assert.True(t, leaving(exiting))
 	assert.False(t, leaving(working))
 	assert.False(t, leaving(preemptedWorking))

@@ -31,6 +31,8 @@ type LocalServer struct {
 	last     checkpoint.SnapshotInfo // the newest snapshot taken
 	newest   uint64                  // the highest step snapshotted or restored
 	leader   uint64                  // the coordinator incarnation it obeys (Lead)
+	// restoring is the version of the table a Restore was for, until one that new is installed.
+	restoring uint64
 }
 
 var _ ParameterServer = (*LocalServer)(nil)
@@ -66,8 +68,15 @@ func (l *LocalServer) Node() ps.Node { return ps.Node{ID: l.srv.ID(), Addr: l.ad
 
 // InstallTable implements ParameterServer.
 func (l *LocalServer) InstallTable(_ context.Context, t *ps.OwnerTable) error {
-	_, err := l.srv.SetOwnerTable(t)
-	return err
+	if _, err := l.srv.SetOwnerTable(t); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if cur := l.srv.OwnerTable(); cur != nil && cur.Version >= l.restoring {
+		l.restoring = 0
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // Fence implements ParameterServer.
@@ -228,7 +237,7 @@ func (l *LocalServer) Health(context.Context) (ServerHealth, error) {
 		return ServerHealth{}, ErrClosed
 	}
 	l.mu.Lock()
-	h := ServerHealth{Incarnation: l.inc, Leader: l.leader, Snapshot: l.newest}
+	h := ServerHealth{Incarnation: l.inc, Leader: l.leader, Snapshot: l.newest, Restoring: l.restoring}
 	l.mu.Unlock()
 	if t := l.srv.OwnerTable(); t != nil {
 		h.TableVersion = t.Version
@@ -319,6 +328,9 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 			slots = append(slots, s)
 		}
 	}
+	l.mu.Lock()
+	l.restoring = max(l.restoring, t.Version) // until t is installed, whatever happens here
+	l.mu.Unlock()
 	l.srv.ClearSlots(target)
 	l.mu.Lock()
 	l.last = checkpoint.SnapshotInfo{}

@@ -66,6 +66,11 @@ type ServerHealth struct {
 	// Snapshot is the step of the newest snapshot it took or restored (0: none): a coordinator
 	// that takes over numbers its checkpoints above it.
 	Snapshot uint64
+	// Restoring is the version of the owner table a Restore of the server was for, until a
+	// table that new is installed (0: none). Such a server is being restored, or was and waits
+	// for its table: its rows agree with no table it has had, so a coordinator that takes the
+	// job over returns every server to the commit.
+	Restoring uint64
 }
 
 // RestoreMode selects the slots a Restore recovers.

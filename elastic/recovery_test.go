@@ -243,6 +243,23 @@ func TestRemoteServerRefusesCallsForAnEarlierIncarnation(t *testing.T) {
 	h, err = rs.Health(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), h.TableVersion)
+	assert.Zero(t, h.Restoring)
+
+	// A restore for a table shows until that table is installed.
+	next, err := ps.NewOwnerTable(2, faultSlots, []ps.Node{rs.Node()}, table)
+	require.NoError(t, err)
+	require.NoError(t, rs.Restore(ctx, 0, next, elastic.RestoreAll))
+	h, err = rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), h.Restoring)
+	require.NoError(t, rs.InstallTable(ctx, table), "an older table changes nothing")
+	h, err = rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), h.Restoring)
+	require.NoError(t, rs.InstallTable(ctx, next))
+	h, err = rs.Health(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, h.Restoring)
 }
 
 // A batch applied on every server, the failed one included, and reported only after a Partial

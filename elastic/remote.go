@@ -196,7 +196,11 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 		methodHealth: read(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
 			h, err := l.Health(ctx)
 			if err == nil {
-				resp.Write(enc(nil).u64(h.Incarnation).u64(h.TableVersion).u64(h.Leader).u64(h.Snapshot))
+				e := enc(nil).u64(h.Incarnation).u64(h.TableVersion).u64(h.Leader).u64(h.Snapshot)
+				if h.Restoring != 0 { // only then: a coordinator of the previous release reads four
+					e = e.u64(h.Restoring)
+				}
+				resp.Write(e)
 			}
 			return err
 		}),
@@ -541,6 +545,9 @@ func (s *RemoteServer) Health(ctx context.Context) (ServerHealth, error) {
 	var h ServerHealth
 	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
 		h.Incarnation, h.TableVersion, h.Leader, h.Snapshot = d.u64(), d.u64(), d.u64(), d.u64()
+		if len(d.b) > 0 {
+			h.Restoring = d.u64()
+		}
 	})
 	return h, err
 }

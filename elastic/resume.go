@@ -357,6 +357,8 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	for i, s := range servers {
 		switch t := tables[i]; {
 		case why != "":
+		case found[s.Node().ID].Restoring != 0:
+			why = fmt.Sprintf("server %s was being restored for owner table %d", s.Node().ID, found[s.Node().ID].Restoring)
 		case t == nil:
 			why = fmt.Sprintf("server %s has no owner table (it restarted)", s.Node().ID)
 		case t.Equal(newest):

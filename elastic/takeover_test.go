@@ -470,3 +470,103 @@ func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
 	}
 	assert.Positive(t, moved, "rows of the moved slots live on ps-3")
 }
+
+// failsRollback is a server whose installs fail and whose whole restore fails once the job's
+// other servers have begun theirs.
+type failsRollback struct {
+	elastic.ParameterServer
+	others []*elastic.LocalServer
+}
+
+func (f failsRollback) InstallTable(context.Context, *ps.OwnerTable) error {
+	return fmt.Errorf("owner table lost on its way to %s", f.Node().ID)
+}
+
+func (f failsRollback) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
+	if mode != elastic.RestoreAll {
+		return f.ParameterServer.Restore(ctx, step, t, mode)
+	}
+	for _, o := range f.others {
+		for {
+			h, err := o.Health(ctx)
+			if err != nil || h.Restoring != 0 || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return fmt.Errorf("restore of %s failed", f.Node().ID)
+}
+
+// A takeover that finds a half-given-out move table, cannot finish giving it out and falls
+// back to returning the job to its commit, dies in the middle of the restores: some servers
+// have cleared and reloaded their slots for a table none of them has installed. The next
+// coordinator must not take that job over live (nor finish the move table over the restored
+// servers): it returns every server to the commit again, and the rows come out right.
+func TestTakeoverAfterAnInterruptedRollback(t *testing.T) {
+	store := checkpoint.NewMemStorage()
+	j := startRemoteJob(t, 4, store, func(c *elastic.Config) {
+		c.Secret = []byte("a secret of the takeover tests..")
+		c.Migration.Concurrency = 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var above atomic.Uint64
+	c, _, stop, err := j.coordinatorOf(ctx, "coord", false, 3, func(s elastic.ParameterServer) elastic.ParameterServer {
+		return lostInstalls{ParameterServer: s, above: &above}
+	})
+	require.NoError(t, err)
+	j.stopC = stop
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		w := j.remoteWorker(fmt.Sprintf("w%d", i))
+		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
+	}
+	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
+		time.Sleep(time.Millisecond)
+	}
+	before, err := c.OwnerTable(ctx, 0)
+	require.NoError(t, err)
+	above.Store(before.Version)
+	ps3, err := j.remoteServer("coord", "ps-3")
+	require.NoError(t, err)
+	defer ps3.Close()
+	require.Error(t, c.AddServers(ctx, ps3), "the first group's table reached only ps-3")
+	j.stopC()
+
+	_, _, _, err = j.coordinatorOf(ctx, "coord", true, 4, func(s elastic.ParameterServer) elastic.ParameterServer {
+		if s.Node().ID == "ps-0" {
+			return failsRollback{ParameterServer: s, others: j.locals[1:]}
+		}
+		return s
+	})
+	require.Error(t, err, "the second coordinator's rollback fails halfway")
+	restoring := 0
+	for _, l := range j.locals {
+		h, err := l.Health(ctx)
+		require.NoError(t, err)
+		if h.Restoring != 0 {
+			restoring++
+		}
+	}
+	require.Positive(t, restoring, "servers were left restored for a table they never got")
+
+	c3, step, stop3, err := j.coordinator(ctx, "coord", true)
+	require.NoError(t, err)
+	j.stopC = stop3
+	t.Logf("took over from step %d", step)
+	for _, l := range j.locals {
+		h, err := l.Health(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, h.Restoring, "every server got the table it was restored for")
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the restarts", i)
+	}
+	_, err = c3.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c3)
+	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
+}

@@ -139,14 +139,16 @@ func TestMigrateWhileTrainingIsBitExact(t *testing.T) {
 	m := c.Migrator(ps.MigratorConfig{Concurrency: 3, GroupSlots: 5, ChunkBytes: 2048, Bandwidth: 4 << 20, SmallRound: 512})
 	counts := make([]int, workers)
 	var stop atomic.Bool
-	var pushed atomic.Int64
+	var pushed, running atomic.Int64
 	var warm, wg sync.WaitGroup
+	running.Store(workers)
 	for w := range workers {
 		d := &detWorker{w: w, n: workers, rows: rows, cl: c.Client(fmt.Sprintf("worker-%d", w), ps.ClientConfig{})}
 		warm.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer running.Add(-1)
 			for b := 0; ; b++ {
 				if b == 5 {
 					warm.Done()
@@ -169,9 +171,9 @@ func TestMigrateWhileTrainingIsBitExact(t *testing.T) {
 	}
 	warm.Wait()
 	// Every group waits after its copy for pushes to land, so training goes on during each
-	// move whatever the scheduling.
+	// move whatever the scheduling (unless every worker has stopped on an error).
 	pushesLand := func(ctx context.Context) {
-		for start := pushed.Load(); pushed.Load() < start+2 && ctx.Err() == nil; {
+		for start := pushed.Load(); pushed.Load() < start+2 && running.Load() > 0 && ctx.Err() == nil; {
 			time.Sleep(time.Millisecond)
 		}
 	}
