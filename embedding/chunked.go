@@ -1,5 +1,7 @@
 package embedding
 
+import "runtime"
+
 // Shards returns the table's shard count: the cursor range of AppendRawShards.
 func (t *Table) Shards() int { return len(t.shards) }
 
@@ -65,8 +67,10 @@ type Cursor struct {
 // on, and stops once the appended bytes reach budget, at a row boundary: it returns the
 // extended dst and the cursor to go on from (Shard == Shards() once every row was visited).
 // It holds one shard's read lock at a time, for a few hundred rows at most, so writers
-// of the shard wait for little longer than that. Rows changed, added or removed behind the cursor
-// are not seen: track changes with a Tracker made before the first call (see AppendRawShards).
+// of the shard wait for little longer than that, and lets other goroutines run between holds
+// (runtime.Gosched): a copy is bulk work, and requests beside it should not wait for a CPU until
+// the scheduler preempts it. Rows changed, added or removed behind the cursor are not seen:
+// track changes with a Tracker made before the first call (see AppendRawShards).
 func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet) ([]byte, Cursor) {
 	start := len(dst)
 	stride := t.stride
@@ -98,6 +102,7 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 		if done {
 			cur = Cursor{Shard: cur.Shard + 1}
 		}
+		runtime.Gosched()
 	}
 	return dst, cur
 }
@@ -106,8 +111,8 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 // removed. Trackers record the removals as deletions. A server whose slot moved away calls it,
 // so that a slot that later comes back never revives rows its other owner deleted meanwhile.
 //
-// The rows to delete are found under the shard's read lock, a few hundred rows per hold, and
-// removed under its write lock. A shard that loses many rows has its index rebuilt from the
+// The rows to delete are found under the shard's read lock, a few hundred rows per hold, with
+// other goroutines let run between holds (runtime.Gosched), and removed under its write lock. A shard that loses many rows has its index rebuilt from the
 // rows that stay, in one pass over its rows, instead of having each row taken out of it (which
 // moves the later entries of its probe run back, reading the row of each). The shards are
 // visited in the opposite order to lookups and updates, so that a batch never waits for more
@@ -129,6 +134,7 @@ func (t *Table) DeleteSlots(set *SlotSet) int {
 				}
 			}
 			s.mu.RUnlock()
+			runtime.Gosched()
 			if r >= hi {
 				break
 			}

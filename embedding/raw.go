@@ -520,7 +520,9 @@ func nativeLittleEndian() bool {
 // state and metadata, bit-exact); deletion records remove the id. Records whose id keep rejects
 // are skipped (nil keeps all). Admission and the row cap do not apply. It returns the number of
 // records applied. Input that is not a whole number of records returns ErrCorrupt and changes
-// nothing. Shards are loaded in parallel.
+// nothing. Shards are loaded in parallel, each goroutine letting others run after each shard
+// (runtime.Gosched), so that a bulk load (a migration's chunk) does not keep requests beside it
+// waiting for a CPU.
 func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
 	rec := t.RawRowSize()
 	if len(src)%rec != 0 {
@@ -567,6 +569,7 @@ func (t *Table) LoadRaw(src []byte, keep func(id uint64) bool) (int, error) {
 		if start[i] == start[i+1] {
 			return
 		}
+		defer runtime.Gosched()
 		s := &t.shards[i]
 		s.mu.Lock()
 		defer s.mu.Unlock()
