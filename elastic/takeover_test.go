@@ -390,27 +390,22 @@ func (l lostInstalls) InstallTable(ctx context.Context, t *ps.OwnerTable) error 
 	return l.ParameterServer.InstallTable(ctx, t)
 }
 
-// The coordinator dies while it gives out the owner table of a move: the new server got it, the
-// others never did (the source of the slots still holds them, refusing them). The coordinator
-// that takes the job over finishes the publication instead of returning the job to its commit:
-// the job goes on under that table, with the slots moved so far on the new server and nowhere
-// else. No worker fails, every position is trained exactly once per epoch, and every row equals
-// the failure-free result.
-func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
-	store := checkpoint.NewMemStorage()
-	j := startRemoteJob(t, 4, store, func(c *elastic.Config) {
+// halfPublishedMove starts a job on ps-0..2 (ps-3 serving, not in it) with 3 workers training,
+// and has its coordinator add ps-3 once a commit is behind it; the first group's owner table
+// reaches ps-3 only, the coordinator's move fails, and the coordinator is stopped as a crash
+// would. It returns the job, the table before the move, and a function that waits for the
+// workers and returns their errors.
+func halfPublishedMove(ctx context.Context, t *testing.T) (*remoteJob, *ps.OwnerTable, func() []error) {
+	j := startRemoteJob(t, 4, checkpoint.NewMemStorage(), func(c *elastic.Config) {
 		c.Secret = []byte("a secret of the takeover tests..")
 		c.Migration.Concurrency = 1 // one group's table at a time: the first one is half given out
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	var above atomic.Uint64
 	c, _, stop, err := j.coordinatorOf(ctx, "coord", false, 3, func(s elastic.ParameterServer) elastic.ParameterServer {
 		return lostInstalls{ParameterServer: s, above: &above}
 	})
 	require.NoError(t, err)
 	j.stopC = stop
-
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range errs {
@@ -425,17 +420,28 @@ func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
 	above.Store(before.Version)
 	ps3, err := j.remoteServer("coord", "ps-3")
 	require.NoError(t, err)
-	defer ps3.Close()
-	err = c.AddServers(ctx, ps3)
-	require.Error(t, err, "the table of the first group reached only ps-3")
-	t.Logf("the move: %v", err)
+	t.Cleanup(func() { ps3.Close() })
+	require.Error(t, c.AddServers(ctx, ps3), "the table of the first group reached only ps-3")
+	j.stopC()
+	return j, before, func() []error { wg.Wait(); return errs }
+}
+
+// The coordinator dies while it gives out the owner table of a move: the new server got it, the
+// others never did (the source of the slots still holds them, refusing them). The coordinator
+// that takes the job over finishes the publication instead of returning the job to its commit:
+// the job goes on under that table, with the slots moved so far on the new server and nowhere
+// else. No worker fails, every position is trained exactly once per epoch, and every row equals
+// the failure-free result.
+func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, before, workers := halfPublishedMove(ctx, t)
 	half := j.servers[3].OwnerTable()
 	require.NotNil(t, half)
 	require.Equal(t, before.Version+1, half.Version)
 	for _, s := range j.servers[:3] {
 		require.Equal(t, before.Version, s.OwnerTable().Version)
 	}
-	j.stopC()
 
 	c2, step, stop2, err := j.coordinator(ctx, "coord", true)
 	require.NoError(t, err)
@@ -448,8 +454,7 @@ func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
 		assert.True(t, s.OwnerTable().Equal(half), "%s has the table", s.ID())
 	}
 
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range workers() {
 		require.NoError(t, err, "worker %d went on through the restart", i)
 	}
 	_, err = c2.Checkpoint(ctx)
@@ -504,38 +509,11 @@ func (f failsRollback) Restore(ctx context.Context, step uint64, t *ps.OwnerTabl
 // coordinator must not take that job over live (nor finish the move table over the restored
 // servers): it returns every server to the commit again, and the rows come out right.
 func TestTakeoverAfterAnInterruptedRollback(t *testing.T) {
-	store := checkpoint.NewMemStorage()
-	j := startRemoteJob(t, 4, store, func(c *elastic.Config) {
-		c.Secret = []byte("a secret of the takeover tests..")
-		c.Migration.Concurrency = 1
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var above atomic.Uint64
-	c, _, stop, err := j.coordinatorOf(ctx, "coord", false, 3, func(s elastic.ParameterServer) elastic.ParameterServer {
-		return lostInstalls{ParameterServer: s, above: &above}
-	})
-	require.NoError(t, err)
-	j.stopC = stop
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	for i := range errs {
-		w := j.remoteWorker(fmt.Sprintf("w%d", i))
-		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
-	}
-	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
-		time.Sleep(time.Millisecond)
-	}
-	before, err := c.OwnerTable(ctx, 0)
-	require.NoError(t, err)
-	above.Store(before.Version)
-	ps3, err := j.remoteServer("coord", "ps-3")
-	require.NoError(t, err)
-	defer ps3.Close()
-	require.Error(t, c.AddServers(ctx, ps3), "the first group's table reached only ps-3")
-	j.stopC()
+	j, _, workers := halfPublishedMove(ctx, t)
 
-	_, _, _, err = j.coordinatorOf(ctx, "coord", true, 4, func(s elastic.ParameterServer) elastic.ParameterServer {
+	_, _, _, err := j.coordinatorOf(ctx, "coord", true, 4, func(s elastic.ParameterServer) elastic.ParameterServer {
 		if s.Node().ID == "ps-0" {
 			return failsRollback{ParameterServer: s, others: j.locals[1:]}
 		}
@@ -561,8 +539,7 @@ func TestTakeoverAfterAnInterruptedRollback(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, h.Restoring, "every server got the table it was restored for")
 	}
-	wg.Wait()
-	for i, err := range errs {
+	for i, err := range workers() {
 		require.NoError(t, err, "worker %d went on through the restarts", i)
 	}
 	_, err = c3.Checkpoint(ctx)
