@@ -34,8 +34,9 @@ import (
 //     a table goes out only once its owners hold their slots. A move cut short this way leaves
 //     the placement part of the way; setting the server count again finishes it. Otherwise
 //     (a server restarted, a server restored for a table it has not installed, tables that
-//     disagree otherwise, a later commit) every server returns to the commit (as under Rollback, from its own shared memory where it has it). A
-//     job with no commit yet returns to its start.
+//     disagree otherwise, a later commit) every server returns to the commit (as under
+//     Rollback, from its own shared memory where it has it). A job with no commit yet returns
+//     to its start.
 func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	r, err := c.ResumeReport(ctx)
 	return r.Step, r.Job, err

@@ -112,11 +112,11 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 // so that a slot that later comes back never revives rows its other owner deleted meanwhile.
 //
 // The rows to delete are found under the shard's read lock, a few hundred rows per hold, with
-// other goroutines let run between holds (runtime.Gosched), and removed under its write lock. A shard that loses many rows has its index rebuilt from the
-// rows that stay, in one pass over its rows, instead of having each row taken out of it (which
-// moves the later entries of its probe run back, reading the row of each). The shards are
-// visited in the opposite order to lookups and updates, so that a batch never waits for more
-// than one shard's removal.
+// other goroutines let run between holds (runtime.Gosched), and removed under its write lock. A
+// shard that loses many rows has its index rebuilt from the rows that stay, in one pass over its
+// rows, instead of having each row taken out of it (which moves the later entries of its probe
+// run back, reading the row of each). The shards are visited in the opposite order to lookups
+// and updates, so that a batch never waits for more than one shard's removal.
 func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
 	var doomed []uint32
@@ -186,8 +186,6 @@ func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 	s.free = append(s.free, rows[:k]...)
 	s.live -= k
 	clear(s.idx)
-	idx := s.idx
-	n := len(idx)
 	for c, w := range s.words {
 		base := uint32(c) << chunkShift
 		rows := min(uint32(len(w)/stride), s.hi-min(base, s.hi))
@@ -197,13 +195,7 @@ func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 				continue
 			}
 			hash := t.hash(uint64(h[0]) | uint64(h[1])<<32)
-			i := s.pos(hash)
-			for idx[i] != 0 {
-				if i++; i == n {
-					i = 0
-				}
-			}
-			idx[i] = tagOf(hash) | (base + q + 1)
+			s.placeLocked(hash, tagOf(hash)|(base+q+1))
 		}
 	}
 	return k

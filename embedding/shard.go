@@ -261,6 +261,12 @@ func (s *shard) insertLocked(id, h uint64, row uint32, t *Table) {
 	if (s.live+1)*loadDen > len(s.idx)*loadNum {
 		s.growIndexLocked(t)
 	}
+	s.placeLocked(h, tagOf(h)|(row+1))
+	s.live++
+}
+
+// placeLocked puts index entry e, of an id with hash h, in the first empty place of h's probe run.
+func (s *shard) placeLocked(h uint64, e uint32) {
 	n := len(s.idx)
 	i := s.pos(h)
 	for s.idx[i] != 0 {
@@ -268,8 +274,7 @@ func (s *shard) insertLocked(id, h uint64, row uint32, t *Table) {
 			i = 0
 		}
 	}
-	s.idx[i] = tagOf(h) | (row + 1)
-	s.live++
+	s.idx[i] = e
 }
 
 func (s *shard) growIndexLocked(t *Table) {
@@ -342,14 +347,7 @@ func (s *shard) resizeIndexLocked(t *Table, size int) {
 		if e == 0 {
 			continue
 		}
-		h := t.hash(s.rowID(e&entryRowMask-1, t.stride))
-		i := s.pos(h)
-		for s.idx[i] != 0 {
-			if i++; i == size {
-				i = 0
-			}
-		}
-		s.idx[i] = e
+		s.placeLocked(t.hash(s.rowID(e&entryRowMask-1, t.stride)), e)
 	}
 }
 
