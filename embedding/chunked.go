@@ -116,7 +116,8 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 // shard that loses many rows has its index rebuilt from the rows that stay, in one pass over its
 // rows, instead of having each row taken out of it (which moves the later entries of its probe
 // run back, reading the row of each). The shards are visited in the opposite order to lookups
-// and updates, so that a batch never waits for more than one shard's removal.
+// and updates, so that a batch meets the removal in at most one of its shards instead of
+// following it from shard to shard.
 func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
 	var doomed []uint32
