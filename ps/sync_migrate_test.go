@@ -272,8 +272,9 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	_, err = committer.Commit(ctx, commit, refs)
 	require.NoError(t, err)
 
-	// Training goes on; the destination of a scale-out kills the source once it has fenced it.
-	tr.stopAt.Store(last)
+	// Training goes on, with no last step: it must still be running when the destination of a
+	// scale-out kills the source, once it has fenced it.
+	tr.stopAt.Store(0)
 	tr.start(ctx, commit+1)
 	tr.waitSteps(t, 2)
 	cur := c.Holder.Get()
