@@ -36,7 +36,10 @@ import (
 //   - stop_restart_s and stop_restart_vs_live: the DLRover way, to every worker's first batch
 //     on the new layout, and its time over the live move's;
 //   - scale-in back to 2 servers, live, as scale_in_s;
-//   - the same scale-out with a bandwidth cap per migration, as capped_*.
+//   - the same scale-out with the migrations' bandwidth capped at the bytes of half the pull
+//     rate, as capped_*;
+//   - the least a moved row costs here (see moveFloor), alone and while training runs, as
+//     move_floor_* and floor_*.
 //
 // The live figures come from several rounds of scale-out and scale-in, each ratio against the
 // windows of its own round (median and range).
@@ -59,6 +62,14 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	rp.secret = make([]byte, 32)
 	rand.Read(rp.secret)
 
+	// The floor's slabs: each stream reads a third of 3*perStream records, as a source whose
+	// moving slots hold a third of its rows does.
+	floorRows := min(rp.perServer/8, 1<<19)
+	fl, err := newMoveFloor(rp.secret, 16+2*4*repDim, floorRows)
+	if err != nil {
+		return err
+	}
+	defer fl.close() // idempotent: closed once the rounds are done
 	job, err := rp.start(ctx, []string{"ps-0", "ps-1"})
 	if err != nil {
 		return err
@@ -86,13 +97,15 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	// new (its rows are allocated as they arrive), the later ones reuse what it freed.
 	var rs repRounds
 	for round := range rp.rounds {
-		out, err := rp.round(ctx, job, ws, m, nil)
+		out, err := rp.round(ctx, job, ws, fl, m, nil)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round+1, err)
 		}
 		rs.add(out)
 		fmt.Printf("repartition: round %d: %.2f s, %.3f of the training rate during the move, %.3f of the pull rate moved\n", round+1, out.migS, out.during/out.before, out.moveRate/out.pull)
 	}
+	fl.close() // and its slabs given back: the DLRover way below needs the memory
+	debug.FreeOSMemory()
 	first := rs.rounds[0]
 	r.add("moved_rows_fraction", float64(first.prog.BaseRows)/float64(2*rp.perServer), "rows copied by the base copies over the job's rows (ideal 1/3 for 2 -> 3 servers)")
 	r.add("migration_s", rs.median(func(o repRound) float64 { return o.migS }), fmt.Sprintf("s to move %d of %d slots, %d groups, live (median of %d rounds; first round %.2f s)", first.prog.SlotsDone, ps.DefaultSlots, first.prog.Groups, len(rs.rounds), first.migS))
@@ -114,25 +127,47 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", fmt.Sprintf("CPU per row moved (%d B with its optimizer state) over CPU per row pulled (%d B)", 16+2*4*repDim, 8+4*repDim))
 	r.add("throughput_bound_at_half_pull", rs.median(func(o repRound) float64 { return o.boundAtHalfPull() }),
 		"the most throughput_during_vs_before these costs allow while rows move at half the pull rate (1 - pull/2 * move CPU / cores training used)")
+	r.add("move_floor_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.floorCPU }),
+		"us of CPU per row moved with no table work: every third record of a cold slab read, sent over an authenticated loopback connection in 4 MiB chunks, copied into a cold slab (2 streams)")
+	r.addRatio("move_floor_vs_pull_cpu", rs.spread(func(o repRound) float64 { return o.floorCPU }, func(o repRound) float64 { return o.pullCPU }),
+		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", "the floor's CPU per row over a pulled row's")
+	r.addRatio("move_cpu_vs_floor", rs.spread(func(o repRound) float64 { return o.moveCPU }, func(o repRound) float64 { return o.floorCPU }),
+		"the floor's CPU per row in the same round", "move_floor_cpu_us_per_row", "CPU per row moved over the floor's: what the tables' work adds")
+	r.add("throughput_bound_at_floor", rs.median(func(o repRound) float64 { return 1 - o.pull/2*o.floorCPU/o.cores }),
+		"the most throughput_during_vs_before a move that costs the floor allows while rows move at half the pull rate")
+	r.addRatio("floor_throughput_during_vs_before", rs.spread(func(o repRound) float64 { return o.floorDuring }, func(o repRound) float64 { return o.before }),
+		"training rows/s on 2 servers just before the move", "", "training rows/s while the floor moves rows at half the pull rate, over before")
+	r.addRatio("floor_migrate_vs_pull", rs.spread(func(o repRound) float64 { return o.floorRate }, func(o repRound) float64 { return o.pull }),
+		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", "rows/s the floor moved while training ran (paced to half the pull rate) over the pull rate")
+	r.add("floor_cpu_us_per_row_training", 1e6*rs.median(func(o repRound) float64 { return o.floorTrainCPU }),
+		"us of CPU per row the floor moved while training ran: its window less its training at the cost before it")
 	r.add("scale_in_s", rs.median(func(o repRound) float64 { return o.scaleInS }), "s to drain ps-2 back onto 2 servers, live")
 	migS := r.get("migration_s")
 
-	// The same scale-out with each migration's copying capped, so it takes less of the CPU the
-	// servers and workers share here (2 of them move at once, one per source).
-	const capBW = 48 << 20
+	// The same scale-out with each migration's copying capped at the bytes of half the pull
+	// rate, the rate of the migrate_vs_pull target: the training throughput the move leaves at
+	// about that rate, for comparison with the floor's. Two migrations run at once, one per
+	// source.
+	capBW := max(int64(capOfPull*r.get("pull_rows_per_s")*float64(16+2*4*repDim)/2), 1<<20)
 	mc, err := ps.NewMigrator(ps.MigratorConfig{Secret: rp.secret, Bandwidth: capBW})
 	if err != nil {
 		return err
 	}
 	defer mc.Close()
-	capped, err := rp.round(ctx, job, ws, m, mc)
-	if err != nil {
-		return fmt.Errorf("capped round: %w", err)
+	var cs repRounds
+	for round := range rp.rounds {
+		out, err := rp.round(ctx, job, ws, nil, m, mc)
+		if err != nil {
+			return fmt.Errorf("capped round %d: %w", round+1, err)
+		}
+		cs.add(out)
 	}
-	r.add("capped_migration_s", capped.migS, fmt.Sprintf("s for the same scale-out with every migration capped at %d MiB/s", capBW>>20))
-	r.add("capped_throughput_during_vs_before", capped.during/capped.before, "training rows/s during the capped move over just before it")
-	r.add("capped_max_request_stall_ms", ms2(capped.stall), "ms, the longest single pull or push that overlapped the capped move")
-	r.add("capped_migrate_vs_pull", capped.moveRate/capped.pull, "rows/s moved by the capped move over the pull rate of its round")
+	r.add("capped_migration_s", cs.median(func(o repRound) float64 { return o.migS }), fmt.Sprintf("s for the same scale-out with every migration capped at %.0f MiB/s (median of %d rounds)", float64(capBW)/(1<<20), len(cs.rounds)))
+	r.addRatio("capped_throughput_during_vs_before", cs.spread(func(o repRound) float64 { return o.during }, func(o repRound) float64 { return o.before }),
+		"training rows/s on 2 servers just before the move", "", "training rows/s during the capped move over just before it")
+	r.add("capped_max_request_stall_ms", ms2(cs.max(func(o repRound) time.Duration { return o.stall })), "ms, the longest single pull or push that overlapped a capped move")
+	r.addRatio("capped_migrate_vs_pull", cs.spread(func(o repRound) float64 { return o.moveRate }, func(o repRound) float64 { return o.pull }),
+		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", "rows/s moved by the capped move over the pull rate")
 	if err := ws.stop(); err != nil {
 		return err
 	}
@@ -152,15 +187,24 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 
 const repDim = 64
 
+// capOfPull is the capped move's bandwidth, both migrations together, as a fraction of the pull
+// rate's bytes (a moved row's bytes at the pull rate). The move's rows go slower: the cap counts
+// the catch-up rounds' bytes too, and the move's time its fences and publications.
+const capOfPull = 0.5
+
 // repRound is what one round of scale-out and scale-in measured.
 type repRound struct {
 	pull, before, during, after, moveRate float64 // rows/s
 	stall, maxBefore                      time.Duration
 	migS, scaleInS                        float64
 	prog                                  ps.MigrationProgress
-	// CPU seconds per row pulled (pulls only), trained (pull and push) and moved (the move's
-	// window less its training), and the cores busy training before the move.
-	pullCPU, trainCPU, moveCPU, cores float64
+	// CPU seconds per row pulled (pulls only), trained (pull and push), moved (the move's
+	// window less its training) and moved by the floor (see moveFloor), and the cores busy
+	// training before the move.
+	pullCPU, trainCPU, moveCPU, floorCPU, cores float64
+	// The floor under training at half the pull rate: rows/s it moved, training rows/s
+	// meanwhile, and its CPU per row less that training's.
+	floorRate, floorDuring, floorTrainCPU float64
 }
 
 // boundAtHalfPull is the most training rows/s over those before a move that this round's costs
@@ -168,9 +212,10 @@ type repRound struct {
 // training had.
 func (o repRound) boundAtHalfPull() float64 { return 1 - o.pull/2*o.moveCPU/o.cores }
 
-// round measures the pull rate, training before a move, the live scale-out from ps-0 and ps-1
-// to all three servers (by out, or by m), training after it, and the scale-in back with m.
-func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, out *ps.Migrator) (repRound, error) {
+// round measures the pull rate, the floor's cost of a moved row (unless fl is nil), training
+// before a move, the live scale-out from ps-0 and ps-1 to all three servers (by out, or by m),
+// training after it, and the scale-in back with m.
+func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, fl *moveFloor, m, out *ps.Migrator) (repRound, error) {
 	if out == nil {
 		out = m
 	}
@@ -188,6 +233,17 @@ func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, ou
 	c1, t1 := cpuNow()
 	o.pull = ws.rate(t0, t1)
 	o.pullCPU = c1.sub(c0).total().Seconds() / (o.pull * t1.Sub(t0).Seconds())
+	if fl != nil {
+		ws.set(repIdle)
+		sleepCtx(ctx, p.phase/8) // let the last pulls end
+		c0, _ := cpuNow()
+		n, err := fl.run(ctx, 0)
+		c1, _ := cpuNow()
+		if err != nil {
+			return o, fmt.Errorf("move floor: %w", err)
+		}
+		o.floorCPU = c1.sub(c0).total().Seconds() / float64(n)
+	}
 	ws.set(repTrain)
 	sleepCtx(ctx, p.phase/4) // let the push traffic settle
 	c1, t1 = cpuNow()
@@ -196,6 +252,20 @@ func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, m, ou
 	o.before, o.maxBefore = ws.rate(t1, t2), ws.maxLatency(t1, t2)
 	o.cores = c2.sub(c1).total().Seconds() / t2.Sub(t1).Seconds()
 	o.trainCPU = o.cores / o.before
+	if fl != nil {
+		// The floor again, while training runs, moving rows at half the pull rate: the
+		// throughput a move with no table work leaves training at the rate of the target.
+		c0, t0 := cpuNow()
+		n, err := fl.run(ctx, o.pull/2)
+		c1, t1 := cpuNow()
+		if err != nil {
+			return o, fmt.Errorf("move floor: %w", err)
+		}
+		o.floorRate = float64(n) / t1.Sub(t0).Seconds()
+		o.floorDuring = ws.rate(t0, t1)
+		o.floorTrainCPU = (c1.sub(c0).total().Seconds() - o.floorDuring*t1.Sub(t0).Seconds()*o.trainCPU) / float64(n)
+		sleepCtx(ctx, p.phase/8)
+	}
 
 	cur := job.holder.Get()
 	next, err := ps.NewOwnerTable(0, cur.Slots, job.nodes(), cur)
@@ -431,6 +501,7 @@ func (j *repJob) fill(n int) error {
 const (
 	repPull  = iota // pull only
 	repTrain        // pull, then push gradients
+	repIdle         // wait
 )
 
 // repWorkers are the workers' goroutines and their timed requests.
@@ -443,7 +514,8 @@ type repWorkers struct {
 	err    error
 	modeMu sync.Mutex
 	cur    int
-	ready  atomic.Int64 // workers that have pushed at least once
+	resume chan struct{} // closed when the workers stop being idle
+	ready  atomic.Int64  // workers that have pushed at least once
 }
 
 // repEvent is one request.
@@ -485,6 +557,7 @@ func (j *repJob) startWorkers(ctx context.Context, n, batch, rows int) (*repWork
 			}
 			defer flush()
 			for step := uint64(1); ctx.Err() == nil; step++ {
+				ws.waitActive(ctx)
 				seen := map[uint64]bool{}
 				for i := range ids {
 					id := rankID(zipf.Uint64())
@@ -534,8 +607,27 @@ func (ws *repWorkers) fail(ctx context.Context, err error) {
 
 func (ws *repWorkers) set(mode int) {
 	ws.modeMu.Lock()
+	defer ws.modeMu.Unlock()
+	switch {
+	case mode == repIdle && ws.cur != repIdle:
+		ws.resume = make(chan struct{})
+	case mode != repIdle && ws.cur == repIdle:
+		close(ws.resume)
+	}
 	ws.cur = mode
+}
+
+// waitActive returns once the workers are not idle, or ctx is done.
+func (ws *repWorkers) waitActive(ctx context.Context) {
+	ws.modeMu.Lock()
+	idle, resume := ws.cur == repIdle, ws.resume
 	ws.modeMu.Unlock()
+	if idle {
+		select {
+		case <-resume:
+		case <-ctx.Done():
+		}
+	}
 }
 
 func (ws *repWorkers) modeNow() int {
