@@ -143,9 +143,9 @@ func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (Snapsho
 		}
 	}
 	g := c.reg.gens[gi]
-	if full && g.pending > 0 {
+	if pending := g.pending; full && pending > 0 {
 		c.mu.Unlock()
-		return SnapshotInfo{}, fmt.Errorf("%w: generation %d has %d stages in flight", ErrBusy, gi, g.pending)
+		return SnapshotInfo{}, fmt.Errorf("%w: generation %d has %d stages in flight", ErrBusy, gi, pending)
 	}
 	seg := &segment{ID: c.newIDLocked(), Step: step, Full: full, Owned: owned}
 	if full {
