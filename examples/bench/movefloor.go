@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -18,7 +19,8 @@ import (
 // cache (as a source whose rows are a third in the moving slots reads them), into chunks of the
 // size the migrations use; a client fetches the chunks over an authenticated loopback
 // connection, configured as the servers' peer connections are, and copies every record into a
-// cold slab of its own. Two such streams run at once, as the two sources of a scale-out do.
+// cold slab of its own. Two such streams run at once, each on its own connection, as the two
+// sources of a scale-out do.
 // There is no table work: no scan, no index, no deletion. Its CPU per row, against the pull's, is
 // the floor of move_cpu_vs_pull_cpu.
 type moveFloor struct {
@@ -27,8 +29,8 @@ type moveFloor struct {
 	perStream int    // records each stream moves
 	srv       *rpc.Server
 	cli       *rpc.Client
-	addr      string
-	done      chan struct{}
+	addrs     []string // one listener per stream
+	serving   sync.WaitGroup
 }
 
 // floorStreams is how many migrations run at once in the floor, one per source of a 2 -> 3
@@ -40,7 +42,7 @@ const floorStreams = 2
 const methodFloorCopy = 1
 
 func newMoveFloor(secret []byte, rec, perStream int) (*moveFloor, error) {
-	f := &moveFloor{rec: rec, perStream: perStream, done: make(chan struct{})}
+	f := &moveFloor{rec: rec, perStream: perStream}
 	// Slabs filled with bytes that are not zero: a page never written reads as the shared zero
 	// page, always in cache.
 	f.src = make([]byte, floorStreams*3*perStream*rec)
@@ -58,12 +60,16 @@ func newMoveFloor(secret []byte, rec, perStream int) (*moveFloor, error) {
 	if err := f.srv.Register(methodFloorCopy, f.handle); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	for range floorStreams {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		f.addrs = append(f.addrs, l.Addr().String())
+		f.serving.Add(1)
+		go func() { defer f.serving.Done(); f.srv.Serve(l) }()
 	}
-	f.addr = l.Addr().String()
-	go func() { defer close(f.done); f.srv.Serve(l) }()
 	f.cli, err = rpc.NewClient(rpc.ClientConfig{Secret: secret, ConnsPerAddr: 1, MaxFrameSize: 256 << 20})
 	if err != nil {
 		f.close()
@@ -78,7 +84,7 @@ func (f *moveFloor) close() {
 		f.cli.Close()
 	}
 	f.srv.Close()
-	<-f.done
+	f.serving.Wait()
 	f.src, f.dst = nil, nil
 }
 
@@ -122,7 +128,7 @@ func (f *moveFloor) run(ctx context.Context, rate float64) (int, error) {
 				}
 				binary.LittleEndian.PutUint32(req, uint32(stream))
 				binary.LittleEndian.PutUint32(req[4:], uint32(first))
-				resp, err := f.cli.Call(ctx, f.addr, methodFloorCopy, req)
+				resp, err := f.cli.Call(ctx, f.addrs[stream], methodFloorCopy, req)
 				if err != nil {
 					return err
 				}
