@@ -12,6 +12,16 @@ func SetBeforeApplyHook(s *Server, f func()) {
 	s.beforeApply.Store(&f)
 }
 
+// SetCountedHook makes s run f whenever the barrier of a synchronous push's table counts the
+// push, before any later hold can begin (nil removes it).
+func SetCountedHook(s *Server, f func(table string, worker, step uint32)) {
+	if f == nil {
+		s.counted.Store(nil)
+		return
+	}
+	s.counted.Store(&f)
+}
+
 // SetAfterFenceHook makes every migration s receives run f just after it fenced the source
 // (nil removes it).
 func SetAfterFenceHook(s *Server, f func(ctx context.Context)) {

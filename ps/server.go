@@ -48,10 +48,13 @@ type Server struct {
 	// beforeApply, if set (tests), runs in every asynchronous push just before it is applied,
 	// with the ownership lock held for reading.
 	beforeApply atomic.Pointer[func()]
-	stats       slotStats
-	started     time.Time
-	closed      atomic.Bool
-	pool        sync.Pool // *reqScratch
+	// counted, if set (tests), runs when the barrier of a synchronous push's table counts it:
+	// with the barrier's lock held, so a hold that starts later sees the push's step begun.
+	counted atomic.Pointer[func(table string, worker, step uint32)]
+	stats   slotStats
+	started time.Time
+	closed  atomic.Bool
+	pool    sync.Pool // *reqScratch
 }
 
 // hosted is one table on this server.
@@ -503,7 +506,13 @@ func (s *Server) syncAdmit(r tableReq, slotsLocked func() error) func(counting b
 		if err := s.fencedLocked(r.epoch); err != nil {
 			return err
 		}
-		return slotsLocked()
+		if err := slotsLocked(); err != nil {
+			return err
+		}
+		if f := s.counted.Load(); f != nil {
+			(*f)(r.table, r.worker, syncStep(r.step))
+		}
+		return nil
 	}
 }
 

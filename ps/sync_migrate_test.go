@@ -318,10 +318,10 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	assert.Equal(t, refMlp, serverRows(t, restored, table, "mlp"))
 }
 
-// TestSyncMigrateStepWait: a worker stalls in the middle of a step, so the servers cannot reach
-// a step boundary within StepWait. The handovers are called off, the holds end, and once the
-// worker goes on training does too (no server stays held), to the same rows as with no
-// repartition.
+// TestSyncMigrateStepWait: a worker stalls in the middle of a step that the others have pushed,
+// so the servers cannot reach a step boundary within StepWait. The handovers are called off,
+// the holds end, and once the worker goes on training does too (no server stays held), to the
+// same rows as with no repartition.
 func TestSyncMigrateStepWait(t *testing.T) {
 	ctx := pstest.Context(t)
 	c := pstest.New(t, 2, pstest.Options{Tables: migTables(), SyncWorkers: syncWorkers})
@@ -335,8 +335,20 @@ func TestSyncMigrateStepWait(t *testing.T) {
 			<-goOn
 		}
 	}
+	// Until a server has counted another worker's push of the step, the servers can stop at
+	// the boundary before it, and a handover could go through.
+	begun := make(chan struct{})
+	var once sync.Once
+	for _, srv := range c.Servers {
+		ps.SetCountedHook(srv, func(table string, w, s uint32) {
+			if w != 2 && s == stallAt {
+				once.Do(func() { close(begun) })
+			}
+		})
+	}
 	tr.start(ctx, 1)
 	<-stalled
+	<-begun
 	cur := c.Holder.Get()
 	_, node := c.AddServer("ps-2")
 	next, err := ps.NewOwnerTable(0, cur.Slots, append(append([]ps.Node(nil), cur.Nodes...), node), cur)
