@@ -17,12 +17,11 @@ import (
 // moveFloor measures the least a moved row can cost on this machine: what a migration does with
 // a row's bytes and nothing else. A server reads every third record of a slab larger than the
 // cache (as a source whose rows are a third in the moving slots reads them), into chunks of the
-// size the migrations use; a client fetches the chunks over an authenticated loopback
-// connection, configured as the servers' peer connections are, and copies every record into a
-// cold slab of its own. Two such streams run at once, each on its own connection, as the two
-// sources of a scale-out do.
-// There is no table work: no scan, no index, no deletion. Its CPU per row, against the pull's, is
-// the floor of move_cpu_vs_pull_cpu.
+// size the migrations use; a client fetches the chunks over authenticated loopback connections,
+// configured as the servers' peer connections are, and copies every record into a cold slab of
+// its own. Two such streams run at once, each on its own connection, as the two sources of a
+// scale-out do. There is no table work: no scan, no index, no deletion. Its CPU per row, against
+// the pull's, is the floor of move_cpu_vs_pull_cpu.
 type moveFloor struct {
 	rec       int
 	src, dst  []byte // the sources' rows, the destinations' rows
@@ -58,6 +57,7 @@ func newMoveFloor(secret []byte, rec, perStream int) (*moveFloor, error) {
 		return nil, err
 	}
 	if err := f.srv.Register(methodFloorCopy, f.handle); err != nil {
+		f.close()
 		return nil, err
 	}
 	for range floorStreams {
