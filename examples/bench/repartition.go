@@ -128,7 +128,7 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	r.add("throughput_bound_at_half_pull", rs.median(func(o repRound) float64 { return o.boundAtHalfPull() }),
 		"the most throughput_during_vs_before these costs allow while rows move at half the pull rate (1 - pull/2 * move CPU / cores training used)")
 	r.add("move_floor_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.floorCPU }),
-		"us of CPU per row moved with no table work: every third record of a cold slab read, sent in 4 MiB chunks over authenticated loopback connections, copied into a cold slab (2 streams, a connection each)")
+		"us of CPU per row moved with no table work: every third record of a cold slab read, sent in 4 MiB chunks with an AES-GCM tag over loopback TCP, checked and copied into a cold slab (2 streams, a connection each)")
 	r.addRatio("move_floor_vs_pull_cpu", rs.spread(func(o repRound) float64 { return o.floorCPU }, func(o repRound) float64 { return o.pullCPU }),
 		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", "the floor's CPU per row over a pulled row's")
 	r.addRatio("move_cpu_vs_floor", rs.spread(func(o repRound) float64 { return o.moveCPU }, func(o repRound) float64 { return o.floorCPU }),
