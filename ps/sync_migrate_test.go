@@ -318,7 +318,7 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	assert.Equal(t, refMlp, serverRows(t, restored, table, "mlp"))
 }
 
-// TestSyncMigrateStepWait: a worker stalls in the middle of a step that the others have pushed,
+// TestSyncMigrateStepWait: a worker stalls in the middle of a step another worker has pushed,
 // so the servers cannot reach a step boundary within StepWait. The handovers are called off,
 // the holds end, and once the worker goes on training does too (no server stays held), to the
 // same rows as with no repartition.
