@@ -454,13 +454,7 @@ func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
 		assert.True(t, s.OwnerTable().Equal(half), "%s has the table", s.ID())
 	}
 
-	for i, err := range workers() {
-		require.NoError(t, err, "worker %d went on through the restart", i)
-	}
-	_, err = c2.Checkpoint(ctx)
-	require.NoError(t, err)
-	assertEveryEpochOnce(t, c2)
-	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
+	assertTrainedWhole(ctx, t, j, c2, workers())
 	moved := 0
 	for _, s := range j.servers {
 		tab, _ := s.Table("emb")
@@ -474,6 +468,20 @@ func TestTakeoverFinishesAHalfPublishedMove(t *testing.T) {
 		})
 	}
 	assert.Positive(t, moved, "rows of the moved slots live on ps-3")
+}
+
+// assertTrainedWhole checks the end of a half-published move's job under coordinator c: every
+// worker went on (errs, from halfPublishedMove's wait) and, after one more checkpoint, every
+// record of every epoch was trained once and every row holds it once.
+func assertTrainedWhole(ctx context.Context, t *testing.T, j *remoteJob, c *elastic.Coordinator, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d went on through the takeover", i)
+	}
+	_, err := c.Checkpoint(ctx)
+	require.NoError(t, err)
+	assertEveryEpochOnce(t, c)
+	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
 }
 
 // failsRollback is a server whose installs fail and whose whole restore fails once the job's
@@ -539,11 +547,5 @@ func TestTakeoverAfterAnInterruptedRollback(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, h.Restoring, "every server got the table it was restored for")
 	}
-	for i, err := range workers() {
-		require.NoError(t, err, "worker %d went on through the restarts", i)
-	}
-	_, err = c3.Checkpoint(ctx)
-	require.NoError(t, err)
-	assertEveryEpochOnce(t, c3)
-	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
+	assertTrainedWhole(ctx, t, j, c3, workers())
 }

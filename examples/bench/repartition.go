@@ -95,14 +95,9 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	// servers, the live scale-in. Each round's ratios use its own windows, so a slow spell of
 	// this shared machine spoils one round, not the figure; the first round's target server is
 	// new (its rows are allocated as they arrive), the later ones reuse what it freed.
-	var rs repRounds
-	for round := range rp.rounds {
-		out, err := rp.round(ctx, job, ws, fl, m, nil)
-		if err != nil {
-			return fmt.Errorf("round %d: %w", round+1, err)
-		}
-		rs.add(out)
-		fmt.Printf("repartition: round %d: %.2f s, %.3f of the training rate during the move, %.3f of the pull rate moved\n", round+1, out.migS, out.during/out.before, out.moveRate/out.pull)
+	rs, err := rp.runRounds(ctx, "round", job, ws, fl, m, nil)
+	if err != nil {
+		return err
 	}
 	fl.close() // and its slabs given back: the DLRover way below needs the memory
 	debug.FreeOSMemory()
@@ -154,13 +149,9 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 		return err
 	}
 	defer mc.Close()
-	var cs repRounds
-	for round := range rp.rounds {
-		out, err := rp.round(ctx, job, ws, nil, m, mc)
-		if err != nil {
-			return fmt.Errorf("capped round %d: %w", round+1, err)
-		}
-		cs.add(out)
+	cs, err := rp.runRounds(ctx, "capped round", job, ws, nil, m, mc)
+	if err != nil {
+		return err
 	}
 	r.add("capped_migration_s", cs.median(func(o repRound) float64 { return o.migS }), fmt.Sprintf("s for the same scale-out with every migration capped at %.0f MiB/s (median of %d rounds)", float64(capBW)/(1<<20), len(cs.rounds)))
 	r.addRatio("capped_throughput_during_vs_before", cs.spread(func(o repRound) float64 { return o.during }, func(o repRound) float64 { return o.before }),
@@ -301,6 +292,20 @@ func (p repParams) round(ctx context.Context, job *repJob, ws *repWorkers, fl *m
 	}
 	o.scaleInS = time.Since(si).Seconds()
 	return o, nil
+}
+
+// runRounds runs p.rounds rounds (see round), printing each one's headline figures under label.
+func (p repParams) runRounds(ctx context.Context, label string, job *repJob, ws *repWorkers, fl *moveFloor, m, out *ps.Migrator) (repRounds, error) {
+	var rs repRounds
+	for k := range p.rounds {
+		o, err := p.round(ctx, job, ws, fl, m, out)
+		if err != nil {
+			return rs, fmt.Errorf("%s %d: %w", label, k+1, err)
+		}
+		rs.add(o)
+		fmt.Printf("repartition: %s %d: %.2f s, %.3f of the training rate during the move, %.3f of the pull rate moved\n", label, k+1, o.migS, o.during/o.before, o.moveRate/o.pull)
+	}
+	return rs, nil
 }
 
 // repRounds collects rounds.
