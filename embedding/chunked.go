@@ -124,6 +124,12 @@ func (t *Table) DeleteSlots(set *SlotSet) int {
 	var ids []uint64
 	for i := len(t.shards) - 1; i >= 0; i-- {
 		s := &t.shards[i]
+		s.mu.RLock()
+		empty := s.live == 0 // a destination discarding slots it never held, say
+		s.mu.RUnlock()
+		if empty {
+			continue
+		}
 		doomed, ids = doomed[:0], ids[:0]
 		for r := uint32(0); ; {
 			s.mu.RLock()

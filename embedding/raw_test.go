@@ -339,6 +339,28 @@ func TestTrackerSizeDuringResets(t *testing.T) {
 	<-done
 }
 
+// Reset forgets the changes recorded so far, rows and deletions, and records later ones.
+func TestTrackerReset(t *testing.T) {
+	tab := trained(t, 300, 3)
+	tr := tab.NewTracker()
+	require.NoError(t, tab.Apply([]uint64{0, 7919, 1 << 40}, make([]float32, 3*6), 9))
+	tab.Delete(2 * 7919)
+	require.Positive(t, tr.Size())
+	require.NoError(t, tr.Reset())
+	assert.Zero(t, tr.Size(), "a reset forgets every change")
+	n, err := tr.CopyRaw(nil, nil, false)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	require.NoError(t, tab.Apply([]uint64{3 * 7919}, make([]float32, 6), 10))
+	out := make([]byte, tr.Size())
+	n, err = tr.CopyRaw(out, nil, false)
+	require.NoError(t, err)
+	require.Equal(t, tab.RawRowSize(), n, "the change after the reset")
+	assert.Equal(t, uint64(3*7919), binary.LittleEndian.Uint64(out))
+	require.NoError(t, tr.Close())
+	assert.ErrorIs(t, tr.Reset(), ErrClosed)
+}
+
 func TestImportDoesNotAllocateAheadOfData(t *testing.T) {
 	tab := newTestTable(t, Config{Dim: 1024, Optimizer: Optimizer{Kind: Adagrad}})
 	hdr := append([]byte(streamMagic), 1, 0, 0, 0)

@@ -101,6 +101,16 @@ func (tr *Tracker) CopyRaw(dst []byte, keep func(id uint64) bool, reset bool) (i
 
 // Reset clears the record of changes.
 func (tr *Tracker) Reset() error {
-	_, err := tr.t.copyRaw(nil, tr, true, true, func(uint64) bool { return false }, nil)
-	return err
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.isClosed() {
+		return ErrClosed
+	}
+	for i := range tr.t.shards {
+		s := &tr.t.shards[i]
+		s.mu.RLock()
+		s.bitsLocked(tr).reset()
+		s.mu.RUnlock()
+	}
+	return nil
 }
