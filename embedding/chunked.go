@@ -112,12 +112,11 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 // so that a slot that later comes back never revives rows its other owner deleted meanwhile.
 //
 // The rows to delete are found under the shard's read lock, a few hundred rows per hold, with
-// other goroutines let run between holds (runtime.Gosched), and removed under its write lock. A
-// shard that loses many rows has its index rebuilt from the rows that stay, in one pass over its
-// rows, instead of having each row taken out of it (which moves the later entries of its probe
-// run back, reading the row of each). The shards are visited in the opposite order to lookups
-// and updates, so that a batch meets the removal in at most one of its shards instead of
-// following it from shard to shard.
+// other goroutines let run between holds (runtime.Gosched), and removed under its write lock,
+// their index entries left as tombstones: no other row is read, and probes are as long as
+// before the removal until inserts take the tombstones or the index is next rebuilt. The shards
+// are visited in the opposite order to lookups and updates, so that a batch meets the removal in
+// at most one of its shards instead of following it from shard to shard.
 func (t *Table) DeleteSlots(set *SlotSet) int {
 	total := 0
 	var doomed []uint32
@@ -161,25 +160,18 @@ func (t *Table) DeleteSlots(set *SlotSet) int {
 // deleteRowsLocked removes those of rows (of shard s, write-locked) that still hold ids (rows[i]
 // held ids[i] when it was found under the read lock: it may have been removed since, evicted, and
 // its place given to another row). It records their ids as deleted for every tracker and returns
-// how many it removed. Beyond a sixteenth of the shard's rows it frees them and rebuilds the
-// index from the rows left; fewer, it takes each out of the index.
+// how many it removed. Their index entries become tombstones, so no other row is read; a shard
+// left with more tombstones than twice its rows has its index rebuilt from those few rows, and
+// an emptied one is cleared.
 func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 	stride := t.stride
 	k := 0
-	if len(rows) < s.live/16 {
-		for i, r := range rows {
-			if w := s.rowWords(r, stride); w[wordStep] != freeMark && uint64(w[0])|uint64(w[1])<<32 == ids[i] {
-				s.removeLocked(ids[i], t.hash(ids[i]), r, t)
-				k++
-			}
-		}
-		return k
-	}
 	for i, r := range rows {
 		w := s.rowWords(r, stride)
 		if w[wordStep] == freeMark || uint64(w[0])|uint64(w[1])<<32 != ids[i] {
 			continue
 		}
+		s.buryLocked(t.hash(ids[i]), r)
 		w[wordStep] = freeMark
 		for q := range s.trks {
 			s.trks[q].deleted = append(s.trks[q].deleted, ids[i])
@@ -192,18 +184,12 @@ func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 	}
 	s.free = append(s.free, rows[:k]...)
 	s.live -= k
-	clear(s.idx)
-	for c, w := range s.words {
-		base := uint32(c) << chunkShift
-		rows := min(uint32(len(w)/stride), s.hi-min(base, s.hi))
-		for q, o := uint32(0), 0; q < rows; q, o = q+1, o+stride {
-			h := w[o : o+hdrWords : o+hdrWords]
-			if h[wordStep] == freeMark {
-				continue
-			}
-			hash := t.hash(uint64(h[0]) | uint64(h[1])<<32)
-			s.placeLocked(hash, tagOf(hash)|(base+q+1))
-		}
+	switch {
+	case s.live == 0:
+		clear(s.idx)
+		s.tombs = 0
+	case s.tombs > 2*s.live:
+		s.resizeIndexLocked(t, len(s.idx))
 	}
 	return k
 }

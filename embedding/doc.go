@@ -7,7 +7,9 @@
 // A Table is split into a power-of-two number of shards, each under its own RWMutex. A shard keeps
 // its rows in chunks of 512 rows inside []uint32 slabs (viewed as float32 for the weights) and
 // finds them through an open-addressing index of uint32 entries (row number and an 8-bit hash
-// tag, linear probing, no tombstones). Nothing the garbage collector has to scan grows with the
+// tag, linear probing). A single removal moves the later entries of its probe run back; a bulk
+// removal (DeleteSlots) leaves tombstones, which inserts reuse and the next rebuild of the index
+// drops, so that it reads no row but those it removes. Nothing the garbage collector has to scan grows with the
 // row count: a full GC of a table of millions of rows costs about as much as an empty one. Beyond
 // the weights and optimizer state a row costs 16 header bytes (id, last step, frequency) and 5 to 7
 // bytes of index; MemoryBytes reports every byte, including unused capacity.

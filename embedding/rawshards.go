@@ -190,7 +190,7 @@ func (l *shardLoad) end(keep bool) (int, error) {
 		if int(s.hi) == l.done[i] && len(s.free) == 0 {
 			// Empty again; the slabs and the index keep their room.
 			clear(s.idx)
-			s.hi, s.live = 0, 0
+			s.hi, s.live, s.tombs = 0, 0, 0
 			for k := range s.trks {
 				clear(s.trks[k].bits)
 			}

@@ -33,10 +33,14 @@ const (
 )
 
 // Index entries: low 24 bits hold row+1 (0 = empty), high 8 bits a tag from the id's hash, so a
-// probe rarely has to read a row to reject it.
+// probe rarely has to read a row to reject it. A tombstone marks the place of an entry removed in
+// bulk (DeleteSlots): probes go past it and inserts take it, and it costs the removal no read of
+// any row, where taking an entry out moves the later entries of its probe run back, reading the
+// row of each to find where it may go. Row+1 never reaches entryRowMask (see MaxRowsPerShard).
 const (
 	entryRowMask = 1<<24 - 1
 	tagMask      = 0xff000000
+	tombstone    = entryRowMask
 )
 
 // Index load: grow to growNum/growDen of the size when more than loadNum/loadDen is used. The
@@ -58,9 +62,10 @@ type shard struct {
 	live  int         // rows in use
 	free  []uint32    // free row indices, reused first
 
-	idx  []uint32 // open-addressing index, linear probing
-	rng  uint64   // victim sampling
-	trks []trackBits
+	idx   []uint32 // open-addressing index, linear probing
+	tombs int      // tombstones in idx; live+tombs stays under the load limit
+	rng   uint64   // victim sampling
+	trks  []trackBits
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -127,7 +132,7 @@ func (s *shard) candidateLocked(h uint64) int {
 		if e == 0 {
 			return -1
 		}
-		if e&tagMask == tag {
+		if e&tagMask == tag && e != tombstone {
 			return int(e&entryRowMask - 1)
 		}
 		if i++; i == n {
@@ -136,20 +141,29 @@ func (s *shard) candidateLocked(h uint64) int {
 	}
 }
 
-// probeLocked returns the row of id, or -1 and the index position where id would be inserted
-// (valid until the index changes).
+// probeLocked returns the row of id, or -1 and the index position where id would be inserted: the
+// first tombstone of its probe run, else the empty place that ends it (valid until the index
+// changes).
 func (s *shard) probeLocked(id, h uint64, stride int) (row, free int) {
 	n := len(s.idx)
 	if n == 0 {
 		return -1, -1
 	}
 	tag := tagOf(h)
+	free = -1
 	for i := s.pos(h); ; {
 		e := s.idx[i]
 		if e == 0 {
-			return -1, i
+			if free < 0 {
+				free = i
+			}
+			return -1, free
 		}
-		if e&tagMask == tag {
+		if e == tombstone {
+			if free < 0 {
+				free = i
+			}
+		} else if e&tagMask == tag {
 			r := e&entryRowMask - 1
 			if s.rowID(r, stride) == id {
 				return int(r), -1
@@ -164,7 +178,10 @@ func (s *shard) probeLocked(id, h uint64, stride int) (row, free int) {
 // insertAtLocked adds id -> row at index position at, found by probeLocked, when the index has
 // room; otherwise (or with at < 0) it inserts the usual way.
 func (s *shard) insertAtLocked(id, h uint64, row uint32, at int, t *Table) {
-	if at < 0 || (s.live+1)*loadDen > len(s.idx)*loadNum {
+	switch {
+	case at >= 0 && s.idx[at] == tombstone:
+		s.tombs--
+	case at < 0 || (s.live+s.tombs+1)*loadDen > len(s.idx)*loadNum:
 		s.insertLocked(id, h, row, t)
 		return
 	}
@@ -184,7 +201,7 @@ func (s *shard) findLocked(id, h uint64, stride int) int {
 		if e == 0 {
 			return -1
 		}
-		if e&tagMask == tag {
+		if e&tagMask == tag && e != tombstone {
 			r := e&entryRowMask - 1
 			if s.rowID(r, stride) == id {
 				return int(r)
@@ -258,36 +275,48 @@ func (s *shard) setChunk(c int, w []uint32, appendNew bool) {
 
 // insertLocked adds id -> row to the index; id must be absent.
 func (s *shard) insertLocked(id, h uint64, row uint32, t *Table) {
-	if (s.live+1)*loadDen > len(s.idx)*loadNum {
-		s.growIndexLocked(t)
+	if (s.live+s.tombs+1)*loadDen > len(s.idx)*loadNum {
+		s.roomLocked(t, s.live+1)
 	}
 	s.placeLocked(h, tagOf(h)|(row+1))
 	s.live++
 }
 
-// placeLocked puts index entry e, of an id with hash h, in the first empty place of h's probe run.
+// placeLocked puts index entry e, of an id with hash h, in the first empty place or tombstone of
+// h's probe run.
 func (s *shard) placeLocked(h uint64, e uint32) {
 	n := len(s.idx)
 	i := s.pos(h)
-	for s.idx[i] != 0 {
+	for s.idx[i] != 0 && s.idx[i] != tombstone {
 		if i++; i == n {
 			i = 0
 		}
 	}
+	if s.idx[i] == tombstone {
+		s.tombs--
+	}
 	s.idx[i] = e
 }
 
-func (s *shard) growIndexLocked(t *Table) {
-	s.resizeIndexLocked(t, max(16, len(s.idx)*growNum/growDen))
-}
-
-// reserveIndexLocked grows the index at once so that rows entries fit under the load limit. It
-// grows by at least the usual factor, so that loading rows in many chunks rehashes the index a
+// reserveIndexLocked makes room in the index at once for rows entries under the load limit. It
+// grows it by at least the usual factor, so that loading rows in many chunks rehashes the index a
 // logarithmic number of times, not once per chunk.
 func (s *shard) reserveIndexLocked(t *Table, rows int) {
-	if need := rows*loadDen/loadNum + 1; need > len(s.idx) {
-		s.resizeIndexLocked(t, max(16, need, len(s.idx)*growNum/growDen))
+	if need := (rows+s.tombs)*loadDen/loadNum + 1; need > len(s.idx) {
+		s.roomLocked(t, rows)
 	}
+}
+
+// roomLocked rebuilds the index so that rows entries fit under the load limit: at the same size,
+// dropping the tombstones, when the rows alone leave it the room of a growth; grown by at least
+// the usual factor otherwise.
+func (s *shard) roomLocked(t *Table, rows int) {
+	need := rows*loadDen/loadNum + 1
+	if s.tombs > 0 && need*growNum/growDen <= len(s.idx) {
+		s.resizeIndexLocked(t, len(s.idx))
+		return
+	}
+	s.resizeIndexLocked(t, max(16, need, len(s.idx)*growNum/growDen))
 }
 
 // reserveRowsLocked allocates slab chunks for rows rows in all, touching every page so that later
@@ -343,16 +372,30 @@ func (s *shard) growRowsLocked(rows, stride int, touch bool) {
 func (s *shard) resizeIndexLocked(t *Table, size int) {
 	old := s.idx
 	s.idx = make([]uint32, size)
+	s.tombs = 0
 	for _, e := range old {
-		if e == 0 {
+		if e == 0 || e == tombstone {
 			continue
 		}
 		s.placeLocked(t.hash(s.rowID(e&entryRowMask-1, t.stride)), e)
 	}
 }
 
+// buryLocked turns the index entry of row r, of an id with hash h, into a tombstone.
+func (s *shard) buryLocked(h uint64, r uint32) {
+	n := len(s.idx)
+	i := s.pos(h)
+	for s.idx[i]&entryRowMask != r+1 {
+		if i++; i == n {
+			i = 0
+		}
+	}
+	s.idx[i] = tombstone
+	s.tombs++
+}
+
 // removeLocked takes id (at row r) out of the index and frees its row. Deletion shifts later
-// entries of the probe run back, so the index never holds tombstones.
+// entries of the probe run back (tombstones too), so it adds no tombstone.
 func (s *shard) removeLocked(id, h uint64, r uint32, t *Table) {
 	n := len(s.idx)
 	i := s.pos(h)
@@ -368,6 +411,11 @@ func (s *shard) removeLocked(id, h uint64, r uint32, t *Table) {
 		e := s.idx[j]
 		if e == 0 {
 			break
+		}
+		if e == tombstone { // no home: it moves back like an entry that may
+			s.idx[i] = e
+			i = j
+			continue
 		}
 		k := s.pos(t.hash(s.rowID(e&entryRowMask-1, t.stride)))
 		// The entry at j stays if its home k lies cyclically in (i, j].
