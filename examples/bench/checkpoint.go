@@ -110,15 +110,11 @@ func parallelWrite(dir string, src []byte, streams int) error {
 
 // ckMain is the suite at its main size: rows rows, rounds recorded rounds.
 func ckMain(ctx context.Context, opt options, r *report, dim, batch, rows, rounds int) error {
-	shmRoot := "/dev/shm"
-	if st, err := os.Stat(shmRoot); err != nil || !st.IsDir() {
-		shmRoot = os.TempDir()
-	}
-	shmDir, err := os.MkdirTemp(shmRoot, "elasticps-bench-")
+	shmDir, release, err := shmScratch(shmRoot, "elasticps-bench-", os.TempDir())
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(shmDir)
+	defer release()
 	diskRoot := opt.dir
 	if diskRoot == "" {
 		diskRoot = os.TempDir()
@@ -447,15 +443,11 @@ func ckSizeSweep(ctx context.Context, opt options, r *report, dim int, sizes []i
 // of the sweep table. The first snapshots of the two generations fault their pages in and are not
 // counted.
 func ckSizePoint(ctx context.Context, opt options, dim, rows int) ([]float64, error) {
-	shmRoot := "/dev/shm"
-	if st, err := os.Stat(shmRoot); err != nil || !st.IsDir() {
-		shmRoot = os.TempDir()
-	}
-	shmDir, err := os.MkdirTemp(shmRoot, "elasticps-bench-")
+	shmDir, release, err := shmScratch(shmRoot, "elasticps-bench-", os.TempDir())
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(shmDir)
+	defer release()
 	diskDir, err := os.MkdirTemp(opt.dir, "elasticps-bench-")
 	if err != nil {
 		return nil, err

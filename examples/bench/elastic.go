@@ -43,12 +43,12 @@ func runElastic(ctx context.Context, opt options, r *report) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	shmRoot, err := os.MkdirTemp("/dev/shm", "bench-elastic-")
+	shm, release, err := shmScratch(shmRoot, "bench-elastic-", dir)
 	if err != nil {
-		shmRoot = filepath.Join(dir, "shm") // no /dev/shm: a disk directory (slower)
+		return err
 	}
-	defer os.RemoveAll(shmRoot)
-	p.dir, p.shm = dir, shmRoot
+	defer release()
+	p.dir, p.shm = dir, shm
 	fmt.Printf("elastic: %d rows of dim %d on 3 servers, 2 workers, %d repeats\n", p.rows, elDim, p.repeats)
 
 	var join, step, others []float64

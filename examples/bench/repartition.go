@@ -53,11 +53,11 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	shm, err := os.MkdirTemp("/dev/shm", "bench-repartition-")
+	shm, release, err := shmScratch(shmRoot, "bench-repartition-", dir)
 	if err != nil {
-		shm = filepath.Join(dir, "shm")
+		return err
 	}
-	defer os.RemoveAll(shm)
+	defer release()
 	rp.dir, rp.shm = dir, shm
 	rp.secret = make([]byte, 32)
 	rand.Read(rp.secret)
