@@ -160,9 +160,9 @@ func (t *Table) DeleteSlots(set *SlotSet) int {
 // deleteRowsLocked removes those of rows (of shard s, write-locked) that still hold ids (rows[i]
 // held ids[i] when it was found under the read lock: it may have been removed since, evicted, and
 // its place given to another row). It records their ids as deleted for every tracker and returns
-// how many it removed. Their index entries become tombstones, so no other row is read; a shard
-// left with more tombstones than twice its rows has its index rebuilt from those few rows, and
-// an emptied one is cleared.
+// how many it removed. Their index entries become tombstones, found without reading any other
+// row; a shard left with more tombstones than twice its rows has its index rebuilt from those
+// few rows, and an emptied one is cleared.
 func (t *Table) deleteRowsLocked(s *shard, rows []uint32, ids []uint64) int {
 	stride := t.stride
 	k := 0

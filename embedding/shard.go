@@ -308,11 +308,12 @@ func (s *shard) reserveIndexLocked(t *Table, rows int) {
 }
 
 // roomLocked rebuilds the index so that rows entries fit under the load limit: at the same size,
-// dropping the tombstones, when the rows alone leave it the room of a growth; grown by at least
-// the usual factor otherwise.
+// dropping the tombstones, when the rows alone fit with an eighth to spare (a shard refilling the
+// room of slots that moved away keeps its index's size); grown by at least the usual factor
+// otherwise.
 func (s *shard) roomLocked(t *Table, rows int) {
 	need := rows*loadDen/loadNum + 1
-	if s.tombs > 0 && need*growNum/growDen <= len(s.idx) {
+	if s.tombs > 0 && need+need/8 <= len(s.idx) {
 		s.resizeIndexLocked(t, len(s.idx))
 		return
 	}

@@ -152,3 +152,57 @@ func TestIndexWithTombstones(t *testing.T) {
 		assert.Greater(t, bulk, 1000, "bulk deletions ran")
 	}
 }
+
+// A shard that lost slots keeps its index's size when new rows fill their room: the rebuild that
+// drops the tombstones is made at the same size while the rows fit. A shard that lost every row
+// has its index cleared, and takes rows again.
+func TestTombstonesAfterDeleteSlots(t *testing.T) {
+	const slots = 16
+	tab := newTestTable(t, Config{Dim: 2, Seed: 3, Shards: 1, Optimizer: Optimizer{Kind: SGD}})
+	ids := make([]uint64, 100_000)
+	for i := range ids {
+		ids[i] = uint64(i)*2654435761 + 1
+	}
+	require.NoError(t, tab.Lookup(ids, make([]float32, 2*len(ids))))
+	s := &tab.shards[0]
+	size := len(s.idx)
+	set := NewSlotSet(slots, 1, 4, 7, 10, 13)
+	gone := tab.DeleteSlots(set)
+	require.Greater(t, gone, 20_000)
+	assert.Equal(t, gone, s.tombs, "each removed row leaves a tombstone")
+	checkIndex(t, tab)
+	// New ids, through creation (insertLocked) and through a load (insertAtLocked after
+	// reserveIndexLocked), more than the tombstones left room for.
+	more := make([]uint64, gone/2+2000)
+	for i := range more {
+		more[i] = uint64(i)*2654435761 + 1<<50
+	}
+	half := len(more) / 2
+	require.NoError(t, tab.Lookup(more[:half], make([]float32, 2*half)))
+	rec := tab.RawRowSize()
+	raw := make([]byte, (len(more)-half)*rec)
+	for i, id := range more[half:] {
+		binary.LittleEndian.PutUint64(raw[i*rec:], id)
+	}
+	_, err := tab.LoadRaw(raw, nil)
+	require.NoError(t, err)
+	checkIndex(t, tab)
+	assert.Equal(t, size, len(s.idx), "the index keeps its size")
+	assert.Equal(t, len(ids)-gone+len(more), tab.Len())
+	for _, id := range append(ids[:1000:1000], more...) {
+		_, ok := tab.Row(id)
+		assert.Equal(t, !set.Contains(id) || id >= 1<<50, ok, "id %d", id)
+	}
+
+	all := NewSlotSet(slots)
+	for sl := range slots {
+		all.Add(sl)
+	}
+	assert.Equal(t, tab.Len(), tab.DeleteSlots(all))
+	assert.Zero(t, s.live)
+	assert.Zero(t, s.tombs, "an emptied shard's index is cleared")
+	checkIndex(t, tab)
+	require.NoError(t, tab.Lookup(ids[:10], make([]float32, 20)))
+	assert.Equal(t, 10, tab.Len())
+	checkIndex(t, tab)
+}
