@@ -298,9 +298,9 @@ func (s *shard) placeLocked(h uint64, e uint32) {
 	s.idx[i] = e
 }
 
-// reserveIndexLocked makes room in the index at once for rows entries under the load limit. It
-// grows it by at least the usual factor, so that loading rows in many chunks rehashes the index a
-// logarithmic number of times, not once per chunk.
+// reserveIndexLocked makes room in the index at once for rows entries under the load limit (see
+// roomLocked). When it grows the index, it grows it by at least the usual factor, so that loading
+// rows in many chunks rehashes the index a logarithmic number of times, not once per chunk.
 func (s *shard) reserveIndexLocked(t *Table, rows int) {
 	if need := (rows+s.tombs)*loadDen/loadNum + 1; need > len(s.idx) {
 		s.roomLocked(t, rows)
