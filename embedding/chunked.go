@@ -113,7 +113,8 @@ func (t *Table) AppendRawRows(dst []byte, cur Cursor, budget int, slots *SlotSet
 //
 // The rows to delete are found under the shard's read lock, a few hundred rows per hold, with
 // other goroutines let run between holds (runtime.Gosched), and removed under its write lock,
-// their index entries left as tombstones: no other row is read, and probes are as long as
+// their index entries left as tombstones: no other row is read (but the few left in a shard
+// that lost most of its rows, whose index is rebuilt from them), and probes are as long as
 // before the removal until inserts take the tombstones or the index is next rebuilt. The shards
 // are visited in the opposite order to lookups and updates, so that a batch meets the removal in
 // at most one of its shards instead of following it from shard to shard.

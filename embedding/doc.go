@@ -9,10 +9,11 @@
 // finds them through an open-addressing index of uint32 entries (row number and an 8-bit hash
 // tag, linear probing). A single removal moves the later entries of its probe run back; a bulk
 // removal (DeleteSlots) leaves tombstones, which inserts reuse and the next rebuild of the index
-// drops, so that it reads no row but those it removes. Nothing the garbage collector has to scan grows with the
-// row count: a full GC of a table of millions of rows costs about as much as an empty one. Beyond
-// the weights and optimizer state a row costs 16 header bytes (id, last step, frequency) and 5 to 7
-// bytes of index; MemoryBytes reports every byte, including unused capacity.
+// drops, so that it reads no row but those it removes (unless it leaves a shard with few rows,
+// whose index it then rebuilds from them). Nothing the garbage collector has to scan grows with
+// the row count: a full GC of a table of millions of rows costs about as much as an empty one.
+// Beyond the weights and optimizer state a row costs 16 header bytes (id, last step, frequency)
+// and 5 to 7 bytes of index; MemoryBytes reports every byte, including unused capacity.
 //
 // Rows are created on first use. A new row's weights are a pure function of (Config.Seed, id,
 // Config.Init), so the same id gets the same initial row on any server, and a row that was never

@@ -65,7 +65,7 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	// The floor's slabs: each stream reads a third of 3*perStream records, as a source whose
 	// moving slots hold a third of its rows does.
 	floorRows := min(rp.perServer/8, 1<<19)
-	fl, err := newMoveFloor(rp.secret, 16+2*4*repDim, floorRows)
+	fl, err := newMoveFloor(rp.secret, repRowBytes, floorRows)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 		return err
 	}
 	defer job.close()
-	fmt.Printf("repartition: filling %d rows of dim %d (Adagrad, %d B per row) on 2 servers...\n", 2*rp.perServer, repDim, 16+2*4*repDim)
+	fmt.Printf("repartition: filling %d rows of dim %d (Adagrad, %d B per row) on 2 servers...\n", 2*rp.perServer, repDim, repRowBytes)
 	if err := job.fill(rp.perServer * 2); err != nil {
 		return err
 	}
@@ -113,13 +113,13 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	r.add("max_fenced_ms", ms2(rs.max(func(o repRound) time.Duration { return o.prog.MaxFenced })), "ms, the longest a group's slots were fenced before their table went out")
 	r.add("pull_rows_per_s", rs.median(func(o repRound) float64 { return o.pull }), "rows/s the same workers pull from the servers (the PS pull rate, median of the rounds)")
 	r.addRatio("migrate_vs_pull", rs.spread(func(o repRound) float64 { return o.moveRate }, func(o repRound) float64 { return o.pull }),
-		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", fmt.Sprintf("rows/s moved (with optimizer state: %d B per row) over the pull rate", 16+2*4*repDim))
+		"rows/s the same workers pull from the servers in the same round", "pull_rows_per_s", fmt.Sprintf("rows/s moved (with optimizer state: %d B per row) over the pull rate", repRowBytes))
 	r.add("migrated_bytes_per_s", rs.median(func(o repRound) float64 { return float64(o.prog.Bytes) / o.migS }), "bytes/s copied, catch-up rounds included")
 	r.add("pull_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.pullCPU }), "us of CPU (this process: workers and servers) per row pulled, pulls only")
 	r.add("train_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.trainCPU }), "us of CPU per row trained (pulled and pushed) before the move")
 	r.add("move_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.moveCPU }), "us of CPU per row moved: the move's window less its training at the cost before it")
 	r.addRatio("move_cpu_vs_pull_cpu", rs.spread(func(o repRound) float64 { return o.moveCPU }, func(o repRound) float64 { return o.pullCPU }),
-		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", fmt.Sprintf("CPU per row moved (%d B with its optimizer state) over CPU per row pulled (%d B)", 16+2*4*repDim, 8+4*repDim))
+		"us of CPU per row pulled in the same round", "pull_cpu_us_per_row", fmt.Sprintf("CPU per row moved (%d B with its optimizer state) over CPU per row pulled (%d B)", repRowBytes, repPullBytes))
 	r.add("throughput_bound_at_half_pull", rs.median(func(o repRound) float64 { return o.boundAtHalfPull() }),
 		"the most throughput_during_vs_before these costs allow while rows move at half the pull rate (1 - pull/2 * move CPU / cores training used)")
 	r.add("move_floor_cpu_us_per_row", 1e6*rs.median(func(o repRound) float64 { return o.floorCPU }),
@@ -143,7 +143,7 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 	// rate, the rate of the migrate_vs_pull target: the training throughput the move leaves at
 	// about that rate, for comparison with the floor's. Two migrations run at once, one per
 	// source.
-	capBW := max(int64(capOfPull*r.get("pull_rows_per_s")*float64(16+2*4*repDim)/2), 1<<20)
+	capBW := max(int64(capOfPull*r.get("pull_rows_per_s")*float64(repRowBytes)/2), 1<<20)
 	mc, err := ps.NewMigrator(ps.MigratorConfig{Secret: rp.secret, Bandwidth: capBW})
 	if err != nil {
 		return err
@@ -177,6 +177,13 @@ func runRepartition(ctx context.Context, opt options, r *report) error {
 }
 
 const repDim = 64
+
+// repRowBytes is a moved row's size (id, step and frequency, weights, Adagrad state);
+// repPullBytes, a pulled row's (id and weights).
+const (
+	repRowBytes  = 16 + 2*4*repDim
+	repPullBytes = 8 + 4*repDim
+)
 
 // capOfPull is the capped move's bandwidth, both migrations together, as a fraction of the pull
 // rate's bytes (a moved row's bytes at the pull rate). The move's rows go slower: the cap counts
