@@ -257,6 +257,14 @@ func (c *Coordinator) Stats() Stats {
 func (c *Coordinator) applyLocked(acts []action) {
 	close(c.changed)
 	c.changed = make(chan struct{})
+	for i := range acts {
+		if acts[i].kind == actEvict {
+			// The worker learns it was failed only after this critical section: every
+			// lease it holds now is at most this one, every lease it takes after joining
+			// again is newer.
+			acts[i].granted = c.disp.Granted()
+		}
+	}
 	if len(acts) > 0 && !c.closed {
 		c.pending = append(c.pending, acts...)
 		c.queued += uint64(len(acts))
@@ -604,7 +612,7 @@ func (c *Coordinator) do(a action) {
 		c.recover(a.worker)
 	case actEvict:
 		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
-		c.svc.evict(a.worker)
+		c.svc.evict(a.worker, a.granted, true)
 		c.mu.Lock()
 		c.stats.Evicted++
 		c.mu.Unlock()

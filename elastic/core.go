@@ -43,7 +43,9 @@ type actionKind uint8
 const (
 	// actFence: refuse pushes of Epochs on every server; done before any later action.
 	actFence actionKind = iota + 1
-	// actEvict: hand Worker's shards back to the dispatcher at their reported offsets.
+	// actEvict: hand Worker's shards back to the dispatcher at their reported offsets: those
+	// it held when it was failed (the driver notes the dispatcher's Granted then), not those
+	// it took after joining again while the action waited.
 	actEvict
 	// actPause: stop the dispatcher's clock (a barrier went up).
 	actPause
@@ -59,12 +61,13 @@ const (
 
 // action is one instruction from the core to its driver.
 type action struct {
-	kind   actionKind
-	epochs []uint64 // actFence
-	worker string   // actEvict
-	step   uint64   // actSnapshot, actCommit
-	gen    uint64   // actSnapshot, actRelease
-	reason string   // why (logged)
+	kind    actionKind
+	epochs  []uint64 // actFence
+	worker  string   // actEvict
+	granted uint64   // actEvict: the dispatcher's newest lease when it was decided
+	step    uint64   // actSnapshot, actCommit
+	gen     uint64   // actSnapshot, actRelease
+	reason  string   // why (logged)
 }
 
 func (a action) String() string {

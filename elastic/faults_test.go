@@ -224,12 +224,13 @@ func (j *faultJob) worker(name string) *faultWorker {
 }
 
 // assertEveryEpochOnce checks that every position of every epoch was trained exactly once, and
-// that every epoch is complete.
+// that every epoch is complete with no shard given up.
 func assertEveryEpochOnce(t *testing.T, c *elastic.Coordinator) {
 	t.Helper()
 	for _, e := range c.ExactlyOnce() {
 		assert.True(t, e.OK(), "%s", e)
 		assert.True(t, e.Complete, "%s", e)
+		assert.Zero(t, e.Failed, "%s", e)
 	}
 }
 
@@ -365,4 +366,56 @@ func TestWorkerFailuresKeepEveryBatchExactlyOnce(t *testing.T) {
 	_, _, err = one.coord.Resume(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, faultExpected(), serverRows(one.servers))
+}
+
+// heldFences is a parameter server whose Fence waits while the test holds it: the coordinator's
+// actions queue up behind it.
+type heldFences struct {
+	elastic.ParameterServer
+	hold *sync.RWMutex
+}
+
+func (s heldFences) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
+	s.hold.RLock()
+	defer s.hold.RUnlock()
+	return s.ParameterServer.Fence(ctx, floor, epochs)
+}
+
+// A worker failed while the coordinator is busy learns of it, hands its shards back and joins
+// again, and takes a shard before its eviction is carried out: the eviction takes back only
+// what the worker held when it was failed. The lease of its new membership stays, and no shard
+// counts a failure for it (with MaxFailures 1 it would be given up, its records never trained).
+func TestLateEvictionSparesTheNextMembershipsLeases(t *testing.T) {
+	var hold sync.RWMutex
+	j := startFaultJobWith(t, 1, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
+		c.Dispatcher.MaxFailures = 1
+		c.CheckpointEvery = 0
+		for i, s := range c.Servers {
+			c.Servers[i] = heldFences{ParameterServer: s, hold: &hold}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svc := j.coord.Service()
+	epoch, err := j.coord.Join(ctx, "w", 32)
+	require.NoError(t, err)
+	first, err := svc.Acquire(ctx, "w")
+	require.NoError(t, err)
+	require.NoError(t, svc.Report(ctx, "w", first.ID, 32, false))
+
+	hold.Lock()
+	j.coord.Fail("w", "cut off")
+	require.ErrorIs(t, j.coord.Begin(ctx, "w", epoch), elastic.ErrNotMember)
+	// What a Session does when it learns it was dropped.
+	require.NoError(t, svc.Leave(ctx, "w"))
+	_, err = j.coord.Join(ctx, "w", 32)
+	require.NoError(t, err)
+	next, err := svc.Acquire(ctx, "w")
+	require.NoError(t, err)
+	hold.Unlock()
+	require.NoError(t, j.coord.Settle(ctx))
+
+	require.NoError(t, svc.Report(ctx, "w", next.ID, 32, false), "the new membership's lease was taken by the old one's eviction")
+	assert.Empty(t, j.coord.Dispatcher().Progress().Failed)
+	assert.Equal(t, 1, j.coord.Stats().Evicted)
 }

@@ -532,14 +532,16 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	// worker is failed (fenced, its leases back at their reported offsets), so the batch is
 	// trained again: the servers that applied it skip it, those that took the restored slots
 	// apply it. A batch reported before the count is counted.
-	voided := c.voidBatchesInFlight()
+	voided, granted := c.voidBatchesInFlight()
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
 	// hold those slots start taking updates, but the batches the commit holds on them.
+	// The voided workers' shards go back without counting a failure (the shards are not at
+	// fault; several recoveries in one epoch must not fail them), and only those they held
+	// when voided: one that joined again since keeps what it took after.
 	c.svc.mu.Lock()
 	for _, w := range voided {
-		c.disp.Evict(w)
-		c.svc.forgetLocked(w)
+		c.svc.evictLocked(w, granted, false)
 	}
 	ev.Lost, ev.LostRecords, ev.Held = c.ledger.sinceHeld(led, held)
 	ev.TrainedRecords = c.ledger.trained()
@@ -548,8 +550,9 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	return err
 }
 
-// voidBatchesInFlight fails every worker that is in the middle of a batch, and returns them.
-func (c *Coordinator) voidBatchesInFlight() []string {
+// voidBatchesInFlight fails every worker that is in the middle of a batch, and returns them
+// with the dispatcher's newest lease at that moment.
+func (c *Coordinator) voidBatchesInFlight() ([]string, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []string
@@ -563,7 +566,7 @@ func (c *Coordinator) voidBatchesInFlight() []string {
 		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
 		c.applyLocked(c.core.fail(c.clock.now(), id, "in a batch during a partial recovery: the batch is trained again"))
 	}
-	return ids
+	return ids, c.disp.Granted()
 }
 
 // heldBatches returns the batches the commit of step holds applied to the slots failed held

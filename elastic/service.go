@@ -160,12 +160,21 @@ func (s *ledgerService) forgetLocked(worker string) {
 	}
 }
 
-// evict evicts worker from the dispatcher: its leases go back at their reported offsets.
-func (s *ledgerService) evict(worker string) {
+// evict evicts worker from the dispatcher: its leases granted up to granted go back at their
+// reported offsets, each counting a failure of its shard when failure is set.
+func (s *ledgerService) evict(worker string, granted uint64, failure bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.c.disp.Evict(worker)
-	s.forgetLocked(worker)
+	s.evictLocked(worker, granted, failure)
+}
+
+func (s *ledgerService) evictLocked(worker string, granted uint64, failure bool) {
+	s.c.disp.EvictGranted(worker, granted, failure)
+	for id, m := range s.leases {
+		if m.worker == worker && id.Seq <= granted {
+			delete(s.leases, id)
+		}
+	}
 }
 
 // snapshot returns the dispatcher's and the ledger's states, taken together, and how far the

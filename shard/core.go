@@ -486,6 +486,25 @@ func (c *core) leave(name string, failure bool) {
 	delete(c.workers, name)
 }
 
+// evict revokes the leases of worker name granted up to seq, each counting a failure with
+// failure, and forgets the worker once it holds none.
+func (c *core) evict(name string, seq uint64, failure bool) {
+	w := c.workers[name]
+	if w == nil {
+		return
+	}
+	for i := 0; i < len(w.leases); {
+		if s := w.leases[i]; c.leaseSeq[s] <= seq {
+			c.revoke(s, failure) // drops it from w.leases
+			continue
+		}
+		i++
+	}
+	if len(w.leases) == 0 {
+		delete(c.workers, name)
+	}
+}
+
 // maybeAdvance starts the next epoch, or finishes, when the current epoch has no TODO or DOING
 // shard left.
 func (c *core) maybeAdvance() {

@@ -152,6 +152,27 @@ func (d *Dispatcher) Evict(worker string) {
 	d.c.leave(worker, true)
 }
 
+// Granted returns the sequence number (LeaseID.Seq) of the newest lease granted, 0 before the
+// first. It never goes back, across Restore too: a coordinator that declares a worker dead
+// notes it, and evicts later with EvictGranted, so that what the worker took after joining
+// again stays with it.
+func (d *Dispatcher) Granted() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.c.seq
+}
+
+// EvictGranted is Evict of the worker's leases granted up to seq (Granted's figure when the
+// worker was declared dead); its later leases stay, and the worker is forgotten only when it
+// holds none. With failure false no shard counts a failure: the worker lost them through no
+// fault of theirs (say, a recovery voided the batch it was training).
+func (d *Dispatcher) EvictGranted(worker string, seq uint64, failure bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.c.tick(d.clock.Now())
+	d.c.evict(worker, seq, failure)
+}
+
 // Expire revokes the leases whose deadline has passed and returns how many. Every other
 // method does this too; a coordinator calls Expire periodically so that Progress and the FAILED
 // list stay current while no worker calls.

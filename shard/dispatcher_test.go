@@ -476,3 +476,46 @@ func TestWorkerRate(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 }
+
+// A worker declared dead and evicted late, after it joined again, keeps the leases it took
+// after the declaration; only the earlier ones go back, counting a failure or not as asked.
+func TestEvictGrantedSparesLaterLeases(t *testing.T) {
+	ctx := context.Background()
+	for _, failure := range []bool{true, false} {
+		d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(40), ShardSize: 10, MaxFailures: 1, LeaseTTL: time.Minute})
+		if g := d.Granted(); g != 0 {
+			t.Fatalf("granted before any lease: %d", g)
+		}
+		old := mustAcquire(t, d, "w")
+		if err := d.Report(ctx, "w", old.ID, 4, false); err != nil {
+			t.Fatal(err)
+		}
+		mark := d.Granted() // w is declared dead here
+		if mark != old.ID.Seq {
+			t.Fatalf("granted %d, the lease has %d", mark, old.ID.Seq)
+		}
+		later := mustAcquire(t, d, "w") // w joined again
+		d.EvictGranted("w", mark, failure)
+
+		if err := d.Report(ctx, "w", later.ID, 1, false); err != nil {
+			t.Fatalf("failure=%t: the lease taken after the declaration was evicted: %v", failure, err)
+		}
+		if err := d.Report(ctx, "w", old.ID, 5, false); !errors.Is(err, shard.ErrStaleLease) {
+			t.Fatalf("failure=%t: the earlier lease survived the eviction: %v", failure, err)
+		}
+		p := d.Progress()
+		if failure && (p.Shards.Failed != 1 || p.Failed[0].Offset != 4) {
+			t.Fatalf("failure=true: the evicted shard did not count its failure: %+v", p)
+		}
+		if !failure && (p.Shards.Failed != 0 || p.Shards.Todo != 3) {
+			t.Fatalf("failure=false: the evicted shard is not back to do: %+v", p)
+		}
+		if len(p.Workers) != 1 || p.Workers[0].Leases != 1 {
+			t.Fatalf("failure=%t: the worker holding a lease was forgotten: %+v", failure, p.Workers)
+		}
+		d.EvictGranted("w", d.Granted(), failure)
+		if p := d.Progress(); len(p.Workers) != 0 {
+			t.Fatalf("failure=%t: a worker left with no lease is still known: %+v", failure, p.Workers)
+		}
+	}
+}
