@@ -114,39 +114,39 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	require.NoError(t, err)
 	failedSlots := table.SlotsOf("ps-1")
 
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	for i, name := range []string{"w0", "w1"} {
-		w := j.worker(name)
-		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
-	}
-	// The killer kills ps-1 at its 10th batch or later, after a commit, just before pushing
-	// it.
-	killer := j.worker("killer")
+	// The first worker to begin a batch when the job is at its 10th batch or later, some steps
+	// after a commit (so that Partial has updates to lose), kills ps-1 just before pushing it.
+	// Every worker looks: one worker alone may see too few batches to meet the moment.
+	var mu sync.Mutex
 	n, killed := 0, false
 	restarted := make(chan error, 1)
-	wg.Go(func() {
-		errs[2] = killer.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
-			// Some steps since the last commit, so that Partial has updates to lose.
-			n++
-			// The coordinator's own figure: OnCheckpoint hears of a snapshot only after its
-			// barrier came down, when this batch may have begun right after it.
-			if st := j.coord.Stats(); n >= 10 && !killed && st.LastCommitted > 0 && st.Step > st.LastSnapshot+3 {
-				killed = true
-				t.Logf("killing ps-1 at step %d, last snapshot %d", st.Step, st.LastSnapshot)
-				j.kill(1)
-				if tc.replace {
-					go func() { restarted <- j.restart(1) }()
-				}
+	step := func(ctx context.Context, b *elastic.Batch) error {
+		mu.Lock()
+		n++
+		// The coordinator's own figure: OnCheckpoint hears of a snapshot only after its
+		// barrier came down, when this batch may have begun right after it.
+		if st := j.coord.Stats(); n >= 10 && !killed && st.LastCommitted > 0 && st.Step > st.LastSnapshot+3 {
+			killed = true
+			t.Logf("killing ps-1 at step %d, last snapshot %d", st.Step, st.LastSnapshot)
+			j.kill(1)
+			if tc.replace {
+				go func() { restarted <- j.restart(1) }()
 			}
-			return trainStep(ctx, b)
-		})
-	})
+		}
+		mu.Unlock()
+		return trainStep(ctx, b)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, name := range []string{"w0", "w1", "w2"} {
+		w := j.worker(name)
+		wg.Go(func() { errs[i] = w.run(ctx, step) })
+	}
 	wg.Wait()
 	for i, err := range errs {
 		require.NoError(t, err, "worker %d went on through the recovery", i)
 	}
-	require.True(t, killed, "the killer killed ps-1 (it trained %d batches)", n)
+	require.True(t, killed, "a worker killed ps-1 (the workers trained %d batches)", n)
 	if tc.replace {
 		require.NoError(t, <-restarted)
 	}
