@@ -44,9 +44,12 @@
 // the worker asks for more than MaxLeasesPerWorker shards (it restarted and forgot them), the
 // shard goes back to TODO at its accepted offset. Loss by expiry, eviction or the lease limit
 // counts a failure; a shard that fails MaxFailures times in an epoch goes to FAILED and is
-// listed in Progress.Failed (and logged), never dropped silently. An epoch ends when every
-// shard is DONE or FAILED, and the next starts then (an epoch barrier: Acquire answers a
-// *WaitError meanwhile); after the last, Acquire returns ErrNoMoreWork.
+// listed in Progress.Failed (and logged), never dropped silently. A coordinator that declares a
+// worker dead notes Granted and evicts later with EvictGranted: what the worker took after
+// joining again under the same name stays with it, and an eviction that is no shard's fault
+// can count no failure. An epoch ends when every shard is DONE or FAILED, and the next starts
+// then (an epoch barrier: Acquire answers a *WaitError meanwhile); after the last, Acquire
+// returns ErrNoMoreWork.
 //
 // # Fencing
 //
