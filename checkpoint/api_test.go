@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -131,7 +133,7 @@ func assertJoined(t *testing.T) {
 
 // leaving reports whether goroutine stack g is of a goroutine that has finished its function:
 // its top frame (past the runtime's preemption frames, when it was stopped there) is at a line
-// of source that is only a closing brace, is the wrapper the compiler makes for a go statement
+// of source that is only a closing brace (with the parentheses of a function literal's call), is the wrapper the compiler makes for a go statement
 // past its start (the wrapper runs on once the function it calls has returned), or is the
 // runtime's exit.
 func leaving(g string) bool {
@@ -168,7 +170,12 @@ func leaving(g string) bool {
 		return false
 	}
 	text := strings.Split(string(src), "\n")
-	return n >= 1 && n <= len(text) && strings.TrimSpace(text[n-1]) == "}"
+	if n < 1 || n > len(text) {
+		return false
+	}
+	// "}", or the end of a function literal a go statement runs ("}()") or a call takes ("})").
+	line := strings.TrimSpace(text[n-1])
+	return strings.HasPrefix(line, "}") && strings.Trim(line, "}()") == ""
 }
 
 // goWrapper matches the frame of the wrapper a go statement runs its call in (New.gowrap1).
@@ -484,4 +491,14 @@ runtime.goexit({})
 	assert.True(t, leaving(exiting))
 	assert.False(t, leaving(working))
 	assert.False(t, leaving(preemptedWorking))
+
+	// A function literal a go statement runs, at its last line and still in its body.
+	src := filepath.Join(t.TempDir(), "literal.go")
+	require.NoError(t, os.WriteFile(src, []byte("package p\n\nfunc f() {\n\tgo func() {\n\t\twork()\n\t}()\n}\n"), 0o600))
+	literalAt := func(line int) string {
+		return fmt.Sprintf("goroutine 16 [runnable]:\ngithub.com/elasticps/elasticps/checkpoint.populate.func1()\n\t%s:%d +0xfa\n"+
+			"created by github.com/elasticps/elasticps/checkpoint.populate in goroutine 15", src, line)
+	}
+	assert.True(t, leaving(literalAt(6)), "at the literal's closing line")
+	assert.False(t, leaving(literalAt(5)))
 }
