@@ -85,9 +85,10 @@
 //     like the others, and the new table is published. The positions trained between the commit
 //     and the publication lost their updates on those slots: RecoveryEvent.Lost lists them
 //     (they count as trained). The batches in flight at the publication are voided: their
-//     workers are failed and join again, and the batches are trained again, so one that had
-//     reached the failed server and not yet reported lands on the restored slots (the servers
-//     that applied it skip it) instead of being lost unseen. Batches the commit restored
+//     workers are failed and join again (their shards go back counting no failure: a shard
+//     is not at fault), and the batches are trained again, so one that had reached the
+//     failed server and not yet reported lands on the restored slots (the servers that
+//     applied it skip it) instead of being lost unseen. Batches the commit restored
 //     already holds (applied before it and reported after it: after a coordinator's takeover,
 //     or by a worker that died between its pushes and its report) are not lost on the slots
 //     they reached: RecoveryEvent.Held lists them. The count misses nothing when workers
