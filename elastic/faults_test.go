@@ -381,15 +381,24 @@ func (s heldFences) Fence(ctx context.Context, floor uint64, epochs []uint64) er
 	return s.ParameterServer.Fence(ctx, floor, epochs)
 }
 
-// A worker failed while the coordinator is busy learns of it, hands its shards back and joins
-// again, and takes a shard before its eviction is carried out: the eviction takes back only
-// what the worker held when it was failed. The lease of its new membership stays, and no shard
-// counts a failure for it (with MaxFailures 1 it would be given up, its records never trained).
+// A worker failed while the coordinator is busy learns of it, joins again and takes a shard
+// before its eviction is carried out: the eviction takes back only what the worker held when it
+// was failed. The lease of its new membership stays, and no shard counts a failure for it (with
+// MaxFailures 1 it would be given up, its records never trained). Whether the worker handed its
+// old shard back first (a Session does) or not (a new process under the same name), the old
+// lease is gone at the end.
 func TestLateEvictionSparesTheNextMembershipsLeases(t *testing.T) {
+	for _, handBack := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hand_back=%t", handBack), func(t *testing.T) { testLateEviction(t, handBack) })
+	}
+}
+
+func testLateEviction(t *testing.T, handBack bool) {
 	var hold sync.RWMutex
 	j := startFaultJobWith(t, 1, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
 		c.Dispatcher.MaxFailures = 1
 		c.CheckpointEvery = 0
+		c.WorkerSilence = -1 // only the test fails the worker
 		for i, s := range c.Servers {
 			c.Servers[i] = heldFences{ParameterServer: s, hold: &hold}
 		}
@@ -406,8 +415,9 @@ func TestLateEvictionSparesTheNextMembershipsLeases(t *testing.T) {
 	hold.Lock()
 	j.coord.Fail("w", "cut off")
 	require.ErrorIs(t, j.coord.Begin(ctx, "w", epoch), elastic.ErrNotMember)
-	// What a Session does when it learns it was dropped.
-	require.NoError(t, svc.Leave(ctx, "w"))
+	if handBack {
+		require.NoError(t, svc.Leave(ctx, "w"))
+	}
 	_, err = j.coord.Join(ctx, "w", 32)
 	require.NoError(t, err)
 	next, err := svc.Acquire(ctx, "w")
@@ -416,6 +426,14 @@ func TestLateEvictionSparesTheNextMembershipsLeases(t *testing.T) {
 	require.NoError(t, j.coord.Settle(ctx))
 
 	require.NoError(t, svc.Report(ctx, "w", next.ID, 32, false), "the new membership's lease was taken by the old one's eviction")
-	assert.Empty(t, j.coord.Dispatcher().Progress().Failed)
+	require.ErrorIs(t, svc.Report(ctx, "w", first.ID, 64, false), shard.ErrStaleLease, "the failed membership's lease survived its eviction")
+	failed := j.coord.Dispatcher().Progress().Failed
+	if handBack {
+		assert.Empty(t, failed, "a shard handed back counts no failure")
+	} else {
+		require.Len(t, failed, 1, "the shard the failed membership kept counts its failure")
+		assert.Equal(t, first.Shard.Index, failed[0].Shard.Index)
+		assert.Equal(t, int64(32), failed[0].Offset)
+	}
 	assert.Equal(t, 1, j.coord.Stats().Evicted)
 }

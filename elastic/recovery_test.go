@@ -97,8 +97,11 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	j := startFaultJobWith(t, 3, store, t.TempDir(), func(c *elastic.Config) {
 		c.Recovery = tc.policy
 		// A batch the recovery voids is no fault of its shard: with a single failure allowed,
-		// counting one would give the shard up (assertEveryEpochOnce sees it).
+		// counting one would give the shard up (assertEveryEpochOnce sees it). Leases, silence
+		// and barriers are given room, so that no other loss of a shard can come of a slow
+		// moment of a loaded machine.
 		c.Dispatcher.MaxFailures = 1
+		c.Dispatcher.LeaseTTL, c.WorkerSilence, c.ArriveTimeout = 20*time.Second, 10*time.Second, 10*time.Second
 		c.Logger = testLogger(t)
 		c.HealthEvery = 20 * time.Millisecond
 		c.ServerTimeout = 200 * time.Millisecond
