@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +119,11 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	for j.coord.Stats().Recoveries == 0 {
 		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
 	}
+	// A batch in flight at the publication was voided, its worker failed: it joins again at
+	// its next step.
+	for !slices.Contains(j.coord.Members(), "w0") {
+		require.NoError(t, w.sess.Step(ctx, trainStep))
+	}
 	st, err = ctl.Status(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.ServerFailures)
@@ -202,6 +208,11 @@ func TestWorkersReportAnUnreachableServer(t *testing.T) {
 	j.kill(2)
 	for j.coord.Stats().Recoveries == 0 {
 		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
+	}
+	// A batch in flight at the publication was voided, its worker failed: it joins again at
+	// its next step.
+	for !slices.Contains(j.coord.Members(), "w0") {
+		require.NoError(t, w.sess.Step(ctx, trainStep))
 	}
 	rec := j.coord.Stats().LastRecovery
 	require.Contains(t, rec.Failed, "ps-2")
