@@ -474,17 +474,8 @@ func (c *core) revoke(s int32, failure bool) {
 	c.retry = append(c.retry, s)
 }
 
-// leave revokes every lease of a worker and forgets it.
-func (c *core) leave(name string, failure bool) {
-	w := c.workers[name]
-	if w == nil {
-		return
-	}
-	for len(w.leases) > 0 {
-		c.revoke(w.leases[0], failure)
-	}
-	delete(c.workers, name)
-}
+// allLeases is an evict bound above every lease: Leave and Evict take them all.
+const allLeases = ^uint64(0)
 
 // evict revokes the leases of worker name granted up to seq, each counting a failure with
 // failure, and forgets the worker once it holds none.

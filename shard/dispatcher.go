@@ -139,7 +139,7 @@ func (d *Dispatcher) Leave(ctx context.Context, worker string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.c.tick(d.clock.Now())
-	d.c.leave(worker, false)
+	d.c.evict(worker, allLeases, false)
 	return nil
 }
 
@@ -149,7 +149,7 @@ func (d *Dispatcher) Evict(worker string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.c.tick(d.clock.Now())
-	d.c.leave(worker, true)
+	d.c.evict(worker, allLeases, true)
 }
 
 // Granted returns the sequence number (LeaseID.Seq) of the newest lease granted, 0 before the
