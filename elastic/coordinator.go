@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -88,6 +89,10 @@ type Coordinator struct {
 	done       chan struct{} // closed by Close
 	closed     bool
 	wg         sync.WaitGroup
+
+	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
+	// just before the dispatcher is: a test schedules workers' calls there.
+	beforeDispatcherRestore atomic.Pointer[func()]
 }
 
 // CheckpointEvent reports one snapshot or commit.

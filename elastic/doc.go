@@ -78,7 +78,9 @@
 //   - Rollback (the default): workers are held, every epoch is fenced (a new incarnation), every
 //     server clears its rows and loads its slots of the newest commit (from its own shared
 //     memory where it still holds that commit), the dispatcher and the ledger return to the
-//     commit, and the workers join again. Exactly-once holds; the work since the commit is
+//     commit, and only then do the workers join again, under the new incarnation: a worker
+//     that joined earlier may hold a batch of a lease the dispatcher's restore voided, and is
+//     made to join again before it trains it. Exactly-once holds; the work since the commit is
 //     redone.
 //   - Partial: the other servers go on serving; the servers that take the failed slots (the
 //     replacement, or survivors) load just those slots of the commit, the replacement is fenced

@@ -204,6 +204,11 @@ type faultWorker struct {
 }
 
 func (j *faultJob) worker(name string) *faultWorker {
+	return j.workerWith(name, nil)
+}
+
+// workerWith is worker whose calls to the coordinator go through wrap (nil: none).
+func (j *faultJob) workerWith(name string, wrap func(elastic.Control) elastic.Control) *faultWorker {
 	h := j.net.Host(name)
 	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Transport: h, Resolver: j.coord, Retries: 4, RetryBackoff: time.Millisecond})
 	require.NoError(j.t, err)
@@ -211,7 +216,11 @@ func (j *faultJob) worker(name string) *faultWorker {
 	require.NoError(j.t, err)
 	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
-	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
+	var control elastic.Control = ctl
+	if wrap != nil {
+		control = wrap(ctl)
+	}
+	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: control, Client: cli,
 		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}, Logger: j.logger})
 	require.NoError(j.t, err)
 	j.closers = append(j.closers, func() {

@@ -449,6 +449,15 @@ func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) 
 // rollback returns every server, the dispatcher and the ledger to the commit of step (or to
 // the start of the job before any commit), under a new incarnation: every epoch issued so far
 // is fenced, and the workers join again.
+//
+// The core becomes the new incarnation only after the dispatcher is restored. A worker that
+// joins while the rollback runs may take a lease of the dispatcher's state from before it; the
+// restore voids that lease, but not the batch the worker already read of it. Joined before the
+// core's restore, the worker holds an epoch of the old incarnation, so its Begin is refused and
+// it joins again with a fresh reader. Were the core restored first, the worker would be a member
+// of the new incarnation and train the stale batch as well as whoever takes the same positions
+// from the restored dispatcher: the servers skip the later of the two pushes only while their
+// applied records hold the position, and forget it once a commit holds it done.
 func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable) error {
 	disp, led, err := c.commitData(ctx, step)
 	if err != nil {
@@ -465,21 +474,27 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 	if err := c.lead(ctx, servers, inc); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.core.restore(step, step, inc)
-	c.fenced = nil
-	c.committedDone = done
-	c.mu.Unlock()
-	c.clock.reset() // a barrier the failure interrupted never comes down
+	// Every epoch issued so far, and every one the core issues until its restore below, is
+	// below the floor.
 	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
 		return err
 	}
 	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
 		return err
 	}
+	if f := c.beforeDispatcherRestore.Load(); f != nil {
+		(*f)()
+	}
 	if err := c.svc.restore(disp, led); err != nil {
 		return fmt.Errorf("elastic: commit %d: dispatcher: %w", step, err)
 	}
+	c.mu.Lock()
+	c.core.restore(step, step, inc)
+	c.fenced = nil
+	c.committedDone = done
+	c.applyLocked(nil) // workers held in Begin learn now that they must join again
+	c.mu.Unlock()
+	c.clock.reset() // a barrier the failure interrupted never comes down
 	return c.install(ctx, servers, table)
 }
 

@@ -339,3 +339,124 @@ func TestPartialRecoveryVoidsBatchesInFlight(t *testing.T) {
 	withoutLost(want, ev.Lost, failedSlots)
 	assert.Equal(t, want, serverRows(j.liveServers()), "every row holds every record once per epoch, but the lost ones on the failed slots")
 }
+
+// gatedBegin holds a worker's first Begin until the test releases it: by then the worker has
+// joined, taken a lease and read a batch of it, and not begun training it.
+type gatedBegin struct {
+	elastic.Control
+	once    sync.Once
+	begun   chan struct{} // closed when the first Begin is called
+	release chan struct{} // closed by the test: the first Begin goes on
+}
+
+func (g *gatedBegin) Begin(ctx context.Context, worker string, epoch uint64) error {
+	g.once.Do(func() {
+		close(g.begun)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+		}
+	})
+	return g.Control.Begin(ctx, worker, epoch)
+}
+
+// A worker that joins while a rollback runs, before the dispatcher is restored, takes a lease
+// of the dispatcher's state from before the failure and reads a batch of it; the restore voids
+// that lease. The worker must not train that batch: another worker trains the same positions
+// from the restored dispatcher, a commit holds them done and the servers forget them
+// (PruneApplied), so a push of the stale batch would land a second time with nothing left to
+// refuse it. The schedule is injected: the worker joins and reads just before the dispatcher's
+// restore, and calls Begin only once the data epoch of its batch is committed and pruned.
+func TestRollbackTrainsNoBatchOfALeaseItVoided(t *testing.T) {
+	recovered := make(chan elastic.RecoveryEvent, 8)
+	j := startFaultJobWith(t, 3, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
+		c.Recovery = elastic.Rollback
+		c.CheckpointEvery = 0 // only the test's: it decides what is committed and pruned, and when
+		c.Dispatcher.LeaseTTL, c.WorkerSilence, c.ArriveTimeout = time.Minute, time.Minute, time.Minute
+		c.HealthEvery, c.ServerTimeout, c.ReplaceWait = 20*time.Millisecond, time.Second, time.Hour
+		c.OnRecovery = func(ev elastic.RecoveryEvent) { recovered <- ev }
+		c.Logger = testLogger(t)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b := j.worker("b")
+	steps := func(n int) {
+		t.Helper()
+		for range n {
+			require.NoError(t, b.sess.Step(ctx, trainStep))
+		}
+	}
+	checkpoint := func(why string) {
+		t.Helper()
+		_, err := j.coord.Checkpoint(ctx)
+		require.NoError(t, err, why)
+	}
+	steps(4)
+	checkpoint("the commit the rollback restores")
+	steps(2) // rolled back, and trained again
+
+	gate := &gatedBegin{begun: make(chan struct{}), release: make(chan struct{})}
+	a := j.workerWith("a", func(c elastic.Control) elastic.Control {
+		gate.Control = c
+		return gate
+	})
+	var mu sync.Mutex
+	var trained []ps.Position // by a
+	stepA := func(ctx context.Context, bt *elastic.Batch) error {
+		mu.Lock()
+		trained = append(trained, bt.Position())
+		mu.Unlock()
+		return trainStep(ctx, bt)
+	}
+	aDone, hooked := make(chan error, 1), make(chan error, 1)
+	var once sync.Once
+	elastic.SetBeforeDispatcherRestore(j.coord, func() {
+		once.Do(func() {
+			go func() { aDone <- a.run(ctx, stepA) }()
+			select {
+			case <-gate.begun:
+				hooked <- nil
+			case err := <-aDone:
+				hooked <- fmt.Errorf("worker a ended before its first batch: %v", err)
+			case <-ctx.Done():
+				hooked <- ctx.Err()
+			}
+		})
+	})
+
+	j.kill(1)
+	require.NoError(t, j.restart(1))
+	for ev := range recovered {
+		if ev.Err == nil {
+			assert.Equal(t, []string{"ps-1"}, ev.Replaced)
+			break
+		}
+		t.Logf("recovery attempt failed: %v", ev.Err)
+	}
+	require.NoError(t, <-hooked, "worker a joined and read a batch while the rollback ran")
+	elastic.SetBeforeDispatcherRestore(j.coord, nil)
+
+	// b alone trains the rest of the first data epoch, the positions of a's batch among them.
+	for j.coord.Dispatcher().Progress().Epoch < 1 {
+		steps(1)
+	}
+	checkpoint("a commit that holds the first data epoch done")
+	steps(1)
+	checkpoint("a snapshot at which the servers forget the first data epoch's positions")
+
+	close(gate.release)
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.run(ctx, trainStep) }()
+	require.NoError(t, <-aDone)
+	require.NoError(t, <-bDone)
+	checkpoint("the final commit")
+
+	mu.Lock()
+	for _, p := range trained {
+		assert.NotZero(t, p.Epoch, "worker a trained %v, of the data epoch committed done before it began", p)
+	}
+	mu.Unlock()
+	assertEveryEpochOnce(t, j.coord)
+	assert.Equal(t, faultExpected(), serverRows(j.liveServers()), "every row holds every record once per epoch")
+}
