@@ -57,8 +57,8 @@ type Coordinator struct {
 	scaler     Scaler // Config.Scaler, or SetScaler's
 	batch      int    // the records per batch every worker reads (0: none joined yet)
 	// committedDone is how far the data was done at the newest commit: the servers forget the
-	// positions it covers, and no others, so that a coordinator taking over from that commit
-	// finds every later position in their applied sets.
+	// batches it covers, and no others, so that a coordinator taking over from that commit
+	// finds every later batch in their records.
 	committedDone Progress
 
 	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
@@ -699,7 +699,8 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
 	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation, BatchSize: c.batch}
-	servers, gen, forget := slices.Clone(c.servers), c.recGen, c.committedDone
+	servers, gen := slices.Clone(c.servers), c.recGen
+	at := SnapshotProgress{Committed: c.committedDone}
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {
 		err = errors.New("no checkpoint storage")
@@ -713,6 +714,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
+		at.Accepted = done
 		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
@@ -729,7 +731,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
 		for i, s := range servers {
 			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step, forget)
+				info, err := s.Snapshot(gctx, step, at)
 				if err != nil {
 					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
 				}

@@ -101,8 +101,8 @@ func (l *LocalServer) owned(t *ps.OwnerTable) []int {
 }
 
 // Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
-// tensors and the positions it applied (for those slots).
-func (l *LocalServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
+// tensors and the batches it applied (for those slots).
+func (l *LocalServer) Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
 		return checkpoint.SnapshotInfo{}, errNoCheckpoints
 	}
@@ -125,7 +125,9 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, done Progress) 
 		}
 	}
 	set := t.SlotsOf(l.srv.ID())
-	l.srv.PruneApplied(func(p ps.Position) bool { return !done.Done(p) })
+	l.srv.SettleApplied(func(epoch uint32) bool { return epoch < at.Committed.Epoch })
+	l.srv.PruneApplied(func(p ps.Position) bool { return !at.Committed.Done(p) })
+	l.srv.FoldApplied(at.Accepted.through)
 	applied := l.srv.AppliedState(set.Has)
 	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(blobApplied, applied))
 	if err == nil {
@@ -337,6 +339,9 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	l.newest = max(l.newest, step)
 	l.mu.Unlock()
 	if step == 0 {
+		if mode == RestoreNew {
+			return l.srv.RestoreApplied(nil, target) // they start afresh: nothing applied
+		}
 		return nil
 	}
 	res, err := l.ck.Load(ctx, step, checkpoint.RestoreSlots(slots),
@@ -352,6 +357,11 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 		if b.Name == blobApplied {
 			applied = append(applied, b.Data)
 		}
+	}
+	if mode == RestoreNew {
+		// The job goes on from where it is, not from the commit: the restored slots hold
+		// less than what is done of the data says.
+		return l.srv.RestoreApplied(applied, target)
 	}
 	return l.srv.LoadApplied(applied, target)
 }

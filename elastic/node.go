@@ -22,11 +22,12 @@ type ParameterServer interface {
 	// Fence refuses, from when it returns, every push carrying one of epochs or an epoch below
 	// floor; pushes of those epochs in flight have finished by then.
 	Fence(ctx context.Context, floor uint64, epochs []uint64) error
-	// Snapshot copies the server's state (rows of the slots it owns, dense tensors, the positions
+	// Snapshot copies the server's state (rows of the slots it owns, dense tensors, the batches
 	// it applied) into its flash checkpoint as step. Training is paused at a barrier meanwhile;
-	// persisting to storage goes on in the background. First the server forgets the applied
-	// positions done says can never be replayed.
-	Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error)
+	// persisting to storage goes on in the background. First the server brings its record of
+	// applied batches up to at (see SnapshotProgress), so that what it saves is bounded by what
+	// is in flight.
+	Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error)
 	// WaitPersisted waits until the snapshot of step is in storage and returns its manifest.
 	WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error)
 	// Verify checks that the commit of step can be loaded for the slots t gives this server.
@@ -95,14 +96,26 @@ const (
 )
 
 // Progress is how far the dispatcher has accepted the training data at a barrier: every data
-// epoch below Epoch is finished, and in Epoch each listed shard is accepted through its offset. A
-// batch position it covers can never be replayed from that barrier on, so the servers forget
-// having applied it (the applied sets stay small).
+// epoch below Epoch is finished, and in Epoch each listed shard is accepted through its offset.
+// Every batch it covers was applied on every server (a worker reports a batch once its pushes
+// are acknowledged). Once a commit holds it, such a batch can never be replayed, so the servers
+// forget having applied it.
 type Progress struct {
 	// Epoch is the current data epoch: every earlier one is done as a whole.
 	Epoch uint32
 	// Offsets are, per shard of the current epoch, the record offset up to which it is done.
 	Offsets map[ShardKey]int64
+}
+
+// SnapshotProgress is where the data stands at a checkpoint barrier, as a server's snapshot
+// needs it.
+type SnapshotProgress struct {
+	// Committed is how far the data was done at the job's newest commit. Its batches can never
+	// be replayed: the servers forget them.
+	Committed Progress
+	// Accepted is how far the dispatcher has accepted the data at this barrier. Every batch it
+	// covers is applied on every server: the servers fold it into their watermarks.
+	Accepted Progress
 }
 
 // ShardKey names a shard of a data epoch.
@@ -115,6 +128,15 @@ func (d Progress) Done(p ps.Position) bool {
 	}
 	off, ok := d.Offsets[ShardKey{p.Epoch, p.Shard}]
 	return ok && p.End <= off
+}
+
+// through returns the offset through which shard k of the current epoch is accepted (0: none,
+// or an earlier epoch: a finished epoch may hold shards given up part of the way).
+func (d Progress) through(k ps.DataShard) int64 {
+	if k.Epoch != d.Epoch {
+		return 0
+	}
+	return d.Offsets[ShardKey{k.Epoch, k.Shard}]
 }
 
 // appendProgress encodes d: epoch u32, count u32, per shard: epoch u32, shard u32, offset u64.

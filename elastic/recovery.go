@@ -66,8 +66,9 @@ type RecoveryEvent struct {
 	LostRecords    int64
 	TrainedRecords int64
 	// Held are the positions trained since the commit (as Lost) whose batch the commit holds
-	// applied to some of the restored slots, one HeldSpan per batch and table: their updates
-	// of those slots are in the restored rows. Every push of a batch to a server holds all of
+	// applied to some of the restored slots, one HeldSpan per run of positions and table (a
+	// batch, or positions below a shard's watermark, which the commit holds on every slot):
+	// their updates of those slots are in the restored rows. Every push of a batch to a server holds all of
 	// the batch's rows there, so a batch held on a server's slots lost nothing on them; only a
 	// step function that pushed a part of a table's ids in one try and the rest in a later
 	// try (after the commit) lost its updates of the other restored slots, which no server
@@ -602,28 +603,59 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 	if err != nil {
 		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
 	}
+	var all []int // every restored slot
+	for s, r := range restored {
+		if r {
+			all = append(all, s)
+		}
+	}
+	type shardKey struct {
+		table string
+		shard ps.DataShard
+	}
 	type key struct {
 		table string
 		pos   ps.Position
 	}
-	slots := map[key][]int{} // a batch's slots may be on several servers' checkpoints
-	for _, b := range blobs {
+	states := make([]map[string]map[ps.DataShard]ps.AppliedShard, len(blobs))
+	through := map[shardKey]int64{} // a watermark holds for every slot: the highest of the servers'
+	for i, b := range blobs {
 		state, err := ps.DecodeApplied(b.Data)
 		if err != nil {
 			return nil, fmt.Errorf("elastic: commit %d: applied batches of %s: %w", step, b.Node, err)
 		}
-		for table, entries := range state {
-			for pos, applied := range entries {
-				for _, s := range applied {
-					if int(s) < len(restored) && restored[s] {
-						k := key{table, pos}
-						slots[k] = append(slots[k], int(s))
+		states[i] = state
+		for table, shards := range state {
+			for k, r := range shards {
+				sk := shardKey{table, k}
+				through[sk] = max(through[sk], r.Through)
+			}
+		}
+	}
+	slots := map[key][]int{} // a batch's slots may be on several servers' checkpoints
+	for _, state := range states {
+		for table, shards := range state {
+			for k, r := range shards {
+				for _, bt := range r.Batches {
+					if bt.End <= through[shardKey{table, k}] {
+						continue // below another server's watermark: held on every slot
+					}
+					for _, s := range bt.Slots {
+						if int(s) < len(restored) && restored[s] {
+							k := key{table, ps.Position{Epoch: k.Epoch, Shard: k.Shard, Start: bt.Start, End: bt.End}}
+							slots[k] = append(slots[k], int(s))
+						}
 					}
 				}
 			}
 		}
 	}
-	held := make([]heldBatch, 0, len(slots))
+	held := make([]heldBatch, 0, len(slots)+len(through))
+	for sk, t := range through {
+		if t > 0 && len(all) > 0 {
+			held = append(held, heldBatch{table: sk.table, pos: ps.Position{Epoch: sk.shard.Epoch, Shard: sk.shard.Shard, Start: 0, End: t}, slots: all})
+		}
+	}
 	for k, ss := range slots {
 		slices.Sort(ss)
 		held = append(held, heldBatch{table: k.table, pos: k.pos, slots: slices.Compact(ss)})

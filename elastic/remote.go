@@ -232,11 +232,15 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			return l.Fence(ctx, m.floor, m.epochs)
 		}),
 		methodSnapshot: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
-			done, err := decodeProgress(m.done)
+			committed, err := decodeProgress(m.done)
 			if err != nil {
 				return err
 			}
-			info, err := l.Snapshot(ctx, m.step, done)
+			accepted, err := decodeProgress(m.acc)
+			if err != nil {
+				return err
+			}
+			info, err := l.Snapshot(ctx, m.step, SnapshotProgress{Committed: committed, Accepted: accepted})
 			if err != nil {
 				return err
 			}
@@ -513,9 +517,11 @@ func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64)
 }
 
 // Snapshot implements ParameterServer.
-func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, done Progress) (checkpoint.SnapshotInfo, error) {
+func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
-	err := s.call(ctx, methodSnapshot, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, done: appendProgress(nil, done)}.append(nil), func(d *dec) {
+	msg := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step,
+		done: appendProgress(nil, at.Committed), acc: appendProgress(nil, at.Accepted)}
+	err := s.call(ctx, methodSnapshot, msg.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})
 	return info, err

@@ -148,16 +148,17 @@ type serverMsg struct {
 	floor  uint64
 	epochs []uint64
 	table  []byte // ps.AppendOwnerTable, or empty
-	done   []byte // appendProgress, or empty
+	done   []byte // appendProgress, or empty: Snapshot's committed progress
+	acc    []byte // appendProgress, or empty: Snapshot's accepted progress
 	mode   uint8  // Restore's RestoreMode
 }
 
 func (m serverMsg) append(dst []byte) []byte {
-	return enc(dst).u64(m.inc).u64(m.coord).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table).bytes(m.done).u8(m.mode)
+	return enc(dst).u64(m.inc).u64(m.coord).u64(m.step).u64(m.floor).u64s(m.epochs).bytes(m.table).bytes(m.done).bytes(m.acc).u8(m.mode)
 }
 
 func decodeServerMsg(b []byte) (serverMsg, error) {
 	d := dec{b: b}
-	m := serverMsg{inc: d.u64(), coord: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), mode: d.u8()}
+	m := serverMsg{inc: d.u64(), coord: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), acc: d.bytes(), mode: d.u8()}
 	return m, d.end()
 }

@@ -14,7 +14,7 @@ func TestWireRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, w, got)
 
-	s := serverMsg{inc: 0xabc, coord: 7, mode: uint8(RestoreNew), step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress")}
+	s := serverMsg{inc: 0xabc, coord: 7, mode: uint8(RestoreNew), step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress"), acc: []byte("accepted")}
 	gs, err := decodeServerMsg(s.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, s, gs)

@@ -5,7 +5,8 @@ import (
 )
 
 // ClearSlots forgets everything this server holds for the slots drop accepts: the rows of its
-// embedding tables in those slots and the positions applied to them. Dense tensors keep their
+// embedding tables in those slots and the batches applied to them (and, when drop accepts
+// every slot, the shards' watermarks too). Dense tensors keep their
 // rows (a restore replaces them whole). A server rolled back to a checkpoint clears its slots
 // first, so rows created after the checkpoint do not survive the load. It returns the rows
 // deleted. Call it while the server does not serve those slots (no owner table gives them to
@@ -35,30 +36,16 @@ func (s *Server) ClearSlots(drop func(slot int) bool) int {
 			n += t.DeleteSlots(set)
 		}
 	}
+	all := set.Len() == s.cfg.Slots
 	for _, a := range sets {
-		a.dropSlots(drop)
-	}
-	return n
-}
-
-// dropSlots removes the slots drop accepts from every entry, and entries left with none.
-func (a *appliedSet) dropSlots(drop func(slot int) bool) {
-	for k := range a.stripes {
-		st := &a.stripes[k]
-		st.Lock()
-		for p, slots := range st.m {
-			kept := slots[:0:0]
-			for _, sl := range slots {
-				if !drop(int(sl)) {
-					kept = append(kept, sl)
-				}
-			}
-			if len(kept) == 0 {
-				delete(st.m, p)
-			} else if len(kept) < len(slots) {
-				st.m[p] = kept
-			}
+		if all {
+			a.each(func(_ DataShard, r *AppliedShard) { *r = AppliedShard{} })
+		} else {
+			a.dropSlots(drop)
 		}
-		st.Unlock()
 	}
+	s.own.Lock()
+	s.forgetRestoredLocked(drop)
+	s.own.Unlock()
+	return n
 }

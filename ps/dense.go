@@ -185,7 +185,8 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	}
 	defer s.own.RUnlock()
 	if r.flags&flagPosition != 0 {
-		return applyErr(s.own.applied[r.table].applyOnce(r.pos, []int32{int32(h.slot)}, func(func(int) bool) error {
+		held := s.holdsBackLocked(r.table, DataShard{r.pos.Epoch, r.pos.Shard})
+		return applyErr(s.own.applied[r.table].applyOnce(r.pos, []int32{int32(h.slot)}, held, func(func(int) bool) error {
 			return h.t.Apply(ids, g, rowStep(r.step))
 		}))
 	}

@@ -558,6 +558,7 @@ func (s *Server) ReleaseMigration(id uint64) (int, error) {
 		close(done)
 	}()
 	s.endMigrationLocked(m)
+	s.forgetRestoredLocked(m.slots.Has)
 	s.own.Unlock()
 	// No request touches the slots any more (the server does not own them): delete without
 	// holding up the others.

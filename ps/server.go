@@ -34,7 +34,10 @@ type Server struct {
 		table   *OwnerTable
 		slots   *embedding.SlotSet
 		tables  map[string]*hosted
-		applied map[string]*appliedSet // by table name: the positions applied per slot
+		applied map[string]*appliedSet // by table name: the batches applied per data shard
+		// restored holds the slots restored from an older commit while the others were
+		// served (RestoreApplied), until a commit holds what they hold (SettleApplied).
+		restored []*restoredClass
 		// since holds, per owned slot, the version of the first table that gave it to this
 		// server: a request routed by an older table is refused so its client refreshes.
 		since []uint64
@@ -456,7 +459,8 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 		(*f)()
 	}
 	if r.flags&flagPosition != 0 {
-		err = s.own.applied[r.table].applyOnce(r.pos, sc.slots, func(skip func(int) bool) error {
+		held := s.holdsBackLocked(r.table, DataShard{r.pos.Epoch, r.pos.Shard})
+		err = s.own.applied[r.table].applyOnce(r.pos, sc.slots, held, func(skip func(int) bool) error {
 			ids, g := r.ids, grads
 			if skip != nil {
 				ids, g = withoutSlots(ids, g, d, s.cfg.Slots, skip)
