@@ -59,6 +59,9 @@ type Coordinator struct {
 	// positions it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later position in their applied sets.
 	committedDone Progress
+	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
+	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
+	existing error
 
 	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
 	// new table and each table of a live repartition hold it, so a commit never mixes tables.
@@ -191,6 +194,16 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	for _, h := range found {
 		c.live = c.live || h.TableVersion != 0 || h.Leader != 0
 	}
+	if !c.live && c.committer != nil {
+		// A coordinator taking a running job over (live) resumes it: its commits are the job's.
+		err := prepareFresh(ctx, c.committer, cfg.Job, cfg.Overwrite, c.log)
+		switch {
+		case errors.Is(err, ErrExistingCommits):
+			c.existing = err
+		case err != nil:
+			return nil, err
+		}
+	}
 	if !c.live {
 		// A fresh job: incarnation 1 leads the servers and places the slots.
 		if err := c.lead(ctx, c.servers, c.core.incarnation); err != nil {
@@ -279,7 +292,8 @@ func (c *Coordinator) applyLocked(acts []action) {
 // fence epoch; every push it makes carries it. Every worker of a job must read with one batch
 // size, the first one that joined with a batchSize above 0 (a batch's position is its exact
 // record range: one replayed with other boundaries would land twice); another is refused with
-// ErrInvalidConfig. The batch size is kept in every commit.
+// ErrInvalidConfig. The batch size is kept in every commit. Over the commits of an earlier run
+// that this coordinator neither resumed nor overwrote, Join returns an *ExistingCommitsError.
 func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if worker == "" || batchSize < 0 {
 		return 0, fmt.Errorf("%w: worker %q, batch size %d", ErrInvalidConfig, worker, batchSize)
@@ -294,6 +308,9 @@ func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (u
 	}
 	if c.superseded != nil {
 		return 0, c.superseded
+	}
+	if c.existing != nil {
+		return 0, c.existing
 	}
 	if batchSize > 0 && c.batch > 0 && batchSize != c.batch {
 		return 0, fmt.Errorf("%w: worker %s reads batches of %d records, the job's are %d: every worker must use the same batch size", ErrInvalidConfig, worker, batchSize, c.batch)
@@ -384,7 +401,9 @@ const checkpointBusyTries = 3
 // Checkpoint takes a checkpoint at the next barrier and waits for its commit. It returns the
 // committed step; with nothing new since the last snapshot, that snapshot's step. A snapshot
 // refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
-// taken again once the commits before it are written.
+// taken again once the commits before it are written. Over the commits of an earlier run that
+// this coordinator neither resumed nor overwrote, it returns an *ExistingCommitsError and
+// writes nothing.
 func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
 	return c.checkpointTries(ctx, false)
 }
@@ -416,6 +435,11 @@ func (c *Coordinator) checkpoint(ctx context.Context, final bool) (uint64, error
 		return 0, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
 	c.mu.Lock()
+	if c.existing != nil {
+		err := c.existing
+		c.mu.Unlock()
+		return 0, err
+	}
 	if c.core.step == c.core.snapStep && (!final || c.core.phase == phaseIdle) {
 		step := c.core.snapStep
 		if final {

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -146,13 +144,15 @@ func (c *ckStats) get() CheckpointStats {
 }
 
 // ErrCheckpointsExist is returned by Run and RunCoordinator without Resume or Overwrite when the
-// checkpoint directory holds commits of an earlier run: starting over would delete them.
+// checkpoint directory holds commits of an earlier run: starting over would delete them. The
+// error wraps elastic.ErrExistingCommits too.
 var ErrCheckpointsExist = errors.New("train: checkpoints of an earlier run")
 
 // openStorage opens the checkpoint directory for the job's coordinator. Without resume, a
-// directory holding the job's commits is refused unless Overwrite, which deletes them; what no
-// commit can restore (persists never committed, temporary files of a killed persist) goes either
-// way. (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
+// directory holding the job's commits is refused unless Overwrite, which deletes them
+// (elastic.PrepareFresh, before the servers and their shared memory are touched); what no commit
+// can restore (persists never committed, temporary files of a killed persist) goes either way.
+// (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
 func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkpoint.FSStorage, error) {
 	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
 	if err != nil {
@@ -161,25 +161,12 @@ func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkp
 	if cfg.Resume || cfg.Evaluate != "" {
 		return st, nil
 	}
-	commits, err := st.List(ctx, jobName+"/commits/")
+	err = elastic.PrepareFresh(ctx, st, jobName, cfg.Overwrite, logger)
+	if existing := (*elastic.ExistingCommitsError)(nil); errors.As(err, &existing) {
+		return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d (%w)", ErrCheckpointsExist, st.Root(), existing.Commits, existing.Newest, elastic.ErrExistingCommits)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if len(commits) > 0 {
-		if !cfg.Overwrite {
-			newest, _ := strconv.ParseUint(path.Base(commits[len(commits)-1]), 10, 64)
-			return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d", ErrCheckpointsExist, st.Root(), len(commits), newest)
-		}
-		names, err := st.List(ctx, jobName+"/")
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range names {
-			if err := st.Delete(ctx, n); err != nil {
-				return nil, err
-			}
-		}
-		logger.Info("deleted the checkpoints of an earlier run", "dir", st.Root(), "objects", len(names))
 	}
 	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: logger})
 	if err != nil {
