@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,8 @@ type Coordinator struct {
 	steps      stepTimes       // the workers' batch times (Usage)
 	commits    chan commitJob
 	done       chan struct{} // closed by Close
+	halted     chan struct{} // closed once stopped for good: superseded or closed (guarded by mu)
+	haltErr    error         // why (guarded by mu)
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -159,7 +162,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, scaler: cfg.Scaler, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
-		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}), halted: make(chan struct{})}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
@@ -403,7 +406,7 @@ const checkpointBusyTries = 3
 // refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
 // taken again once the commits before it are written. Over the commits of an earlier run that
 // this coordinator neither resumed nor overwrote, it returns an *ExistingCommitsError and
-// writes nothing.
+// writes nothing; on a coordinator another one took the job over from, its Err, at once.
 func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
 	return c.checkpointTries(ctx, false)
 }
@@ -435,8 +438,7 @@ func (c *Coordinator) checkpoint(ctx context.Context, final bool) (uint64, error
 		return 0, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
 	c.mu.Lock()
-	if c.existing != nil {
-		err := c.existing
+	if err := cmp.Or(c.superseded, c.existing); err != nil {
 		c.mu.Unlock()
 		return 0, err
 	}
@@ -572,6 +574,30 @@ func (c *Coordinator) supersededLocked(err error) {
 	c.log.Error("another coordinator has taken the job over; this one stops", "err", err)
 	c.core.stop()
 	c.applyLocked(nil)
+	c.haltLocked(c.superseded)
+}
+
+// haltLocked records that the coordinator has stopped for good, for err, and closes Done.
+func (c *Coordinator) haltLocked(err error) {
+	if c.haltErr != nil {
+		return
+	}
+	c.haltErr = err
+	close(c.halted)
+}
+
+// Done returns a channel closed once the coordinator has stopped for good: another coordinator
+// took the job over (Err then wraps ErrSuperseded), or Close was called (ErrClosed). A program's
+// run loop selects on it, so that a coordinator taken over ends at once (its training stopped,
+// nothing more of it is committed) instead of serving a job that is no longer its own.
+func (c *Coordinator) Done() <-chan struct{} { return c.halted }
+
+// Err returns nil while Done is open, and then why the coordinator stopped: an error wrapping
+// ErrSuperseded, or ErrClosed.
+func (c *Coordinator) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.haltErr
 }
 
 // Stop ends training: no barrier goes up after those in progress, and workers' next Begin
@@ -896,6 +922,7 @@ func (c *Coordinator) Close() error {
 	c.closed = true
 	close(c.done)
 	c.applyLocked(nil)
+	c.haltLocked(ErrClosed)
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.clock.resume()

@@ -22,6 +22,9 @@
 // let retention delete them: the program chooses, Resume or Config.Overwrite, and PrepareFresh
 // lets it refuse before it starts anything.
 //
+// A coordinator that another one takes the job over from stops for good: its Done channel
+// closes and Err wraps ErrSuperseded, so that the program's run loop ends at once.
+//
 // # The barrier core
 //
 // The coordinator's protocol state is an I/O-free core: events (a worker joins, begins or ends a

@@ -81,10 +81,13 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	var failure error
 	reason := ""
+	coordDone := r.job.Coordinator().Done()
 	for running && reason == "" {
 		select {
 		case <-ctx.Done():
 			reason = "interrupted"
+		case <-coordDone:
+			failure, reason = r.job.Coordinator().Err(), "another coordinator took the job over"
 		case <-deadline:
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case err := <-done:

@@ -391,8 +391,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
 		var meta runMeta
-		if err := json.Unmarshal(raw, &meta); err != nil {
-			return nil, fmt.Errorf("restore: run description: %w", err)
+		if len(raw) > 0 || step > 0 { // a running job taken over before its first commit has none
+			if err := json.Unmarshal(raw, &meta); err != nil {
+				return nil, fmt.Errorf("restore: run description: %w", err)
+			}
 		}
 		sum.Resumed, sum.ResumedStep, sum.ResumedSamples = true, step, meta.Samples
 		r.baseSamp = meta.Samples
@@ -444,6 +446,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		select {
 		case <-ctx.Done():
 			reason = "interrupted"
+		case <-coord.Done():
+			// Another coordinator took the job over: this one's training stopped and nothing
+			// more of it is committed. The job is the other's; end now, and say so.
+			return nil, fmt.Errorf("coordinator: %w", coord.Err())
 		case <-deadline:
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case <-tick.C:
