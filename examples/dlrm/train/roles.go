@@ -241,7 +241,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	shmDir, err := prepareShm(cfg, rc.ID, rc.Logger)
+	shm, err := prepareShm(cfg, rc.ID, rc.Logger)
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	}
 	// A damaged storage copy of a commit restored from shared memory is logged as a warning.
 	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
-		ShmDir: shmDir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
+		ShmDir: shm.dir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
 	if err != nil {
 		l.Close()
 		return err
@@ -259,7 +259,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	defer func() {
 		ls.Close()
 		if !cfg.KeepShm {
-			removeShm(shmDir, cfg.ShmDir == "", func(node string) bool { return node != rc.ID })
+			removeShm(shm, func(node string) bool { return node != rc.ID })
 		}
 	}()
 	if err := elastic.ServeServer(srv, ls); err != nil {

@@ -45,10 +45,10 @@ type run struct {
 	tables sparseTables // server-side names of the sparse fields' tables
 	dense  []denseTensor
 
-	job    *elastic.LocalJob
-	shmDir string
-	admin  *ps.Client
-	ck     ckStats
+	job   *elastic.LocalJob
+	shm   shmPlace // the shared-memory tier (dir "" until placed)
+	admin *ps.Client
+	ck    ckStats
 	// eval scores the set that evaluations during training, keep-best and early stopping use:
 	// the validation set when there is one, else the test set (testEval).
 	eval, testEval *evaluator
@@ -156,7 +156,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.commits, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: r.logger}); err != nil {
 		return err
 	}
-	if r.shmDir, err = prepareShm(cfg, "", r.logger); err != nil {
+	if r.shm, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
 	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
@@ -170,7 +170,7 @@ func (r *run) setUp(ctx context.Context) error {
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
 		},
-		Checkpoint: checkpoint.Config{ShmDir: r.shmDir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
+		Checkpoint: checkpoint.Config{ShmDir: r.shm.dir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
 	})
 	if err != nil {
 		return err
