@@ -119,9 +119,10 @@ func TestFreshStartOverEarlierCommitsIsRefused(t *testing.T) {
 
 	// Resume is one way on.
 	resumed := freshJob(t, dir, nil)
-	step, _, err := resumed.Coordinator().Resume(ctx)
+	res, err := resumed.Coordinator().ResumeReport(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, newest, step)
+	assert.Equal(t, newest, res.Step)
+	assert.Equal(t, 32, res.BatchSize, "the batch size every worker must read with")
 	require.NoError(t, trainSteps(ctx, t, resumed, 5))
 	_, err = resumed.Coordinator().Checkpoint(ctx)
 	require.NoError(t, err)
@@ -130,7 +131,7 @@ func TestFreshStartOverEarlierCommitsIsRefused(t *testing.T) {
 	// Overwrite is the other: the earlier run goes, and the new one trains and commits.
 	over := freshJob(t, dir, func(c *elastic.Config) { c.Overwrite = true })
 	require.NoError(t, trainSteps(ctx, t, over, 10))
-	step, err = over.Coordinator().Checkpoint(ctx)
+	step, err := over.Coordinator().Checkpoint(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(10), step, "the overwriting run counts its steps from the start")
 	require.NoError(t, over.Close())

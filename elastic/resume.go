@@ -59,6 +59,10 @@ type Resumed struct {
 	// Cleaned counts the objects removed at a resume of a stopped job: persists never committed
 	// and temporary files of writes a killed process left (checkpoint's Clean).
 	Cleaned int
+	// BatchSize is the records per batch the job's commit records: every worker must read with
+	// it (Join refuses another), so a program checks its own before it starts any (0: the
+	// commit records none).
+	BatchSize int
 }
 
 // ResumeReport is Resume that also says which newer commits it skipped and where it moved
@@ -71,6 +75,11 @@ func (c *Coordinator) ResumeReport(ctx context.Context) (Resumed, error) {
 	var res Resumed
 	step, job, err := c.resume(ctx, &res)
 	res.Step, res.Job = step, job
+	if err == nil {
+		c.mu.Lock()
+		res.BatchSize = c.batch
+		c.mu.Unlock()
+	}
 	c.resumeDone(ctx, err)
 	return res, err
 }

@@ -390,6 +390,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		if err != nil {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
+		if err := checkBatch(res.BatchSize, cfg.BatchSize); err != nil {
+			return nil, err
+		}
 		var meta runMeta
 		if len(raw) > 0 || step > 0 { // a running job taken over before its first commit has none
 			if err := json.Unmarshal(raw, &meta); err != nil {

@@ -365,6 +365,9 @@ func (r *run) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	if err := checkBatch(res.BatchSize, r.cfg.BatchSize); err != nil {
+		return err
+	}
 	var meta runMeta
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		return fmt.Errorf("restore: run description: %w", err)
@@ -411,6 +414,16 @@ func (r *run) restore(ctx context.Context) error {
 		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f), %d evaluations since", b.Step, b.AUC, meta.Stale)
 	}
 	r.emit(Event{Kind: EventRestore, Message: msg})
+	return nil
+}
+
+// checkBatch refuses a resume whose batch size is not the one the checkpoint was trained with
+// (resumed, 0 when it records none): a batch's position is its exact record range, so every
+// worker is refused, and it is better said before training starts.
+func checkBatch(resumed, batch int) error {
+	if resumed > 0 && resumed != batch {
+		return fmt.Errorf("%w: the checkpoint was trained with batches of %d records, this run reads batches of %d: resume with the checkpoint's batch size", ErrMismatch, resumed, batch)
+	}
 	return nil
 }
 
