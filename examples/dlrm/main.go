@@ -163,7 +163,15 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	}
 	switch o.role {
 	case "ps":
-		fmt.Fprintf(stdout, "dlrm: parameter server %s on %s; Ctrl-C stops it\n", o.id, o.listen)
+		// Said once the port is bound: a server that cannot listen says only why.
+		onEvent := rc.OnEvent
+		rc.OnEvent = func(ev train.Event) {
+			if ev.Kind == train.EventStart {
+				fmt.Fprintf(stdout, "dlrm: %s; Ctrl-C stops it\n", ev.Message)
+			} else if onEvent != nil {
+				onEvent(ev)
+			}
+		}
 		return train.RunServer(ctx, rc)
 	case "worker":
 		fmt.Fprintf(stdout, "dlrm: worker %s, dispatcher %s\n", o.id, o.dispatcher)
