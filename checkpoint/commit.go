@@ -327,6 +327,13 @@ func (m *Committer) Blob(ctx context.Context, step uint64, name string) ([]byte,
 	return nil, fmt.Errorf("%w: blob %q in the commit of step %d", ErrNotFound, name, step)
 }
 
+// Records returns the steps of every commit record of the job, valid or not (void, unreadable),
+// newest first: what a run that starts the job afresh in this storage would void and retention
+// then delete. Quarantined commits are not among them.
+func (m *Committer) Records(ctx context.Context) ([]uint64, error) {
+	return commitSteps(ctx, m.cfg.Storage, m.cfg.Job)
+}
+
 // RecordsAfter returns the steps of the job's commit records above step, valid or not (void,
 // unreadable), newest first. A coordinator taking over a running job checks that none was
 // written above the commit it restores: one that was may have moved the servers past it.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // PruneResult reports what Prune kept and deleted.
@@ -266,4 +267,44 @@ func objectDir(name string) string {
 		return name
 	}
 	return strings.Join(parts[:5], "/")
+}
+
+// DeleteAll deletes every object of the job in the storage: its commit records first (so that a
+// crash midway never leaves a commit whose data is gone), then the persists, the coordinators'
+// claims, the pin and the quarantined commits, and the temporary data of unfinished writes when
+// the Storage is a TempRemover. It returns the number of objects deleted. Nothing of the job can
+// be restored afterwards: call it only to start the job afresh over an earlier run, while no node
+// of the job persists and no coordinator of it commits.
+func (m *Committer) DeleteAll(ctx context.Context) (int, error) {
+	st, job := m.cfg.Storage, m.cfg.Job
+	records, err := st.List(ctx, commitsPrefix(job))
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: delete the job: %w", err)
+	}
+	rest, err := st.List(ctx, job+"/")
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: delete the job: %w", err)
+	}
+	n := 0
+	for _, name := range records {
+		if err := st.Delete(ctx, name); err != nil {
+			return n, fmt.Errorf("checkpoint: delete the job: %w", err)
+		}
+		n++
+	}
+	for _, name := range rest {
+		if strings.HasPrefix(name, commitsPrefix(job)) {
+			continue
+		}
+		if err := st.Delete(ctx, name); err != nil {
+			return n, fmt.Errorf("checkpoint: delete the job: %w", err)
+		}
+		n++
+	}
+	if tr, ok := st.(TempRemover); ok {
+		if _, err := tr.RemoveTemp(ctx, job+"/", time.Now()); err != nil {
+			return n, fmt.Errorf("checkpoint: delete the job: %w", err)
+		}
+	}
+	return n, nil
 }

@@ -36,6 +36,16 @@ type Config struct {
 	CheckpointEvery int
 	// KeepLast is how many commits retention keeps. Default 3 (checkpoint.CommitterConfig).
 	KeepLast int
+	// Overwrite says what a coordinator that finds commits of an earlier run of the job in
+	// Storage does when it does not Resume (say, a program started again without its resume
+	// option). Default false: it refuses to train over them (Join and Checkpoint return an
+	// *ExistingCommitsError, errors.Is ErrExistingCommits) until Resume restores one, and deletes
+	// nothing; a fresh start would void them and retention delete them. True: NewCoordinator
+	// deletes every object of the job in Storage (PrepareFresh) before it places the slots, so
+	// the run starts afresh and the earlier one is lost for good, and Resume then finds no
+	// checkpoint. A coordinator that finds its servers running the job (it takes the job over)
+	// never deletes, whatever Overwrite says.
+	Overwrite bool
 	// CommitBacklog is how many snapshots may wait for their commit; a scheduled snapshot that
 	// finds no room fails (persisting is that far behind) and training goes on. Default 16.
 	CommitBacklog int

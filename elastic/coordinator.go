@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,6 +61,9 @@ type Coordinator struct {
 	// batches it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later batch in their records.
 	committedDone Progress
+	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
+	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
+	existing error
 
 	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
 	// new table and each table of a live repartition hold it, so a commit never mixes tables.
@@ -87,6 +91,8 @@ type Coordinator struct {
 	steps      stepTimes       // the workers' batch times (Usage)
 	commits    chan commitJob
 	done       chan struct{} // closed by Close
+	halted     chan struct{} // closed once stopped for good: superseded or closed (guarded by mu)
+	haltErr    error         // why (guarded by mu)
 	closed     bool
 	wg         sync.WaitGroup
 
@@ -161,7 +167,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, scaler: cfg.Scaler, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
-		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}), halted: make(chan struct{})}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
@@ -195,6 +201,16 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	for _, h := range found {
 		c.live = c.live || h.TableVersion != 0 || h.Leader != 0
+	}
+	if !c.live && c.committer != nil {
+		// A coordinator taking a running job over (live) resumes it: its commits are the job's.
+		err := prepareFresh(ctx, c.committer, cfg.Job, cfg.Overwrite, c.log)
+		switch {
+		case errors.Is(err, ErrExistingCommits):
+			c.existing = err
+		case err != nil:
+			return nil, err
+		}
 	}
 	if !c.live {
 		// A fresh job: incarnation 1 leads the servers and places the slots.
@@ -284,7 +300,8 @@ func (c *Coordinator) applyLocked(acts []action) {
 // fence epoch; every push it makes carries it. Every worker of a job must read with one batch
 // size, the first one that joined with a batchSize above 0 (a batch's position is its exact
 // record range: one replayed with other boundaries would land twice); another is refused with
-// ErrInvalidConfig. The batch size is kept in every commit.
+// ErrInvalidConfig. The batch size is kept in every commit. Over the commits of an earlier run
+// that this coordinator neither resumed nor overwrote, Join returns an *ExistingCommitsError.
 func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if worker == "" || batchSize < 0 {
 		return 0, fmt.Errorf("%w: worker %q, batch size %d", ErrInvalidConfig, worker, batchSize)
@@ -299,6 +316,9 @@ func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (u
 	}
 	if c.superseded != nil {
 		return 0, c.superseded
+	}
+	if c.existing != nil {
+		return 0, c.existing
 	}
 	if batchSize > 0 && c.batch > 0 && batchSize != c.batch {
 		return 0, fmt.Errorf("%w: worker %s reads batches of %d records, the job's are %d: every worker must use the same batch size", ErrInvalidConfig, worker, batchSize, c.batch)
@@ -389,7 +409,9 @@ const checkpointBusyTries = 3
 // Checkpoint takes a checkpoint at the next barrier and waits for its commit. It returns the
 // committed step; with nothing new since the last snapshot, that snapshot's step. A snapshot
 // refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
-// taken again once the commits before it are written.
+// taken again once the commits before it are written. Over the commits of an earlier run that
+// this coordinator neither resumed nor overwrote, it returns an *ExistingCommitsError and
+// writes nothing; on a coordinator another one took the job over from, its Err, at once.
 func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
 	return c.checkpointTries(ctx, false)
 }
@@ -421,6 +443,10 @@ func (c *Coordinator) checkpoint(ctx context.Context, final bool) (uint64, error
 		return 0, fmt.Errorf("%w: no checkpoint storage", ErrInvalidConfig)
 	}
 	c.mu.Lock()
+	if err := cmp.Or(c.superseded, c.existing); err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
 	if c.core.step == c.core.snapStep && (!final || c.core.phase == phaseIdle) {
 		step := c.core.snapStep
 		if final {
@@ -553,6 +579,30 @@ func (c *Coordinator) supersededLocked(err error) {
 	c.log.Error("another coordinator has taken the job over; this one stops", "err", err)
 	c.core.stop()
 	c.applyLocked(nil)
+	c.haltLocked(c.superseded)
+}
+
+// haltLocked records that the coordinator has stopped for good, for err, and closes Done.
+func (c *Coordinator) haltLocked(err error) {
+	if c.haltErr != nil {
+		return
+	}
+	c.haltErr = err
+	close(c.halted)
+}
+
+// Done returns a channel closed once the coordinator has stopped for good: another coordinator
+// took the job over (Err then wraps ErrSuperseded), or Close was called (ErrClosed). A program's
+// run loop selects on it, so that a coordinator taken over ends at once (its training stopped,
+// nothing more of it is committed) instead of serving a job that is no longer its own.
+func (c *Coordinator) Done() <-chan struct{} { return c.halted }
+
+// Err returns nil while Done is open, and then why the coordinator stopped: an error wrapping
+// ErrSuperseded, or ErrClosed.
+func (c *Coordinator) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.haltErr
 }
 
 // Stop ends training: no barrier goes up after those in progress, and workers' next Begin
@@ -879,6 +929,7 @@ func (c *Coordinator) Close() error {
 	c.closed = true
 	close(c.done)
 	c.applyLocked(nil)
+	c.haltLocked(ErrClosed)
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.clock.resume()

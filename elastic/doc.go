@@ -17,7 +17,13 @@
 //
 // A restarted job calls Coordinator.Resume before its workers join: every server loads the
 // slots the new owner table gives it (any number of servers), the dispatcher and the ledger come
-// back, and the coordinator runs as a new incarnation (below).
+// back, and the coordinator runs as a new incarnation (below). A job that does not resume over
+// storage holding commits of an earlier run refuses to train (ErrExistingCommits) rather than
+// let retention delete them: the program chooses, Resume or Config.Overwrite, and PrepareFresh
+// lets it refuse before it starts anything.
+//
+// A coordinator that another one takes the job over from stops for good: its Done channel
+// closes and Err wraps ErrSuperseded, so that the program's run loop ends at once.
 //
 // # The barrier core
 //

@@ -29,6 +29,11 @@ var (
 	// ErrSuperseded is a parameter server's refusal of a coordinator that another one, of a
 	// later incarnation, has taken over from (ParameterServer.Lead); the job is that one's now.
 	ErrSuperseded = errors.New("elastic: another coordinator has taken over the job")
+	// ErrExistingCommits is returned by a Coordinator's Join and Checkpoint, and by
+	// PrepareFresh, when the job's storage holds commits of an earlier run and the coordinator
+	// neither resumed it (Resume) nor was told to overwrite it (Config.Overwrite): training afresh
+	// would void those commits and retention delete them. The error is an *ExistingCommitsError.
+	ErrExistingCommits = errors.New("elastic: the storage holds commits of an earlier run of the job")
 	// ErrUnavailable wraps a remote call that did not reach the other process (not up yet, or
 	// gone); it was certainly not processed.
 	ErrUnavailable = errors.New("elastic: unavailable")

@@ -16,7 +16,9 @@ import (
 // incarnation: every epoch an earlier coordinator issued is void, its calls to the servers are
 // refused (ErrSuperseded) and its later commits are void in storage (checkpoint's Claim). It
 // returns the committed step and the program's job state (Config.JobState) of that commit;
-// checkpoint.ErrNoCheckpoint means there is none. Call it before any worker joins.
+// checkpoint.ErrNoCheckpoint means there is none. Call it before any worker joins. A coordinator
+// over the commits of an earlier run trains only once Resume has restored one of them (see
+// Config.Overwrite).
 //
 // How depends on what NewCoordinator found on the servers:
 //
@@ -57,6 +59,10 @@ type Resumed struct {
 	// Cleaned counts the objects removed at a resume of a stopped job: persists never committed
 	// and temporary files of writes a killed process left (checkpoint's Clean).
 	Cleaned int
+	// BatchSize is the records per batch the job's commit records: every worker must read with
+	// it (Join refuses another), so a program checks its own before it starts any (0: the
+	// commit records none).
+	BatchSize int
 }
 
 // ResumeReport is Resume that also says which newer commits it skipped and where it moved
@@ -69,7 +75,38 @@ func (c *Coordinator) ResumeReport(ctx context.Context) (Resumed, error) {
 	var res Resumed
 	step, job, err := c.resume(ctx, &res)
 	res.Step, res.Job = step, job
+	if err == nil {
+		c.mu.Lock()
+		res.BatchSize = c.batch
+		c.mu.Unlock()
+	}
+	c.resumeDone(ctx, err)
 	return res, err
+}
+
+// resumeDone lifts the refusal to train over an earlier run's commits once Resume restored one
+// of them, or found none restorable and moved every one aside (a fresh start loses nothing
+// then). After any other failure the commits are still there and the refusal stands.
+func (c *Coordinator) resumeDone(ctx context.Context, err error) {
+	c.mu.Lock()
+	existing := c.existing
+	c.mu.Unlock()
+	switch {
+	case existing == nil:
+		return
+	case err == nil:
+		existing = nil
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		switch ferr := prepareFresh(ctx, c.committer, c.cfg.Job, false, c.log); {
+		case ferr == nil || errors.Is(ferr, ErrExistingCommits):
+			existing = ferr
+		default:
+			c.log.Warn("could not look for the earlier run's commits again", "err", ferr)
+		}
+	}
+	c.mu.Lock()
+	c.existing = existing
+	c.mu.Unlock()
 }
 
 func (c *Coordinator) resume(ctx context.Context, res *Resumed) (uint64, []byte, error) {

@@ -67,3 +67,17 @@ func TestResumeReportsASkippedCommitOnStderr(t *testing.T) {
 	assert.Contains(t, msg, filepath.Base(chunks[0]))
 	assert.Contains(t, msg, filepath.Join(ckDir, "dlrm", "quarantine", newest))
 }
+
+// An evaluation says it evaluates, not that it trains for -duration.
+func TestEvaluateSaysWhatItDoes(t *testing.T) {
+	ckDir := t.TempDir()
+	args := strings.Fields(tinyRun + " -checkpoint-dir " + ckDir + " -shm-dir " + t.TempDir())
+	var out, errs bytes.Buffer
+	require.Equal(t, 0, run(args, &out, &errs), errs.String())
+	assert.Contains(t, out.String(), "dlrm: training until the epochs are done", "-duration 0")
+
+	out.Reset()
+	require.Equal(t, 0, run(append(args, "-evaluate", "newest", "-duration", "1m"), &out, &errs), errs.String())
+	assert.NotContains(t, out.String(), "training for")
+	assert.Contains(t, out.String(), "dlrm: evaluating the newest commit of "+ckDir)
+}

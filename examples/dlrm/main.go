@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	fmt.Fprintf(stdout, "dlrm: training for %v; Ctrl-C stops after a final checkpoint, -resume continues from it\n", o.cfg.Duration)
+	fmt.Fprintln(stdout, banner(&o.cfg))
 	sum, err := train.Run(ctx, o.cfg)
 	disp.close()
 	if sum != nil {
@@ -113,6 +113,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// banner says what an embedded run is about to do.
+func banner(c *train.Config) string {
+	switch {
+	case c.Evaluate == "best" || c.Evaluate == "newest":
+		return fmt.Sprintf("dlrm: evaluating the %s commit of %s; nothing is trained", c.Evaluate, c.CheckpointDir)
+	case c.Evaluate != "":
+		return fmt.Sprintf("dlrm: evaluating the commit of step %s of %s; nothing is trained", c.Evaluate, c.CheckpointDir)
+	case c.Duration == 0:
+		return "dlrm: training until the epochs are done; Ctrl-C stops after a final checkpoint, -resume continues from it"
+	}
+	return fmt.Sprintf("dlrm: training for %v; Ctrl-C stops after a final checkpoint, -resume continues from it", c.Duration)
 }
 
 // explain adds what to do about err, for the errors a person can act on.
@@ -150,7 +163,15 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	}
 	switch o.role {
 	case "ps":
-		fmt.Fprintf(stdout, "dlrm: parameter server %s on %s; Ctrl-C stops it\n", o.id, o.listen)
+		// Said once the port is bound: a server that cannot listen says only why.
+		onEvent := rc.OnEvent
+		rc.OnEvent = func(ev train.Event) {
+			if ev.Kind == train.EventStart {
+				fmt.Fprintf(stdout, "dlrm: %s; Ctrl-C stops it\n", ev.Message)
+			} else if onEvent != nil {
+				onEvent(ev)
+			}
+		}
 		return train.RunServer(ctx, rc)
 	case "worker":
 		fmt.Fprintf(stdout, "dlrm: worker %s, dispatcher %s\n", o.id, o.dispatcher)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,4 +170,20 @@ func TestFlagsRegularisationAndKeepBest(t *testing.T) {
 	assert.ErrorContains(t, err, "-dense-l2")
 	_, err = parseFlags(strings.Fields("-early-stop -2"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "EarlyStop")
+}
+
+// A parameter server whose port is taken says only why it cannot serve: no banner first.
+func TestServerBannerFollowsTheBind(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	addr := l.Addr().String()
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	args := strings.Fields(tinyRun + " -role ps -id ps-0 -listen " + addr + " -servers ps-0=" + addr +
+		" -secret-file " + secret + " -checkpoint-dir " + t.TempDir() + " -shm-dir " + t.TempDir())
+	var out, errs bytes.Buffer
+	require.Equal(t, 1, run(args, &out, &errs))
+	assert.NotContains(t, out.String(), "Ctrl-C stops it")
+	assert.Contains(t, errs.String(), "address already in use")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -92,8 +93,11 @@ func TestMultiProcessKills(t *testing.T) {
 	shmDirs := func() []string {
 		var dirs []string
 		for i := range servers {
-			if b, err := os.ReadFile(filepath.Join(ckDir, "shm-dir."+elastic.ServerID(i))); err == nil {
-				dirs = append(dirs, strings.TrimSpace(string(b)))
+			var rec struct {
+				Dir string `json:"shm_dir"`
+			}
+			if b, err := os.ReadFile(filepath.Join(ckDir, "shm-dir."+elastic.ServerID(i))); err == nil && json.Unmarshal(b, &rec) == nil {
+				dirs = append(dirs, rec.Dir)
 			}
 		}
 		return dirs

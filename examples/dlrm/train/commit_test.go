@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// loopbackAddr returns a loopback address whose port was free a moment ago.
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
 
 // commitNames lists the commit records in a checkpoint directory.
 func commitNames(t *testing.T, dir string) []string {
@@ -40,7 +50,9 @@ func TestFreshStartRefusesAnEarlierRunsCommits(t *testing.T) {
 
 	_, err = Run(ctx, cfg)
 	require.ErrorIs(t, err, ErrCheckpointsExist)
+	require.ErrorIs(t, err, elastic.ErrExistingCommits, "the library's refusal")
 	assert.Contains(t, err.Error(), cfg.CheckpointDir)
+	assert.Contains(t, err.Error(), fmt.Sprintf("holds %d commits", len(before)))
 	assert.Equal(t, before, commitNames(t, cfg.CheckpointDir), "a refused start deleted commits")
 
 	cfg.Overwrite = true
@@ -63,7 +75,8 @@ func TestParameterServerNeverDeletesCommits(t *testing.T) {
 	cfg.Overwrite = true
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // set up, then stop at once
-	rc := RoleConfig{Config: cfg, ID: "ps-0", Listen: "127.0.0.1:0", PS: []ps.Node{{ID: "ps-0", Addr: "127.0.0.1:1"}},
+	addr := loopbackAddr(t)
+	rc := RoleConfig{Config: cfg, ID: "ps-0", Listen: addr, PS: []ps.Node{{ID: "ps-0", Addr: addr}},
 		Secret: []byte("0123456789abcdef0123456789abcdef")}
 	require.NoError(t, RunServer(ctx, rc))
 	assert.Equal(t, before, commitNames(t, cfg.CheckpointDir))
@@ -160,7 +173,8 @@ func TestServerLeavesNoEmptySharedMemoryDirectory(t *testing.T) {
 	cfg.ShmDir, cfg.KeepShm = "", true
 	def := defaultShmDir(cfg.CheckpointDir)
 	t.Cleanup(func() { os.RemoveAll(def) })
-	rc := RoleConfig{Config: cfg, ID: "ps-0", Listen: "127.0.0.1:0", PS: []ps.Node{{ID: "ps-0", Addr: "127.0.0.1:1"}},
+	addr := loopbackAddr(t)
+	rc := RoleConfig{Config: cfg, ID: "ps-0", Listen: addr, PS: []ps.Node{{ID: "ps-0", Addr: addr}},
 		Secret: []byte("0123456789abcdef0123456789abcdef")}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // set up, then stop at once

@@ -167,7 +167,10 @@ type Config struct {
 	// ShmDir holds the shared-memory tier of the checkpoints. Default: a directory named after
 	// CheckpointDir under /dev/shm when /dev/shm has 1 GiB free, else under the temporary
 	// directory. The directory used is recorded in CheckpointDir, and a resume without ShmDir
-	// uses the recorded one.
+	// uses the recorded one; the directory records CheckpointDir in turn. A copy of
+	// CheckpointDir carries the original's record, and a run in the copy neither uses nor
+	// deletes the original's regions; a ShmDir whose regions belong to another checkpoint
+	// directory is refused (ErrConfig). A directory a run made is removed with the last region.
 	ShmDir string
 	// KeepShm leaves the shared-memory regions in place at the end, so that a resume on this
 	// host restores from memory. Default false: they are deleted (the storage copy stays).

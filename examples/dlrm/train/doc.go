@@ -41,7 +41,9 @@
 // The shared-memory tier lives in Config.ShmDir or a default directory chosen by free space; the
 // choice is recorded in the checkpoint directory (file shm-dir), so a resume looks where the
 // regions are, and a fresh run deletes every region of the job it finds there, including those
-// of servers that a run with more servers left. Regions are deleted when a run ends unless
+// of servers that a run with more servers left. The shared-memory directory names its checkpoint
+// directory in turn (file dlrm/.owner), so a copy of a checkpoint directory, which carries the
+// original's record, never takes the original's regions for its own. Regions are deleted when a run ends unless
 // Config.KeepShm; kept or not, those of servers the run does not have go once it has committed
 // a checkpoint of its own (until then a restore may read them).
 //

@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -146,13 +142,15 @@ func (c *ckStats) get() CheckpointStats {
 }
 
 // ErrCheckpointsExist is returned by Run and RunCoordinator without Resume or Overwrite when the
-// checkpoint directory holds commits of an earlier run: starting over would delete them.
+// checkpoint directory holds commits of an earlier run: starting over would delete them. The
+// error wraps elastic.ErrExistingCommits too.
 var ErrCheckpointsExist = errors.New("train: checkpoints of an earlier run")
 
 // openStorage opens the checkpoint directory for the job's coordinator. Without resume, a
-// directory holding the job's commits is refused unless Overwrite, which deletes them; what no
-// commit can restore (persists never committed, temporary files of a killed persist) goes either
-// way. (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
+// directory holding the job's commits is refused unless Overwrite, which deletes them
+// (elastic.PrepareFresh, before the servers and their shared memory are touched); what no commit
+// can restore (persists never committed, temporary files of a killed persist) goes either way.
+// (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
 func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkpoint.FSStorage, error) {
 	st, err := checkpoint.NewFSStorage(cfg.CheckpointDir)
 	if err != nil {
@@ -161,25 +159,12 @@ func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkp
 	if cfg.Resume || cfg.Evaluate != "" {
 		return st, nil
 	}
-	commits, err := st.List(ctx, jobName+"/commits/")
+	err = elastic.PrepareFresh(ctx, st, jobName, cfg.Overwrite, logger)
+	if existing := (*elastic.ExistingCommitsError)(nil); errors.As(err, &existing) {
+		return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d (%w)", ErrCheckpointsExist, st.Root(), existing.Commits, existing.Newest, elastic.ErrExistingCommits)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if len(commits) > 0 {
-		if !cfg.Overwrite {
-			newest, _ := strconv.ParseUint(path.Base(commits[len(commits)-1]), 10, 64)
-			return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d", ErrCheckpointsExist, st.Root(), len(commits), newest)
-		}
-		names, err := st.List(ctx, jobName+"/")
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range names {
-			if err := st.Delete(ctx, n); err != nil {
-				return nil, err
-			}
-		}
-		logger.Info("deleted the checkpoints of an earlier run", "dir", st.Root(), "objects", len(names))
 	}
 	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: logger})
 	if err != nil {
@@ -215,41 +200,38 @@ func checkCommitted(st elastic.Stats, finishErr error) error {
 
 // prepareShm chooses the shared-memory directory of the run's servers (node "" for an embedded
 // run, the server's id for a parameter server process) and deletes what no run would read again:
-// regions an earlier run kept elsewhere (and that directory, when it was a default one and is
-// left empty), and, for an embedded run without resume, every region of the job there. A
-// parameter server process is not its job's coordinator, so it keeps its region: it holds the
-// copies of the job's commits that a restore on this host reads first.
-func prepareShm(cfg *Config, node string, logger *slog.Logger) (string, error) {
-	shmDir, prev, err := placeShm(cfg, node)
+// regions an earlier run of this checkpoint directory kept elsewhere (and that directory, when
+// one of its runs made it and it is left empty), and, for an embedded run without resume,
+// every region of the job there. A parameter server process is not its job's coordinator, so it
+// keeps its region: it holds the copies of the job's commits that a restore on this host reads
+// first. Regions another checkpoint directory refers to (this one being a copy of it) are never
+// used nor deleted.
+func prepareShm(cfg *Config, node string, logger *slog.Logger) (shmPlace, error) {
+	place, prev, err := placeShm(cfg, node)
 	if err != nil {
-		return "", err
+		return shmPlace{}, err
 	}
 	if prev != "" {
 		keep := func(n string) bool { return node != "" && n != node }
 		if err := deleteRegions(prev, keep, false); err != nil {
 			logger.Warn("shared memory of an earlier run left behind", "dir", prev, "err", err)
 		}
-		os.Remove(filepath.Join(prev, jobName)) // only if empty
-		if isDefaultShmDir(prev, cfg.CheckpointDir) {
-			os.Remove(prev) // only if empty
-		}
+		o, _ := readShmOwner(prev)
+		tidyShm(prev, o.Created || isDefaultShmDir(prev, cfg.CheckpointDir))
 	}
 	if !cfg.Resume && node == "" {
-		if err := deleteRegions(shmDir, nil, false); err != nil {
-			return "", err
+		if err := deleteRegions(place.dir, nil, false); err != nil {
+			return shmPlace{}, err
 		}
 	}
-	return shmDir, nil
+	return place, nil
 }
 
-// removeShm deletes the regions under shmDir (of every node, or of those keep rejects) and the
-// directories if nothing else is there; own says the directory was chosen here.
-func removeShm(shmDir string, own bool, keep func(node string) bool) error {
-	err := deleteRegions(shmDir, keep, false)
-	os.Remove(filepath.Join(shmDir, jobName))
-	if own {
-		os.Remove(shmDir)
-	}
+// removeShm deletes the regions of place (of every node, or of those keep rejects) and, once
+// none is left, the directories the run may remove (tidyShm).
+func removeShm(place shmPlace, keep func(node string) bool) error {
+	err := deleteRegions(place.dir, keep, false)
+	tidyShm(place.dir, place.own)
 	if err != nil {
 		return fmt.Errorf("shared memory: %w", err)
 	}

@@ -81,10 +81,13 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	var failure error
 	reason := ""
+	coordDone := r.job.Coordinator().Done()
 	for running && reason == "" {
 		select {
 		case <-ctx.Done():
 			reason = "interrupted"
+		case <-coordDone:
+			failure, reason = r.job.Coordinator().Err(), "another coordinator took the job over"
 		case <-deadline:
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case err := <-done:
@@ -305,7 +308,7 @@ func (r *run) describe() string {
 	if r.cfg.CheckpointEvery > 0 {
 		every = fmt.Sprintf("every %d steps", r.cfg.CheckpointEvery)
 	}
-	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, r.cfg.CheckpointDir, r.shmDir)
+	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, r.cfg.CheckpointDir, r.shm.dir)
 	return b.String()
 }
 
@@ -416,7 +419,7 @@ func repartitionLine(rp elastic.RepartitionStatus) string {
 
 func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 	ck := r.ck.get()
-	ck.Dir, ck.ShmDir = r.cfg.CheckpointDir, r.shmDir
+	ck.Dir, ck.ShmDir = r.cfg.CheckpointDir, r.shm.dir
 	for _, srv := range r.job.Servers {
 		ck.Stored += int64(srv.CheckpointStats().PersistedStored)
 	}
@@ -483,13 +486,13 @@ func (r *run) close() error {
 		errs = append(errs, r.job.Close())
 	}
 	switch {
-	case r.shmDir == "":
+	case r.shm.dir == "":
 	case !r.cfg.KeepShm || r.job == nil && !r.cfg.Resume:
 		// A run that failed to start deletes what it created, unless it may have been
 		// the regions a resume meant to read.
-		errs = append(errs, removeShm(r.shmDir, r.cfg.ShmDir == "", nil))
+		errs = append(errs, removeShm(r.shm, nil))
 	case r.ck.get().Committed > 0:
-		errs = append(errs, deleteRegions(r.shmDir, func(node string) bool { return ours[node] }, false))
+		errs = append(errs, deleteRegions(r.shm.dir, func(node string) bool { return ours[node] }, false))
 	}
 	return errors.Join(errs...)
 }

@@ -29,7 +29,9 @@ type RoleConfig struct {
 	Config
 	// ID names this parameter server (one of PS) or worker.
 	ID string
-	// Listen is the address a parameter server or the coordinator serves on.
+	// Listen is the address a parameter server or the coordinator serves on. A parameter
+	// server's must be its address in PS (the same port, and the same host unless it listens on
+	// every interface): RunServer refuses another, which nobody would reach.
 	Listen string
 	// PS lists every parameter server of the job: ID and address.
 	PS []ps.Node
@@ -210,7 +212,7 @@ const (
 
 // RunServer runs a parameter server until ctx ends: it serves its tables and MLP tensors on
 // rc.Listen, and the coordinator's control calls on the same port (owner table, fences,
-// snapshots, restores).
+// snapshots, restores). It sends EventStart to OnEvent once the port is bound and served.
 func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err := rc.prepare(); err != nil {
 		return err
@@ -220,8 +222,12 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	if !containsNode(rc.PS, rc.ID) {
+	self, ok := nodeOf(rc.PS, rc.ID)
+	if !ok {
 		return fmt.Errorf("server %q is not in the server list", rc.ID)
+	}
+	if err := checkListen(ctx, rc.Listen, self); err != nil {
+		return err
 	}
 	m0, err := model.New(model.Config{DenseFeatures: dense, Fields: len(fields), EmbeddingDim: cfg.EmbeddingDim,
 		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, ConcatEmbeddings: cfg.ConcatEmbeddings == SwitchOn, Seed: cfg.Seed})
@@ -241,7 +247,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	if err != nil {
 		return err
 	}
-	shmDir, err := prepareShm(cfg, rc.ID, rc.Logger)
+	shm, err := prepareShm(cfg, rc.ID, rc.Logger)
 	if err != nil {
 		return err
 	}
@@ -251,7 +257,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	}
 	// A damaged storage copy of a commit restored from shared memory is logged as a warning.
 	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
-		ShmDir: shmDir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
+		ShmDir: shm.dir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
 	if err != nil {
 		l.Close()
 		return err
@@ -259,7 +265,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	defer func() {
 		ls.Close()
 		if !cfg.KeepShm {
-			removeShm(shmDir, cfg.ShmDir == "", func(node string) bool { return node != rc.ID })
+			removeShm(shm, func(node string) bool { return node != rc.ID })
 		}
 	}()
 	if err := elastic.ServeServer(srv, ls); err != nil {
@@ -274,17 +280,65 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 	}
 	defer stopGossip()
 	rc.Logger.Info("parameter server up", "id", rc.ID, "addr", l.Addr().String())
+	if rc.OnEvent != nil {
+		rc.OnEvent(Event{Kind: EventStart, Message: fmt.Sprintf("parameter server %s serving on %s", rc.ID, l.Addr())})
+	}
 	<-ctx.Done()
 	return nil
 }
 
-func containsNode(nodes []ps.Node, id string) bool {
+func nodeOf(nodes []ps.Node, id string) (ps.Node, bool) {
 	for _, n := range nodes {
 		if n.ID == id {
-			return true
+			return n, true
 		}
 	}
-	return false
+	return ps.Node{}, false
+}
+
+// listenLookupTimeout bounds the name lookups of checkListen.
+const listenLookupTimeout = 5 * time.Second
+
+// checkListen refuses a server whose listen address is not its address in the server list: the
+// coordinator and the workers would dial the list's and never reach it. The ports must be the
+// same; the hosts too, unless the server listens on every interface, or both names resolve to
+// a common address. A name that does not resolve is given the benefit of the doubt.
+func checkListen(ctx context.Context, listen string, self ps.Node) error {
+	mismatch := func(why string) error {
+		return fmt.Errorf("%w: server %s would listen on %s, but the server list gives its address as %s (%s): the coordinator and the workers would not reach it",
+			ErrConfig, self.ID, listen, self.Addr, why)
+	}
+	lhost, lport, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("%w: server %s: listen address: %v", ErrConfig, self.ID, err)
+	}
+	host, port, err := net.SplitHostPort(self.Addr)
+	if err != nil {
+		return fmt.Errorf("%w: server %s: %v", ErrConfig, self.ID, err)
+	}
+	lp, lerr := net.LookupPort("tcp", lport)
+	p, perr := net.LookupPort("tcp", port)
+	if lerr != nil || perr != nil || lp != p {
+		return mismatch("another port")
+	}
+	if ip := net.ParseIP(lhost); lhost == "" || ip != nil && ip.IsUnspecified() || lhost == host {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, listenLookupTimeout)
+	defer cancel()
+	lips, lerr := net.DefaultResolver.LookupIPAddr(lctx, lhost)
+	ips, err := net.DefaultResolver.LookupIPAddr(lctx, host)
+	if lerr != nil || err != nil {
+		return nil
+	}
+	for _, a := range lips {
+		for _, b := range ips {
+			if a.IP.Equal(b.IP) {
+				return nil
+			}
+		}
+	}
+	return mismatch("another host")
 }
 
 // RunCoordinator runs the coordinator of a multi-process job until the data is done or ctx
@@ -390,9 +444,14 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		if err != nil {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
+		if err := checkBatch(res.BatchSize, cfg.BatchSize); err != nil {
+			return nil, err
+		}
 		var meta runMeta
-		if err := json.Unmarshal(raw, &meta); err != nil {
-			return nil, fmt.Errorf("restore: run description: %w", err)
+		if len(raw) > 0 || step > 0 { // a running job taken over before its first commit has none
+			if err := json.Unmarshal(raw, &meta); err != nil {
+				return nil, fmt.Errorf("restore: run description: %w", err)
+			}
 		}
 		sum.Resumed, sum.ResumedStep, sum.ResumedSamples = true, step, meta.Samples
 		r.baseSamp = meta.Samples
@@ -444,6 +503,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		select {
 		case <-ctx.Done():
 			reason = "interrupted"
+		case <-coord.Done():
+			// Another coordinator took the job over: this one's training stopped and nothing
+			// more of it is committed. The job is the other's; end now, and say so.
+			return nil, fmt.Errorf("coordinator: %w", coord.Err())
 		case <-deadline:
 			reason = fmt.Sprintf("%v passed", cfg.Duration)
 		case <-tick.C:

@@ -45,10 +45,10 @@ type run struct {
 	tables sparseTables // server-side names of the sparse fields' tables
 	dense  []denseTensor
 
-	job    *elastic.LocalJob
-	shmDir string
-	admin  *ps.Client
-	ck     ckStats
+	job   *elastic.LocalJob
+	shm   shmPlace // the shared-memory tier (dir "" until placed)
+	admin *ps.Client
+	ck    ckStats
 	// eval scores the set that evaluations during training, keep-best and early stopping use:
 	// the validation set when there is one, else the test set (testEval).
 	eval, testEval *evaluator
@@ -156,7 +156,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.commits, err = checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: r.logger}); err != nil {
 		return err
 	}
-	if r.shmDir, err = prepareShm(cfg, "", r.logger); err != nil {
+	if r.shm, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
 	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
@@ -170,7 +170,7 @@ func (r *run) setUp(ctx context.Context) error {
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
 		},
-		Checkpoint: checkpoint.Config{ShmDir: r.shmDir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
+		Checkpoint: checkpoint.Config{ShmDir: r.shm.dir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
 	})
 	if err != nil {
 		return err
@@ -365,6 +365,9 @@ func (r *run) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	if err := checkBatch(res.BatchSize, r.cfg.BatchSize); err != nil {
+		return err
+	}
 	var meta runMeta
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		return fmt.Errorf("restore: run description: %w", err)
@@ -411,6 +414,16 @@ func (r *run) restore(ctx context.Context) error {
 		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f), %d evaluations since", b.Step, b.AUC, meta.Stale)
 	}
 	r.emit(Event{Kind: EventRestore, Message: msg})
+	return nil
+}
+
+// checkBatch refuses a resume whose batch size is not the one the checkpoint was trained with
+// (resumed, 0 when it records none): a batch's position is its exact record range, so every
+// worker is refused, and it is better said before training starts.
+func checkBatch(resumed, batch int) error {
+	if resumed > 0 && resumed != batch {
+		return fmt.Errorf("%w: the checkpoint was trained with batches of %d records, this run reads batches of %d: resume with the checkpoint's batch size", ErrMismatch, resumed, batch)
+	}
 	return nil
 }
 

@@ -211,6 +211,14 @@ func TestResumeRefusesOtherJobs(t *testing.T) {
 	_, err = train.Run(context.Background(), other)
 	assert.ErrorIs(t, err, train.ErrMismatch)
 
+	// Another batch size is refused before any training, not by every worker's join after it.
+	batch := cfg
+	batch.Resume, batch.BatchSize = true, cfg.BatchSize*2
+	sum, err := train.Run(context.Background(), batch)
+	assert.ErrorIs(t, err, train.ErrMismatch)
+	assert.ErrorContains(t, err, fmt.Sprintf("batches of %d records", cfg.BatchSize))
+	assert.True(t, sum == nil, "refused before training, with no summary of a run that did not happen")
+
 	empty := smallConfig(t, 2000, 1)
 	empty.Resume = true
 	_, err = train.Run(context.Background(), empty)
