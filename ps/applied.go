@@ -518,7 +518,7 @@ func mergeStates(states [][]byte, owned func(slot int) bool) (map[string]map[Dat
 				if dst[k] == nil {
 					dst[k] = &AppliedShard{}
 				}
-				if err := mergeShard(dst[k], r, owned); err != nil {
+				if err := mergeShard(dst[k], r, owned, true); err != nil {
 					return nil, fmt.Errorf("%w: applied state %d, table %q, epoch %d shard %d: %w", ErrCorruptApplied, i, name, k.Epoch, k.Shard, err)
 				}
 			}
@@ -527,9 +527,10 @@ func mergeStates(states [][]byte, owned func(slot int) bool) (map[string]map[Dat
 	return merged, nil
 }
 
-// mergeShard adds src's batches to dst for the slots owned accepts (nil: all), and raises dst's
-// watermark to src's. It fails when the two disagree on where a shard's batches begin and end.
-func mergeShard(dst *AppliedShard, src AppliedShard, owned func(slot int) bool) error {
+// mergeShard adds src's batches to dst for the slots owned accepts (nil: all), and with raise
+// raises dst's watermark to src's. It fails when the two disagree on where a shard's batches
+// begin and end.
+func mergeShard(dst *AppliedShard, src AppliedShard, owned func(slot int) bool, raise bool) error {
 	for _, bt := range src.Batches {
 		p := Position{Start: bt.Start, End: bt.End}
 		if _, _, err := dst.batchAt(p); err != nil {
@@ -548,14 +549,17 @@ func mergeShard(dst *AppliedShard, src AppliedShard, owned func(slot int) bool) 
 			dst.add(p, slots)
 		}
 	}
-	dst.raise(src.Through, nil)
+	if raise {
+		dst.raise(src.Through, nil)
+	}
 	return nil
 }
 
-// loadApplied puts the merged states into the server's record for the slots owned accepts:
-// their batches are replaced, and with raise each shard's watermark becomes the highest of its
-// own and the states'. Call with the ownership lock held for writing. Every shard is checked
-// before anything changes.
+// loadAppliedLocked puts the merged states into the server's record for the slots owned
+// accepts: their batches are replaced, and with raise each shard's watermark becomes the
+// highest of its own and the states' (without, the batches are kept whatever the watermark:
+// a restored class holds them). Call with the ownership lock held for writing. Every shard is
+// checked before anything changes.
 func (s *Server) loadAppliedLocked(merged map[string]map[DataShard]*AppliedShard, owned func(slot int) bool, raise bool) error {
 	for _, h := range s.own.tables {
 		s.appliedLocked(h.name)
@@ -582,11 +586,7 @@ func (s *Server) loadAppliedLocked(merged map[string]map[DataShard]*AppliedShard
 				}
 			}
 			st.Unlock()
-			src := *r
-			if !raise {
-				src.Through = 0
-			}
-			if err := mergeShard(next, src, nil); err != nil {
+			if err := mergeShard(next, *r, nil, raise); err != nil {
 				return fmt.Errorf("%w: table %q, epoch %d shard %d: %w", ErrCorruptApplied, name, k.Epoch, k.Shard, err)
 			}
 			updates = append(updates, update{a, k, next})
