@@ -116,7 +116,9 @@
 // then on, ErrSuperseded, and it stops), fences every earlier epoch, and either keeps the
 // servers' rows (every server up under one table and no commit after the one restored) or
 // returns them all to the newest commit. Servers forget only the data positions the newest
-// commit covers, so the batches replayed after a takeover land exactly where they had not.
+// commit covers, so the batches replayed after a takeover land exactly where they had not (a
+// server's record of them is a watermark per data shard and the few batches above it, the size
+// of what is in flight: see package ps).
 // Workers' calls wait for the new coordinator and their sessions join it again.
 //
 // # Membership

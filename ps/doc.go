@@ -52,11 +52,15 @@
 // when the worker joins, and each push may carry its batch's data position (At). A server
 // refuses pushes of a fenced epoch (Fence, SetEpochFloor) with ErrFenced; Fence returns only
 // after the pushes of that epoch being applied have finished. A server applies a position at
-// most once per slot: an applied set per table records which slots each position reached, so a
-// resend (the client resends positioned pushes after a lost connection) or a replay of a batch
-// whose worker died halfway through its pushes lands only where it had not. The applied set is
-// part of a server's checkpoint (AppliedState, LoadApplied, merged by slot onto any number of
-// servers) and is pruned by the coordinator (PruneApplied).
+// most once per slot, so a resend (the client resends positioned pushes after a lost connection)
+// or a replay of a batch whose worker died halfway through its pushes lands only where it had
+// not. A shard's batches arrive in order (see Position), so the record of what was applied is,
+// per table and data shard, a watermark below which every batch is done and the few batches
+// above it with the slots each reached: its size follows what is in flight, not the batches
+// applied. It is part of a server's checkpoint (AppliedState, LoadApplied, merged onto any
+// number of servers); the coordinator folds the dispatcher's progress into it and prunes what a
+// commit covers at each checkpoint (FoldApplied, PruneApplied), and slots restored from a commit
+// while the job goes on keep that commit's watermarks (RestoreApplied, SettleApplied).
 //
 // # Dense tensors
 //

@@ -10,6 +10,13 @@ import (
 // carries one (At) is applied at most once per slot: a server that already applied the batch
 // to a slot skips that slot's rows, so resending a push, or replaying a batch after a worker
 // failed in the middle of its pushes, never adds an update twice.
+//
+// The servers rely on a shard's batches coming in order, as a job's workers send them: a shard
+// is leased to one worker at a time (the one before fenced), read from the offset the
+// dispatcher accepted last, and a worker finishes a batch (every push acknowledged) before it
+// pushes the next; a replay cuts the shard at the same offsets. A push at p thus tells a
+// server that every earlier batch of its shard is done, and it keeps no record of them. A push
+// that overlaps a batch applied before without matching it is refused (ErrBadRequest).
 type Position struct {
 	Epoch uint32
 	Shard uint32
