@@ -136,6 +136,9 @@ type Stats struct {
 	ServerFailures int
 	Recoveries     int
 	LastRecovery   RecoveryEvent
+	// LostRecords sums RecoveryEvent.LostRecords over the recoveries: under Partial, the
+	// positions whose updates to the restored slots were lost. Zero means none was lost.
+	LostRecords int64
 }
 
 type commitJob struct {

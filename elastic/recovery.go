@@ -285,9 +285,16 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 	if ev.Err == nil {
 		c.stats.Recoveries++
 		c.stats.LastRecovery = ev
+		c.stats.LostRecords += ev.LostRecords
 	}
 	c.mu.Unlock()
-	if ev.Err == nil {
+	switch {
+	case ev.Err != nil:
+	case ev.LostRecords > 0:
+		c.log.Warn("recovered, losing updates", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
+			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords,
+			"lost_share", fmt.Sprintf("%.3f%%", 100*ev.LostShare()))
+	default:
 		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
 			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
 	}

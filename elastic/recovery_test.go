@@ -179,11 +179,14 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	switch tc.policy {
 	case elastic.Rollback:
 		assert.Zero(t, ev.LostRecords)
+		assert.Zero(t, j.coord.Stats().LostRecords)
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch")
 	case elastic.Partial:
 		require.Positive(t, ev.LostRecords, "training went on between the commit and the failure")
 		counted := withoutLost(want, ev.Lost, failedSlots)
 		assert.Equal(t, ev.LostRecords, counted)
+		assert.Equal(t, ev.LostRecords, j.coord.Stats().LostRecords, "the job's count of lost updates")
+		assert.Equal(t, ev.LostRecords, j.coord.Status().LostRecords, "the status's")
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch, but the lost ones on the failed slots")
 	}
 }

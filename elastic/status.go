@@ -50,6 +50,9 @@ type Status struct {
 	ServerFailures int             `json:"server_failures"`
 	Recoveries     int             `json:"recoveries"`
 	LastRecovery   *RecoveryStatus `json:"last_recovery,omitempty"`
+	// LostRecords counts, over every recovery, the positions whose updates to the restored
+	// slots were lost (Partial; Stats.LostRecords).
+	LostRecords int64 `json:"lost_records"`
 	// Repartition describes the newest change of the server count, under way or done.
 	Repartition *RepartitionStatus `json:"repartition,omitempty"`
 }
@@ -159,6 +162,7 @@ func (c *Coordinator) Status() Status {
 		st.LastError = s.LastErr.Error()
 	}
 	st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries = s.Fenced, s.Evicted, s.ServerFailures, s.Recoveries
+	st.LostRecords = s.LostRecords
 	if s.Recoveries > 0 {
 		r := s.LastRecovery
 		st.LastRecovery = &RecoveryStatus{Policy: r.Policy.String(), Failed: r.Failed, Replaced: r.Replaced, Step: r.Step,
@@ -195,7 +199,11 @@ func (st Status) WriteText(w io.Writer) error {
 	if st.LastError != "" {
 		fmt.Fprintf(&b, "last checkpoint error: %s\n", st.LastError)
 	}
-	fmt.Fprintf(&b, "workers: %d fenced epochs, %d failed; servers: %d failures, %d recoveries\n", st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries)
+	fmt.Fprintf(&b, "workers: %d fenced epochs, %d failed; servers: %d failures, %d recoveries", st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries)
+	if st.LostRecords > 0 {
+		fmt.Fprintf(&b, ", %d records' updates lost in all", st.LostRecords)
+	}
+	b.WriteString("\n")
 	if r := st.LastRecovery; r != nil {
 		ids := slices.Sorted(maps.Keys(r.Failed))
 		failed := make([]string, len(ids))
