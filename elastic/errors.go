@@ -29,6 +29,10 @@ var (
 	// ErrSuperseded is a parameter server's refusal of a coordinator that another one, of a
 	// later incarnation, has taken over from (ParameterServer.Lead); the job is that one's now.
 	ErrSuperseded = errors.New("elastic: another coordinator has taken over the job")
+	// ErrDuplicateWorker is returned by Coordinator.Join when another process trains under
+	// the worker's name: the one that joined first was heard from while the newcomer waited for
+	// it to end. Give every worker process its own name.
+	ErrDuplicateWorker = errors.New("elastic: another live worker has this name")
 	// ErrUnavailable wraps a remote call that did not reach the other process (not up yet, or
 	// gone); it was certainly not processed.
 	ErrUnavailable = errors.New("elastic: unavailable")
