@@ -57,6 +57,11 @@ type Coordinator struct {
 	plan       Plan   // the last plan SetParallelism gave the scaler
 	scaler     Scaler // Config.Scaler, or SetScaler's
 	batch      int    // the records per batch every worker reads (0: none joined yet)
+	// trained holds, per worker, the last epoch under which it began a batch: a membership
+	// that trained belongs to a live process until it ends (Join). called holds when each
+	// worker last called (Begin, End, the dispatcher): the evidence that a process lives.
+	trained map[string]uint64
+	called  map[string]time.Time
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// batches it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later batch in their records.
@@ -305,33 +310,63 @@ func (c *Coordinator) applyLocked(acts []action) {
 // record range: one replayed with other boundaries would land twice); another is refused with
 // ErrInvalidConfig. The batch size is kept in every commit. Over the commits of an earlier run
 // that this coordinator neither resumed nor overwrote, Join returns an *ExistingCommitsError.
+//
+// A worker name belongs to one process at a time. When worker is a member that has begun a
+// batch under its epoch, Join waits until that membership ends (the worker leaves, or is
+// failed: silent for WorkerSilence, declared dead by gossip) and then joins, its old epoch
+// fenced: a worker that crashed and restarted gets its name back once the old process is known
+// dead. If the old membership is heard from meanwhile (later than HealthEvery after Join
+// began: calls a dead process made may still arrive before that), two live processes share
+// the name, and Join refuses the newcomer with ErrDuplicateWorker. A membership that has begun
+// no batch (a Join whose answer was lost and is sent again, say) is replaced at once, its
+// epoch fenced.
 func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if worker == "" || batchSize < 0 {
 		return 0, fmt.Errorf("%w: worker %q, batch size %d", ErrInvalidConfig, worker, batchSize)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return 0, ErrClosed
+	var epoch uint64
+	var asked time.Time // when Join found a live membership of worker; zero until then
+	err := c.await(ctx, func() (bool, error) {
+		if c.closed {
+			return true, ErrClosed
+		}
+		if c.live {
+			return true, ErrNeedsResume
+		}
+		if c.superseded != nil {
+			return true, c.superseded
+		}
+		if c.existing != nil {
+			return true, c.existing
+		}
+		if batchSize > 0 && c.batch > 0 && batchSize != c.batch {
+			return true, fmt.Errorf("%w: worker %s reads batches of %d records, the job's are %d: every worker must use the same batch size", ErrInvalidConfig, worker, batchSize, c.batch)
+		}
+		if m := c.core.members[worker]; m != nil && c.trained[worker] == m.epoch {
+			now := c.clock.now()
+			if asked.IsZero() {
+				asked = now
+				c.log.Info("a worker joins under the name of a member that trains: waiting for that one to end", "worker", worker, "epoch", epochString(m.epoch))
+			}
+			// Calls the old process made before it died may still arrive: only one made
+			// HealthEvery after the newcomer asked shows that it lives.
+			if last := c.called[worker]; last.After(asked.Add(c.cfg.HealthEvery)) {
+				return true, fmt.Errorf("%w: worker %s trains under epoch %s (it called %v ago); a process that died is failed after WorkerSilence (%v) of silence, and its name is free then", ErrDuplicateWorker, worker, epochString(m.epoch), now.Sub(last).Round(time.Millisecond), c.cfg.WorkerSilence)
+			}
+			return false, nil
+		}
+		if c.batch == 0 {
+			c.batch = batchSize
+		}
+		var acts []action
+		epoch, acts = c.core.join(c.clock.now(), worker)
+		c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
+		c.applyLocked(acts)
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	if c.live {
-		return 0, ErrNeedsResume
-	}
-	if c.superseded != nil {
-		return 0, c.superseded
-	}
-	if c.existing != nil {
-		return 0, c.existing
-	}
-	if batchSize > 0 && c.batch > 0 && batchSize != c.batch {
-		return 0, fmt.Errorf("%w: worker %s reads batches of %d records, the job's are %d: every worker must use the same batch size", ErrInvalidConfig, worker, batchSize, c.batch)
-	}
-	if c.batch == 0 {
-		c.batch = batchSize
-	}
-	epoch, acts := c.core.join(c.clock.now(), worker)
-	c.log.Debug("worker joined", "worker", worker, "epoch", epochString(epoch))
-	c.applyLocked(acts)
 	return epoch, nil
 }
 
@@ -339,7 +374,12 @@ func (c *Coordinator) Join(ctx context.Context, worker string, batchSize int) (u
 // is up, then when it is released. ErrNotMember means the worker was failed or replaced and must
 // Join again (its epoch is fenced); ErrStopped that training is over.
 func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) error {
+	first := true
 	return c.await(ctx, func() (bool, error) {
+		if first {
+			c.calledLocked(worker)
+			first = false
+		}
 		if c.closed {
 			return true, ErrClosed
 		}
@@ -351,6 +391,10 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 		switch {
 		case ok:
 			c.steps.begin(worker, c.clock.now())
+			if c.trained == nil {
+				c.trained = map[string]uint64{}
+			}
+			c.trained[worker] = epoch
 			return true, nil
 		case m == nil || m.epoch != epoch:
 			return true, ErrNotMember
@@ -369,6 +413,7 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.calledLocked(worker)
 	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
 	c.steps.end(worker, c.clock.now(), ok)
 	c.applyLocked(acts)
@@ -516,7 +561,16 @@ func (c *Coordinator) await(ctx context.Context, done func() (bool, error)) erro
 func (c *Coordinator) heardFrom(worker string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.calledLocked(worker)
 	c.core.alive(c.clock.now(), worker)
+}
+
+// calledLocked records that worker called now (see Join).
+func (c *Coordinator) calledLocked(worker string) {
+	if c.called == nil {
+		c.called = map[string]time.Time{}
+	}
+	c.called[worker] = c.clock.now()
 }
 
 // Settle waits until the coordinator has carried out everything it decided before the call:

@@ -49,6 +49,9 @@
 // incarnation, so the floor incarnation<<32 voids every epoch an earlier one issued. A worker
 // that is failed, leaves or joins again has its old epoch fenced on every server before its
 // shards go back to the dispatcher; the servers refuse its pushes from then on (ps.ErrFenced).
+// A worker name belongs to one live process: a second one that joins under it while the first
+// trains is refused (ErrDuplicateWorker), and a restarted process gets the name back once the
+// coordinator has failed the old one.
 // Each push also carries its batch's data position, which a server applies at most once per slot
 // (ps.At). So a batch a worker pushed halfway before it died or was cut off is replayed from the
 // last reported offset by another worker and lands exactly on the servers that lacked it, and a

@@ -34,6 +34,10 @@ var (
 	// neither resumed it (Resume) nor was told to overwrite it (Config.Overwrite): training afresh
 	// would void those commits and retention delete them. The error is an *ExistingCommitsError.
 	ErrExistingCommits = errors.New("elastic: the storage holds commits of an earlier run of the job")
+	// ErrDuplicateWorker is returned by Coordinator.Join when another process trains under
+	// the worker's name: the one that joined first was heard from while the newcomer waited for
+	// it to end. Give every worker process its own name.
+	ErrDuplicateWorker = errors.New("elastic: another live worker has this name")
 	// ErrUnavailable wraps a remote call that did not reach the other process (not up yet, or
 	// gone); it was certainly not processed.
 	ErrUnavailable = errors.New("elastic: unavailable")

@@ -65,6 +65,7 @@ const (
 	codeNoScaler     = codeMalformed + 11
 	codeUnsupported  = codeMalformed + 12 // errors.ErrUnsupported
 	codeInvalid      = codeMalformed + 13 // ErrInvalidConfig
+	codeDuplicate    = codeMalformed + 14 // ErrDuplicateWorker
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -118,6 +119,8 @@ func remoteErr(err error) error {
 		code = codeUnsupported
 	case errors.Is(err, ErrInvalidConfig):
 		code = codeInvalid
+	case errors.Is(err, ErrDuplicateWorker):
+		code = codeDuplicate
 	}
 	return &rpc.RemoteError{Code: code, Message: err.Error()}
 }
@@ -154,6 +157,8 @@ func localErr(addr string, err error) error {
 		sentinel = errors.ErrUnsupported
 	case codeInvalid:
 		sentinel = ErrInvalidConfig
+	case codeDuplicate:
+		sentinel = ErrDuplicateWorker
 	default:
 		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
 	}

@@ -49,3 +49,42 @@ func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
 		assert.Equal(t, next.Version, s.Server().OwnerTable().Version, "%s has the job's table", s.Node().ID)
 	}
 }
+
+// A move's owner table is published only if it follows the job's (its version is the job's
+// plus one): one made from a table a recovery has replaced since, or from a stale one, is
+// refused with ps.ErrNotPublished and changes nothing, on the coordinator or on any server.
+func TestMoveTableMustFollowTheJobs(t *testing.T) {
+	ctx := context.Background()
+	job, err := StartLocal(ctx, LocalConfig{Job: "moves", Servers: 2, Slots: 64,
+		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
+		Coordinator: Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}},
+		Checkpoint:  checkpoint.Config{ShmDir: t.TempDir()},
+	})
+	require.NoError(t, err)
+	defer job.Close()
+	c := job.Coordinator()
+	cur := c.holder.Get()
+	slot := cur.SlotsOf("ps-0").Members()[0]
+	moves := []ps.Move{{Slot: slot, From: "ps-0", To: "ps-1"}}
+	for _, v := range []uint64{cur.Version + 2, cur.Version + 9} {
+		next, err := cur.WithMoves(v, cur.Nodes, moves)
+		require.NoError(t, err)
+		err = c.publishMove(ctx, next)
+		require.ErrorIs(t, err, ps.ErrNotPublished, "version %d after %d", v, cur.Version)
+		assert.Same(t, cur, c.holder.Get(), "the job's table changed")
+		for _, s := range job.Servers {
+			assert.Equal(t, cur.Version, s.Server().OwnerTable().Version, "%s installed a refused table", s.Node().ID)
+		}
+	}
+	older, err := ps.NewOwnerTable(cur.Version, cur.Slots, cur.Nodes, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, c.publishMove(ctx, older), ps.ErrNotPublished, "a table of the job's own version")
+
+	next, err := cur.WithMoves(cur.Version+1, cur.Nodes, moves)
+	require.NoError(t, err)
+	require.NoError(t, c.publishMove(ctx, next))
+	assert.Same(t, next, c.holder.Get())
+	for _, s := range job.Servers {
+		assert.Equal(t, next.Version, s.Server().OwnerTable().Version, "%s has the job's table", s.Node().ID)
+	}
+}

@@ -67,6 +67,10 @@ type ServerStatus struct {
 	Reason      string `json:"reason,omitempty"` // why it failed
 	// Unheard is how long ago it last answered a health check.
 	Unheard time.Duration `json:"unheard_ns"`
+	// Silent is set for a server not failed yet that has missed its last health checks (no
+	// answer for more than two HealthEvery): it may be dead, and is failed once it has not
+	// answered for ServerTimeout, or at once when a worker reports that it cannot reach it.
+	Silent bool `json:"silent,omitempty"`
 }
 
 // WorkerStatus is one worker of a Status.
@@ -140,6 +144,7 @@ func (c *Coordinator) Status() Status {
 		ss := ServerStatus{ID: id, Addr: s.Node().Addr}
 		if e := c.srvs[id]; e != nil {
 			ss.Incarnation, ss.Failed, ss.Reason, ss.Unheard = e.inc, e.failed, e.reason, now.Sub(e.lastOK)
+			ss.Silent = !e.failed && ss.Unheard > 2*c.cfg.HealthEvery
 		}
 		st.Servers = append(st.Servers, ss)
 	}
@@ -231,8 +236,11 @@ func (st Status) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "\nSERVER\tADDRESS\tINCARNATION\tSTATE\tLAST ANSWER\n")
 	for _, s := range st.Servers {
 		state := "serving"
-		if s.Failed {
+		switch {
+		case s.Failed:
 			state = "failed: " + s.Reason
+		case s.Silent:
+			state = "not answering"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%x\t%s\t%v ago\n", s.ID, s.Addr, s.Incarnation, state, s.Unheard.Round(time.Millisecond))
 	}

@@ -228,3 +228,53 @@ func TestRemotesRefuseAShortSecret(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 }
+
+// A server that stops answering its health checks is shown as such before it is failed (the
+// server timeout is an hour here, and no worker reports it): the status does not call a dead
+// server serving.
+func TestStatusShowsAServerThatStopsAnswering(t *testing.T) {
+	j := startFaultJobWith(t, 3, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
+		c.CheckpointEvery = 0
+		c.HealthEvery = 50 * time.Millisecond
+		c.ServerTimeout = time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
+	require.NoError(t, err)
+	defer ctl.Close()
+	st, err := ctl.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Servers, 3)
+	for _, s := range st.Servers {
+		assert.False(t, s.Failed || s.Silent, "%s just answered", s.ID)
+	}
+
+	j.kill(2)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second) // two missed checks take 100 ms
+	defer wcancel()
+	for {
+		st, err = ctl.Status(ctx)
+		require.NoError(t, err)
+		if i := slices.IndexFunc(st.Servers, func(s elastic.ServerStatus) bool { return s.ID == "ps-2" }); i >= 0 && st.Servers[i].Silent {
+			assert.False(t, st.Servers[i].Failed, "the server timeout has not passed")
+			assert.Greater(t, st.Servers[i].Unheard, 100*time.Millisecond)
+			break
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatal("the status never showed the dead server as not answering")
+		case <-time.After(10 * time.Millisecond): // the next health check
+		}
+	}
+	var text strings.Builder
+	require.NoError(t, st.WriteText(&text))
+	for _, line := range strings.Split(text.String(), "\n") {
+		if strings.HasPrefix(line, "ps-2 ") {
+			assert.Contains(t, line, "not answering")
+			assert.NotContains(t, line, "serving")
+		}
+	}
+	assert.Contains(t, text.String(), "ps-2 ")
+	t.Log("\n" + text.String())
+}

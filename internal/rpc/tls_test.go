@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/internal/transport"
+	"github.com/elasticps/elasticps/internal/wire"
 )
 
 // testCA is a certificate authority made for one test; its keys live in
@@ -374,4 +375,43 @@ func TestTLSConfigValidate(t *testing.T) {
 	require.NoError(t, os.WriteFile(f.CAFile, []byte("not PEM"), 0o600))
 	_, _, err = f.LoadTLS()
 	assert.Error(t, err)
+}
+
+// A client written by hand that disagrees with the server about TLS reads
+// the TLS verdict, not another refusal: one on TLS whose hello lacks the
+// TLS flag (as if TLS ended before its program), and one on plain TCP
+// whose hello claims TLS.
+func TestRawClientGetsTLSVerdict(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	srvTLS, cliTLS := loadTLS(t, ca.files(t, "node", "127.0.0.1"))
+	for _, tc := range []struct {
+		name  string
+		srv   *tls.Config
+		flags wire.HelloFlags
+	}{
+		{"TLS server, hello without the flag", srvTLS, 0},
+		{"plain server, hello with the flag", nil, wire.HelloTLS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTCPEnv(t, ServerConfig{TLS: tc.srv})
+			nc, err := net.Dial("tcp", e.addr)
+			require.NoError(t, err)
+			if tc.srv != nil {
+				nc = tls.Client(nc, clientTLS(cliTLS, e.addr))
+			}
+			defer nc.Close()
+			require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+			hello := wire.Handshake{Type: wire.MsgClientHello, Version: wire.Version, Flags: tc.flags, MaxFrame: wire.DefaultMaxFrameSize}
+			_, err = nc.Write(wire.AppendHandshake(nil, hello))
+			require.NoError(t, err)
+			m, _, err := wire.ReadHandshake(nc)
+			require.NoError(t, err)
+			assert.Equal(t, wire.MsgVerdict, m.Type)
+			assert.Equal(t, wire.VerdictTLS, m.Verdict)
+			assert.ErrorIs(t, verdictError(m.Verdict), ErrHandshake)
+			waitFor(t, func() bool { return e.srv.Stats().FailedHandshakes == 1 }, "the server to count the refusal")
+			assert.Zero(t, e.srv.Stats().AuthFailures)
+			assert.Empty(t, e.handled())
+		})
+	}
 }

@@ -416,11 +416,20 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	// The servers may still be starting: the owner table is installed once they answer.
 	var coord *elastic.Coordinator
+	// The coordinator's dispatcher, once made. The samples a commit records are those its
+	// dispatcher had accepted at the snapshot (the barrier is up: no batch ends meanwhile), not
+	// those of the last progress report, which may be a report or more behind.
+	var disp atomic.Pointer[shard.Dispatcher]
 	err = untilUp(ctx, func() (err error) {
 		coord, err = elastic.NewCoordinator(ctx, elastic.Config{
 			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
 			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
-			JobState: func(step uint64) []byte { return r.jobState(ctx, step) },
+			JobState: func(step uint64) []byte {
+				if d := disp.Load(); d != nil {
+					r.samples.Store(acceptedBy(d))
+				}
+				return r.jobState(ctx, step)
+			},
 			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 			// Servers a scheduler adds (dlrm scale -add) are reached like these, and slots
@@ -433,6 +442,8 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	defer coord.Close()
+	disp.Store(coord.Dispatcher())
+	accepted := func() int64 { return acceptedBy(coord.Dispatcher()) }
 	sum := &Summary{Data: data.desc, HeldOut: data.heldOut, Servers: len(rc.PS), Workers: rc.Workers}
 	if cfg.Resume {
 		res, err := coord.ResumeReport(ctx)
@@ -453,8 +464,12 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 				return nil, fmt.Errorf("restore: run description: %w", err)
 			}
 		}
-		sum.Resumed, sum.ResumedStep, sum.ResumedSamples = true, step, meta.Samples
-		r.baseSamp = meta.Samples
+		// The restored dispatcher counts what the commit holds, whatever its run description
+		// says (one written before its samples were counted at the snapshot falls short).
+		base := accepted()
+		sum.Resumed, sum.ResumedStep, sum.ResumedSamples = true, step, base
+		r.baseSamp = base
+		r.samples.Store(base)
 		r.emit(Event{Kind: EventRestore, Message: fmt.Sprintf("restored checkpoint of step %d on %d servers and the dispatcher", step, len(rc.PS))})
 	}
 
@@ -490,13 +505,6 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		t := time.NewTimer(cfg.Duration)
 		defer t.Stop()
 		deadline = t.C
-	}
-	accepted := func() int64 {
-		var n int64
-		for _, e := range coord.Dispatcher().Progress().EpochRecords {
-			n += e.Done
-		}
-		return n
 	}
 	reason := ""
 	for reason == "" {
@@ -547,6 +555,16 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		failure = ErrNotExactlyOnce
 	}
 	return sum, failure
+}
+
+// acceptedBy returns the records d has accepted as trained, over every epoch: a multi-process
+// job's samples.
+func acceptedBy(d *shard.Dispatcher) int64 {
+	var n int64
+	for _, e := range d.Progress().EpochRecords {
+		n += e.Done
+	}
+	return n
 }
 
 // workerCounters are one worker process's figures.

@@ -135,6 +135,9 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.True(t, s1.Resumed)
 	assert.Equal(t, sum.Checkpoints.LastCommitted, s1.ResumedStep)
 	assert.Equal(t, "every epoch done", s1.StopReason, "the restored dispatcher knows the job is done")
+	assert.Equal(t, records*2, s1.ResumedSamples, "the commit holds every record trained")
+	assert.Equal(t, records*2, s1.TotalSamples)
+	assert.Zero(t, s1.Samples, "nothing was left to train")
 
 	// Restarted servers restore it.
 	stopPS()
@@ -144,6 +147,22 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.True(t, s2.Resumed)
 	assert.Equal(t, sum.Checkpoints.LastCommitted, s2.ResumedStep, "the takeover had nothing new to commit")
 	assert.Equal(t, "every epoch done", s2.StopReason, "the restored dispatcher knows the job is done")
+	assert.Equal(t, records*2, s2.ResumedSamples)
+
+	// The embedded mode resumes the same checkpoint: the samples its run description records
+	// are every record of both epochs, counted when the final checkpoint was taken, so the
+	// summary does not take the difference for held-out or malformed lines.
+	stopPS()
+	stopPS = func() {}
+	emb := base
+	emb.Resume = true
+	s3, err := train.Run(tctx, emb)
+	require.NoError(t, err)
+	assert.True(t, s3.Resumed)
+	assert.Equal(t, sum.Checkpoints.LastCommitted, s3.ResumedStep)
+	assert.Equal(t, records*2, s3.ResumedSamples, "the final commit counted every record trained")
+	assert.Zero(t, s3.Samples)
+	checkExactlyOnce(t, s3, records, 2)
 }
 
 // A scheduler gives a running multi-process job a third server and then drains one of the
