@@ -117,6 +117,12 @@ type Summary struct {
 
 	Epochs      []EpochCheck
 	ExactlyOnce bool // every epoch passes its check
+	// Recoveries counts the recoveries from parameter-server failures, and LostRecords the
+	// positions whose updates to a failed server's slots were lost (-recovery partial; a
+	// rollback loses none): those positions count as trained, once, but the model lacks their
+	// updates on those slots.
+	Recoveries  int
+	LostRecords int64
 
 	Tables      []TableRows
 	Checkpoints CheckpointStats
@@ -129,6 +135,29 @@ type Summary struct {
 	// Notes are what the summary points out about the input (such as every libSVM feature
 	// landing in one field).
 	Notes []string
+}
+
+// checkTraining fills in the exactly-once checks and the recoveries' losses from coord.
+func (s *Summary) checkTraining(coord *elastic.Coordinator) {
+	s.Epochs = coord.ExactlyOnce()
+	s.ExactlyOnce = len(s.Epochs) > 0
+	for _, e := range s.Epochs {
+		s.ExactlyOnce = s.ExactlyOnce && e.OK()
+	}
+	st := coord.Stats()
+	s.Recoveries, s.LostRecords = st.Recoveries, st.LostRecords
+}
+
+// Verdict says in a few words whether every position was trained exactly once, and what the
+// recoveries lost.
+func (s *Summary) Verdict() string {
+	switch {
+	case !s.ExactlyOnce:
+		return "FAILED: positions missing or covered twice"
+	case s.LostRecords > 0:
+		return fmt.Sprintf("every position covered exactly once, but %d positions' updates were LOST on the slots of failed servers (-recovery partial)", s.LostRecords)
+	}
+	return "every position of every epoch covered exactly once"
 }
 
 // String formats the summary for people, several lines.
@@ -191,12 +220,15 @@ func (s *Summary) String() string {
 	for _, e := range s.Epochs {
 		covered += e.Covered
 	}
-	verdict := "every position of every epoch covered exactly once"
-	if !s.ExactlyOnce {
-		verdict = "FAILED: positions missing or covered twice"
-	}
 	p("  exactly once: %s; %d positions covered, %d of them trained as samples (a position is a record, or a line of text data: held-out and malformed lines are covered without being trained)",
-		verdict, covered, s.TotalSamples)
+		s.Verdict(), covered, s.TotalSamples)
+	if s.Recoveries > 0 {
+		lost := "nothing lost"
+		if s.LostRecords > 0 {
+			lost = fmt.Sprintf("%d positions' updates lost on the restored slots (%.3f%% of the positions covered)", s.LostRecords, 100*float64(s.LostRecords)/float64(max(covered, 1)))
+		}
+		p("  recoveries:  %d from parameter-server failures; %s", s.Recoveries, lost)
+	}
 	for _, e := range s.Epochs {
 		mark := "ok"
 		if !e.OK() {

@@ -440,11 +440,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		s.BadLines = r.data.bad.Report()
 	}
 	s.Notes = r.data.notes
-	s.Epochs = r.job.Coordinator().ExactlyOnce()
-	s.ExactlyOnce = len(s.Epochs) > 0
-	for _, e := range s.Epochs {
-		s.ExactlyOnce = s.ExactlyOnce && e.OK()
-	}
+	s.checkTraining(r.job.Coordinator())
 	byName := map[string]*TableRows{}
 	for _, srv := range r.job.Servers {
 		for _, t := range srv.Server().Stats(false).Tables {

@@ -546,11 +546,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if sec := sum.Elapsed.Seconds(); sec > 0 {
 		sum.SamplesPerSec = float64(sum.Samples) / sec
 	}
-	sum.Epochs = coord.ExactlyOnce()
-	sum.ExactlyOnce = len(sum.Epochs) > 0
-	for _, e := range sum.Epochs {
-		sum.ExactlyOnce = sum.ExactlyOnce && e.OK()
-	}
+	sum.checkTraining(coord)
 	if failure == nil && !sum.ExactlyOnce {
 		failure = ErrNotExactlyOnce
 	}
