@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 	"golang.org/x/sync/errgroup"
@@ -73,6 +74,13 @@ type RecoveryEvent struct {
 	// try (after the commit) lost its updates of the other restored slots, which no server
 	// can tell apart: a caller that knows the batch's ids can, with Slots.
 	Held []HeldSpan
+	// Rollback only: Skipped are the commits newer than Step that could not be restored (a
+	// chunk that fails its checksum, an object missing), newest first, each with the reason,
+	// which names the object that failed. Each was moved aside (checkpoint's Quarantine):
+	// Quarantined[i] is where Skipped[i] went, "" when moving it failed (logged; the commit is
+	// then deleted). Step is the newest commit restored in their place.
+	Skipped     []checkpoint.SkippedCommit
+	Quarantined []string
 	// Err is set when the attempt failed (it is tried again).
 	Err error
 }
@@ -395,7 +403,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 
 	switch policy {
 	case Rollback:
-		err = c.rollback(ctx, step, servers, table)
+		err = c.rollback(ctx, step, servers, table, &ev)
 	case Partial:
 		err = c.partial(ctx, step, servers, replacement, old, table, &ev)
 	}
@@ -448,8 +456,39 @@ func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) 
 
 // rollback returns every server, the dispatcher and the ledger to the commit of step (or to
 // the start of the job before any commit), under a new incarnation: every epoch issued so far
-// is fenced, and the workers join again.
-func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable) error {
+// is fenced, and the workers join again. A commit that turns out damaged (checkpointDamaged) is
+// moved aside and the one before it restored instead, as Resume does; ev.Step says which.
+func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, ev *RecoveryEvent) error {
+	inc, err := c.newIncarnation(ctx, step, 0, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.lead(ctx, servers, inc); err != nil {
+		return err
+	}
+	for {
+		ev.Step = step
+		err := c.rollbackTo(ctx, step, servers, table, inc)
+		if err == nil {
+			if len(ev.Skipped) > 0 {
+				// Nothing above the commit restored may be restored later, nor collide with
+				// the steps committed from now on: what could not be moved aside goes.
+				return c.committer.DropAfter(ctx, step)
+			}
+			return nil
+		}
+		if step == 0 || !checkpointDamaged(err) {
+			return err
+		}
+		if step, err = c.setAside(ctx, step, err, &ev.Skipped, &ev.Quarantined); err != nil {
+			return err
+		}
+	}
+}
+
+// rollbackTo is one attempt of rollback at the commit of step, as incarnation inc (which the
+// servers follow).
+func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, inc uint64) error {
 	disp, led, err := c.commitData(ctx, step)
 	if err != nil {
 		return err
@@ -458,17 +497,13 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 	if err != nil {
 		return err
 	}
-	inc, err := c.newIncarnation(ctx, step, 0, nil)
-	if err != nil {
-		return err
-	}
-	if err := c.lead(ctx, servers, inc); err != nil {
-		return err
-	}
 	c.mu.Lock()
 	c.core.restore(step, step, inc)
 	c.fenced = nil
 	c.committedDone = done
+	if step > 0 {
+		c.stats.LastCommitted = step
+	}
 	c.mu.Unlock()
 	c.clock.reset() // a barrier the failure interrupted never comes down
 	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
