@@ -297,6 +297,10 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 	if ev.Err == nil {
 		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
 			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
+		for i, s := range ev.Skipped {
+			c.log.Warn("the recovery skipped a damaged commit: the training since the commit restored is done again",
+				"skipped", s.Step, "restored", ev.Step, "err", s.Err, "quarantined", ev.Quarantined[i])
+		}
 	}
 	if c.cfg.OnRecovery != nil {
 		c.cfg.OnRecovery(ev)
