@@ -463,16 +463,10 @@ func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) 
 // is fenced, and the workers join again. A commit that turns out damaged (checkpointDamaged) is
 // moved aside and the one before it restored instead, as Resume does; ev.Step says which.
 func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, ev *RecoveryEvent) error {
-	inc, err := c.newIncarnation(ctx, step, 0, nil)
-	if err != nil {
-		return err
-	}
-	if err := c.lead(ctx, servers, inc); err != nil {
-		return err
-	}
+	var inc uint64
 	for {
 		ev.Step = step
-		err := c.rollbackTo(ctx, step, servers, table, inc)
+		err := c.rollbackTo(ctx, step, servers, table, &inc)
 		if err == nil {
 			if len(ev.Skipped) > 0 {
 				// Nothing above the commit restored may be restored later, nor collide with
@@ -490,9 +484,9 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 	}
 }
 
-// rollbackTo is one attempt of rollback at the commit of step, as incarnation inc (which the
-// servers follow).
-func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, inc uint64) error {
+// rollbackTo is one attempt of rollback at the commit of step, as incarnation *inc; the first
+// (*inc 0) claims the job as a new incarnation and has the servers follow it.
+func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, inc *uint64) error {
 	disp, led, err := c.commitData(ctx, step)
 	if err != nil {
 		return err
@@ -501,8 +495,16 @@ func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []Par
 	if err != nil {
 		return err
 	}
+	if *inc == 0 {
+		if *inc, err = c.newIncarnation(ctx, step, 0, nil); err != nil {
+			return err
+		}
+		if err := c.lead(ctx, servers, *inc); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
-	c.core.restore(step, step, inc)
+	c.core.restore(step, step, *inc)
 	c.fenced = nil
 	c.committedDone = done
 	if step > 0 {
@@ -510,7 +512,7 @@ func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []Par
 	}
 	c.mu.Unlock()
 	c.clock.reset() // a barrier the failure interrupted never comes down
-	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+	if err := c.fence(ctx, servers, *inc<<32, nil); err != nil {
 		return err
 	}
 	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
