@@ -262,7 +262,6 @@ func TestRemoteRollbackSkipsADamagedCommit(t *testing.T) {
 	var events []elastic.RecoveryEvent
 	c, _, err := j.coordinator(ctx, false, func(cfg *elastic.Config) {
 		cfg.Recovery = elastic.Rollback
-		cfg.CheckpointEvery = 8
 		cfg.HealthEvery = 20 * time.Millisecond
 		cfg.ServerTimeout = 200 * time.Millisecond
 		cfg.ReplaceWait = time.Minute
@@ -278,9 +277,19 @@ func TestRemoteRollbackSkipsADamagedCommit(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	// The first worker to begin its 10th batch or later once two commits are written waits
-	// for the snapshots taken to be committed, damages the newest commit and kills ps-1. It
-	// is in its batch: no barrier, so no snapshot and no commit, comes until the recovery.
+	// Two commits, taken when the test asks (none on its own: CheckpointEvery is 0).
+	first := j.worker(c, "first")
+	var commits []uint64
+	for range 2 {
+		j.trainBatches(ctx, first, 5)
+		step, err := c.Checkpoint(ctx)
+		require.NoError(t, err)
+		commits = append(commits, step)
+	}
+	require.NoError(t, first.sess.Close())
+
+	// The first worker to begin a batch then damages the newest commit and kills ps-1. It is
+	// in its batch: no barrier, so no snapshot and no commit, comes until the recovery.
 	var (
 		kmu     sync.Mutex
 		n       int
@@ -291,12 +300,8 @@ func TestRemoteRollbackSkipsADamagedCommit(t *testing.T) {
 	step := func(ctx context.Context, b *elastic.Batch) error {
 		kmu.Lock()
 		n++
-		if st := c.Stats(); damaged == 0 && n >= 10 && st.Committed >= 2 {
-			if err := c.WaitCommits(ctx); err != nil {
-				kmu.Unlock()
-				return err
-			}
-			damaged = c.Stats().LastCommitted
+		if damaged == 0 {
+			damaged = commits[1]
 			var err error
 			if chunk, err = j.damage(damaged, "ps-1"); err != nil {
 				kmu.Unlock()
@@ -331,8 +336,7 @@ func TestRemoteRollbackSkipsADamagedCommit(t *testing.T) {
 	ev := events[0]
 	require.NoError(t, ev.Err)
 	assert.Equal(t, []string{"ps-1"}, ev.Replaced)
-	assert.Positive(t, ev.Step, "restored from a commit")
-	assert.Less(t, ev.Step, damaged, "restored from the commit before the damaged one")
+	assert.Equal(t, commits[0], ev.Step, "restored from the commit before the damaged one")
 	j.assertSkipped(ev.Skipped, ev.Quarantined, damaged, chunk)
 	t.Logf("recovered from step %d, skipping step %d, in %v", ev.Step, damaged, ev.Duration.Round(time.Millisecond))
 
