@@ -8,7 +8,12 @@ import (
 // pipeline fetches items 0..n-1 with up to workers goroutines, keeping at most workers+1 fetched but
 // not yet applied, and applies them in order on the calling goroutine. After an error it stops
 // fetching, releases what was fetched and returns the first error; every goroutine has ended when
-// it returns.
+// it returns. When ctx ends, the items not yet fetched fail with ctx's error, so it returns as soon
+// as the fetches under way (which are given ctx) do.
+//
+// An item holds one of workers+1 slots from just before its fetch starts until the calling
+// goroutine is done with its result (applied or dropped); an item failed for want of a fetch (ctx
+// ended first) holds none, so only the result of a fetch gives a slot back.
 func pipeline[T any](ctx context.Context, n, workers int, fetch func(ctx context.Context, i int) (T, error),
 	apply func(i int, v T) error, release func(T)) error {
 	if n == 0 {
@@ -17,8 +22,9 @@ func pipeline[T any](ctx context.Context, n, workers int, fetch func(ctx context
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		v   T
-		err error
+		v       T
+		err     error
+		fetched bool // fetch ran: the item holds a slot
 	}
 	results := make([]chan result, n)
 	for i := range results {
@@ -42,7 +48,7 @@ func pipeline[T any](ctx context.Context, n, workers int, fetch func(ctx context
 			go func() {
 				defer wg.Done()
 				v, err := fetch(ctx, i)
-				results[i] <- result{v, err}
+				results[i] <- result{v, err, true}
 			}()
 		}
 	}()
@@ -58,17 +64,18 @@ func pipeline[T any](ctx context.Context, n, workers int, fetch func(ctx context
 				release(r.v)
 			}
 		}
-		<-slots
+		if r.fetched {
+			<-slots
+		}
 	}
 	cancel()
 	for ; i < n; i++ {
 		r := <-results[i]
+		if r.fetched {
+			<-slots
+		}
 		if r.err == nil && release != nil {
 			release(r.v)
-		}
-		select {
-		case <-slots:
-		default:
 		}
 	}
 	wg.Wait()

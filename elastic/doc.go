@@ -110,6 +110,13 @@
 // ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker
 // fails. Stats.LastRecovery and Config.OnRecovery report each recovery.
 //
+// A commit that turns out damaged when a rollback, a resume or a takeover restores it (a chunk
+// that fails its checksum on any server, an object missing) is moved aside (checkpoint's
+// Quarantine) and the commit before it restored instead, in one process and across processes
+// alike: RecoveryEvent.Skipped and Resumed.Skipped say which and why. A remote server's answer
+// keeps the identity of every sentinel its error matches (checkpoint's, ps's and this
+// package's), so the coordinator tells damage from a failure to reach it either way.
+//
 // # The coordinator fails
 //
 // A coordinator that restarts (LocalJob.RestartCoordinator in process, a new process started

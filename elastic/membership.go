@@ -22,7 +22,10 @@ package elastic
 //
 // Gossip is encrypted and authenticated (AES-256-GCM) with a key derived from the cluster secret
 // by HKDF-SHA256, and unencrypted or foreign-key messages are refused both ways: a process
-// without the secret can neither join nor read the view.
+// without the secret can neither join nor read the view. Nor can it exhaust the process's file
+// descriptors through the gossip port: as on the RPC port, the TCP connections that have not
+// delivered a sealed message yet are bounded in all and per source host, and closed after
+// HandshakeTimeout (membership_gate.go).
 //
 // The memberlist side (the meta encoding, the delegates, the event queue) is in
 // membership_transport.go.
@@ -173,9 +176,23 @@ type MembershipConfig struct {
 	// LeaveTimeout bounds how long Leave and Close wait for the leave to be gossiped. Default 5s.
 	LeaveTimeout time.Duration
 
+	// HandshakeTimeout bounds how long a gossip stream (a TCP connection to the gossip port)
+	// may take, from its accept, to deliver a message sealed with the cluster key: one that
+	// has not is closed. Default 5s, as the RPC port's. Shorter frees the slots of idle or slow
+	// peers sooner; it must leave room for a member's whole state (a push-pull) to arrive.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the gossip streams that have not delivered such a message yet;
+	// more are closed as they come, so that connections of peers without the secret cannot
+	// take the process's file descriptors. Default 128, as the RPC port's.
+	MaxHandshakes int
+	// MaxHandshakesPerHost bounds them per source address, at most MaxHandshakes, so that one
+	// flooding host leaves room for the members on others. Default 32.
+	MaxHandshakesPerHost int
+
 	// Transport, if set, carries the gossip instead of UDP and TCP sockets (say,
 	// memberlist.MockNetwork's transports in tests); a memberlist.NodeAwareTransport is used as
-	// such. The Membership shuts it down at Close.
+	// such. Its streams are guarded as the sockets' are (HandshakeTimeout, MaxHandshakes). The
+	// Membership shuts it down at Close.
 	Transport memberlist.Transport
 	// OnEvent, if set, receives every MemberEvent, in order, from one goroutine. It must not
 	// block for long: events queue up behind it (without bound, so gossip never waits).
@@ -238,13 +255,25 @@ func (c MembershipConfig) Validate() error {
 	if c.SuspicionMult < 0 {
 		errs = append(errs, fmt.Errorf("SuspicionMult %d is negative", c.SuspicionMult))
 	}
+	if c.HandshakeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HandshakeTimeout %v is negative", c.HandshakeTimeout))
+	}
+	if c.MaxHandshakes < 0 {
+		errs = append(errs, fmt.Errorf("MaxHandshakes %d is negative", c.MaxHandshakes))
+	}
+	if c.MaxHandshakesPerHost < 0 {
+		errs = append(errs, fmt.Errorf("MaxHandshakesPerHost %d is negative", c.MaxHandshakesPerHost))
+	} else if c.MaxHandshakes > 0 && c.MaxHandshakesPerHost > c.MaxHandshakes {
+		errs = append(errs, fmt.Errorf("MaxHandshakesPerHost %d is above MaxHandshakes %d", c.MaxHandshakesPerHost, c.MaxHandshakes))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
-// withDefaults fills the defaults memberlist does not: Logger, LeaveTimeout and Self.Host.
+// withDefaults fills the defaults memberlist does not: Logger, LeaveTimeout, the guard of the
+// gossip port and Self.Host.
 func (c MembershipConfig) withDefaults() (MembershipConfig, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -252,6 +281,16 @@ func (c MembershipConfig) withDefaults() (MembershipConfig, error) {
 	if c.LeaveTimeout == 0 {
 		c.LeaveTimeout = 5 * time.Second
 	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = defaultGossipHandshakeTimeout
+	}
+	if c.MaxHandshakes == 0 {
+		c.MaxHandshakes = defaultGossipMaxHandshakes
+	}
+	if c.MaxHandshakesPerHost == 0 {
+		c.MaxHandshakesPerHost = defaultGossipMaxHandshakesHost
+	}
+	c.MaxHandshakesPerHost = min(c.MaxHandshakesPerHost, c.MaxHandshakes)
 	if c.Self.Host == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -284,6 +323,7 @@ type Membership struct {
 	cfg    MembershipConfig
 	log    *slog.Logger
 	ml     *memberlist.Memberlist
+	gate   *streamGate // the transport memberlist uses: the guard of the gossip port
 	meta   *metaDelegate
 	view   memberView
 	events *eventQueue    // nil without OnEvent
@@ -314,11 +354,18 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 	if cfg.OnEvent != nil {
 		m.events = startEventQueue(cfg.OnEvent)
 	}
-	mlc, err := cfg.memberlistConfig(m.meta, eventDelegate{m})
+	var mlc *memberlist.Config
+	m.gate, err = cfg.gossipTransport()
+	if err == nil {
+		mlc, err = cfg.memberlistConfig(m.meta, eventDelegate{m}, m.gate)
+	}
 	if err == nil {
 		m.ml, err = memberlist.Create(mlc)
 	}
 	if err != nil {
+		if m.gate != nil {
+			m.gate.Shutdown()
+		}
 		m.events.close()
 		return nil, fmt.Errorf("elastic: start gossip: %w", err)
 	}

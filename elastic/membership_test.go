@@ -119,7 +119,8 @@ func gossipGoroutines() []string {
 	var out []string
 	for _, s := range stacks[1:] { // stacks[0] is the caller
 		if strings.Contains(s, "hashicorp/memberlist.") || strings.Contains(s, "elastic.(*Membership)") ||
-			strings.Contains(s, "elastic.(*eventQueue)") {
+			strings.Contains(s, "elastic.(*eventQueue)") || strings.Contains(s, "elastic.(*streamGate)") ||
+			strings.Contains(s, "elastic.(*gatedConn)") {
 			out = append(out, s)
 		}
 	}
@@ -307,11 +308,18 @@ func TestMembershipConfigValidateReportsEveryProblem(t *testing.T) {
 		ProbeTimeout:  2 * time.Second,
 		SuspicionMult: -1,
 		TCPTimeout:    -time.Second,
+
+		HandshakeTimeout:     -time.Second,
+		MaxHandshakes:        2,
+		MaxHandshakesPerHost: 3,
 	}.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	// Role, ID, Incarnation, Addr, Host's length, Bind, Seeds[0], Secret, ProbeTimeout,
-	// SuspicionMult, TCPTimeout.
-	assert.Equal(t, 11, countProblems(err), "%v", err)
+	// SuspicionMult, TCPTimeout, HandshakeTimeout, MaxHandshakesPerHost.
+	assert.Equal(t, 13, countProblems(err), "%v", err)
+	err = MembershipConfig{MaxHandshakes: -1, MaxHandshakesPerHost: -1}.Validate()
+	assert.ErrorContains(t, err, "MaxHandshakes -1 is negative")
+	assert.ErrorContains(t, err, "MaxHandshakesPerHost -1 is negative")
 
 	valid := fastGossip("127.0.0.1", Member{Role: RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.1:1"}, newMemberRecorder())
 	assert.NoError(t, valid.Validate())

@@ -112,12 +112,49 @@ func gossipKey(secret []byte) ([]byte, error) {
 	return hkdf.Key(sha256.New, secret, nil, gossipKeyInfo, 32)
 }
 
-// memberlistConfig is c, valid and with its defaults, as a memberlist configuration.
-func (c MembershipConfig) memberlistConfig(d memberlist.Delegate, events memberlist.EventDelegate) (*memberlist.Config, error) {
+// bindAddr is c's gossip address (valid), split, with its defaults.
+func (c MembershipConfig) bindAddr() (string, int) {
+	host, port, _ := splitHostPort(cmp.Or(c.Bind, "0.0.0.0:7946"))
+	return cmp.Or(host, "0.0.0.0"), port
+}
+
+// memberlistLogger is memberlist's log, as debug records of c.Logger.
+func (c MembershipConfig) memberlistLogger() *log.Logger { return log.New(slogWriter{c.Logger}, "", 0) }
+
+// gossipTransport returns the transport memberlist is to use: c.Transport, or UDP and TCP
+// sockets bound to c.Bind, behind the guard of the gossip port (see membership_gate.go).
+func (c MembershipConfig) gossipTransport() (*streamGate, error) {
+	inner := c.Transport
+	if inner == nil {
+		host, port := c.bindAddr()
+		nc := &memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: c.memberlistLogger()}
+		// As memberlist does: with port 0 the TCP listener picks the port and the UDP one may
+		// find it taken; try again a few times.
+		var nt *memberlist.NetTransport
+		var err error
+		for try := 0; try < 10; try++ {
+			if nt, err = memberlist.NewNetTransport(nc); err == nil || port != 0 || !strings.Contains(err.Error(), "address already in use") {
+				break
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		inner = nt
+	}
+	return newStreamGate(inner, c.MaxHandshakes, c.MaxHandshakesPerHost, c.HandshakeTimeout, c.Logger), nil
+}
+
+// memberlistConfig is c, valid and with its defaults, as a memberlist configuration over the
+// transport tr (gossipTransport's).
+func (c MembershipConfig) memberlistConfig(d memberlist.Delegate, events memberlist.EventDelegate, tr *streamGate) (*memberlist.Config, error) {
 	ml := memberlist.DefaultLANConfig()
 	ml.Name = c.Self.nodeName()
-	host, port, _ := splitHostPort(cmp.Or(c.Bind, "0.0.0.0:7946")) // valid
-	ml.BindAddr, ml.BindPort = cmp.Or(host, "0.0.0.0"), port
+	host, port := c.bindAddr()
+	if nt, ok := tr.NodeAwareTransport.(*memberlist.NetTransport); ok && port == 0 {
+		port = nt.GetAutoBindPort()
+	}
+	ml.BindAddr, ml.BindPort = host, port
 	ml.AdvertiseAddr, ml.AdvertisePort = "", port
 	if c.Advertise != "" {
 		host, port, _ := splitHostPort(c.Advertise)
@@ -126,7 +163,7 @@ func (c MembershipConfig) memberlistConfig(d memberlist.Delegate, events memberl
 			ml.AdvertisePort = port
 		}
 	}
-	ml.Transport = c.Transport
+	ml.Transport = tr
 	key, err := gossipKey(c.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("derive the gossip key: %w", err)
@@ -140,7 +177,7 @@ func (c MembershipConfig) memberlistConfig(d memberlist.Delegate, events memberl
 	setIfNonZero(&ml.PushPullInterval, c.PushPullInterval)
 	setIfNonZero(&ml.TCPTimeout, c.TCPTimeout)
 	ml.Delegate, ml.Events = d, events
-	ml.Logger = log.New(slogWriter{c.Logger}, "", 0)
+	ml.Logger = c.memberlistLogger()
 	return ml, nil
 }
 

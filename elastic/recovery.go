@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/wait"
 	"github.com/elasticps/elasticps/ps"
 	"golang.org/x/sync/errgroup"
@@ -74,6 +75,13 @@ type RecoveryEvent struct {
 	// try (after the commit) lost its updates of the other restored slots, which no server
 	// can tell apart: a caller that knows the batch's ids can, with Slots.
 	Held []HeldSpan
+	// Rollback only: Skipped are the commits newer than Step that could not be restored (a
+	// chunk that fails its checksum, an object missing), newest first, each with the reason,
+	// which names the object that failed. Each was moved aside (checkpoint's Quarantine):
+	// Quarantined[i] is where Skipped[i] went, "" when moving it failed (logged; the commit is
+	// then deleted). Step is the newest commit restored in their place.
+	Skipped     []checkpoint.SkippedCommit
+	Quarantined []string
 	// Err is set when the attempt failed (it is tried again).
 	Err error
 }
@@ -298,6 +306,12 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
 			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
 	}
+	if ev.Err == nil {
+		for i, s := range ev.Skipped {
+			c.log.Warn("the recovery skipped a damaged commit: the training since the commit restored is done again",
+				"skipped", s.Step, "restored", ev.Step, "err", s.Err, "quarantined", ev.Quarantined[i])
+		}
+	}
 	if c.cfg.OnRecovery != nil {
 		c.cfg.OnRecovery(ev)
 	}
@@ -403,7 +417,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 
 	switch policy {
 	case Rollback:
-		err = c.rollback(ctx, step, servers, table)
+		err = c.rollback(ctx, step, servers, table, &ev)
 	case Partial:
 		err = c.partial(ctx, step, servers, replacement, old, table, &ev)
 	}
@@ -456,7 +470,8 @@ func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) 
 
 // rollback returns every server, the dispatcher and the ledger to the commit of step (or to
 // the start of the job before any commit), under a new incarnation: every epoch issued so far
-// is fenced, and the workers join again.
+// is fenced, and the workers join again. A commit that turns out damaged (checkpointDamaged) is
+// moved aside and the one before it restored instead, as Resume does; ev.Step says which.
 //
 // The core becomes the new incarnation only after the dispatcher is restored. A worker that
 // joins while the rollback runs may take a lease of the dispatcher's state from before it; the
@@ -464,9 +479,33 @@ func recoveryTable(old *ps.OwnerTable, nodes []ps.Node) (*ps.OwnerTable, error) 
 // core's restore, the worker holds an epoch of the old incarnation, so its Begin is refused and
 // it joins again with a fresh reader. Were the core restored first, the worker would be a member
 // of the new incarnation and train the stale batch as well as whoever takes the same positions
-// from the restored dispatcher: the servers skip the later of the two pushes only while their
-// applied records hold the position, and forget it once a commit holds it done.
-func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable) error {
+// from the restored dispatcher, out of their order in the shard, which the servers' records of
+// applied batches rely on.
+func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, ev *RecoveryEvent) error {
+	var inc uint64
+	for {
+		ev.Step = step
+		err := c.rollbackTo(ctx, step, servers, table, &inc)
+		if err == nil {
+			if len(ev.Skipped) > 0 {
+				// Nothing above the commit restored may be restored later, nor collide with
+				// the steps committed from now on: what could not be moved aside goes.
+				return c.committer.DropAfter(ctx, step)
+			}
+			return nil
+		}
+		if step == 0 || !checkpointDamaged(err) {
+			return err
+		}
+		if step, err = c.setAside(ctx, step, err, &ev.Skipped, &ev.Quarantined); err != nil {
+			return err
+		}
+	}
+}
+
+// rollbackTo is one attempt of rollback at the commit of step, as incarnation *inc; the first
+// (*inc 0) claims the job as a new incarnation and has the servers follow it.
+func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []ParameterServer, table *ps.OwnerTable, inc *uint64) error {
 	disp, led, err := c.commitData(ctx, step)
 	if err != nil {
 		return err
@@ -475,16 +514,17 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 	if err != nil {
 		return err
 	}
-	inc, err := c.newIncarnation(ctx, step, 0, nil)
-	if err != nil {
-		return err
-	}
-	if err := c.lead(ctx, servers, inc); err != nil {
-		return err
+	if *inc == 0 {
+		if *inc, err = c.newIncarnation(ctx, step, 0, nil); err != nil {
+			return err
+		}
+		if err := c.lead(ctx, servers, *inc); err != nil {
+			return err
+		}
 	}
 	// Every epoch issued so far, and every one the core issues until its restore below, is
 	// below the floor.
-	if err := c.fence(ctx, servers, inc<<32, nil); err != nil {
+	if err := c.fence(ctx, servers, *inc<<32, nil); err != nil {
 		return err
 	}
 	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
@@ -497,9 +537,12 @@ func (c *Coordinator) rollback(ctx context.Context, step uint64, servers []Param
 		return fmt.Errorf("elastic: commit %d: dispatcher: %w", step, err)
 	}
 	c.mu.Lock()
-	c.core.restore(step, step, inc)
+	c.core.restore(step, step, *inc)
 	c.fenced = nil
 	c.committedDone = done
+	if step > 0 {
+		c.stats.LastCommitted = step
+	}
 	c.applyLocked(nil) // workers held in Begin learn now that they must join again
 	c.mu.Unlock()
 	c.clock.reset() // a barrier the failure interrupted never comes down

@@ -49,28 +49,6 @@ const (
 	methodRebalance      uint16 = 0x4526
 )
 
-// Error codes of the control protocol.
-const (
-	codeMalformed    = rpc.MinAppCode + 0x450
-	codeNotMember    = codeMalformed + 1
-	codeStopped      = codeMalformed + 2
-	codeHeld         = codeMalformed + 3 // Begin: still held at the barrier; call again
-	codeBusy         = codeMalformed + 4 // checkpoint.ErrBusy
-	codeNoCheckpoint = codeMalformed + 5 // checkpoint.ErrNoCheckpoint
-	codeFailed       = codeMalformed + 6
-	codeClosed       = codeMalformed + 7
-	codeNotFresh     = codeMalformed + 8
-	codeReplaced     = codeMalformed + 9
-	codeSuperseded   = codeMalformed + 10
-	codeNoScaler     = codeMalformed + 11
-	codeUnsupported  = codeMalformed + 12 // errors.ErrUnsupported
-	codeInvalid      = codeMalformed + 13 // ErrInvalidConfig
-	codeDuplicate    = codeMalformed + 14 // ErrDuplicateWorker
-)
-
-// errHeld is a remote Begin's answer when the coordinator held it for beginHold.
-var errHeld = errors.New("elastic: held at the barrier")
-
 // beginHold bounds how long the coordinator holds one remote Begin; the worker calls again.
 const beginHold = 5 * time.Second
 
@@ -87,82 +65,6 @@ func register(reg Registrar, hs map[uint16]rpc.Handler) error {
 		}
 	}
 	return nil
-}
-
-// remoteErr turns an error into one the other side can map back to a sentinel.
-func remoteErr(err error) error {
-	code := codeFailed
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errMalformed):
-		code = codeMalformed
-	case errors.Is(err, ErrNotMember):
-		code = codeNotMember
-	case errors.Is(err, ErrStopped):
-		code = codeStopped
-	case errors.Is(err, ErrClosed):
-		code = codeClosed
-	case errors.Is(err, checkpoint.ErrBusy):
-		code = codeBusy
-	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		code = codeNoCheckpoint
-	case errors.Is(err, ErrNotFresh):
-		code = codeNotFresh
-	case errors.Is(err, ErrReplaced):
-		code = codeReplaced
-	case errors.Is(err, ErrSuperseded):
-		code = codeSuperseded
-	case errors.Is(err, ErrNoScaler):
-		code = codeNoScaler
-	case errors.Is(err, errors.ErrUnsupported):
-		code = codeUnsupported
-	case errors.Is(err, ErrInvalidConfig):
-		code = codeInvalid
-	case errors.Is(err, ErrDuplicateWorker):
-		code = codeDuplicate
-	}
-	return &rpc.RemoteError{Code: code, Message: err.Error()}
-}
-
-// localErr maps a remote error back to this package's sentinels (and checkpoint's).
-func localErr(addr string, err error) error {
-	var re *rpc.RemoteError
-	if !errors.As(err, &re) {
-		return err
-	}
-	var sentinel error
-	switch re.Code {
-	case codeNotMember:
-		sentinel = ErrNotMember
-	case codeStopped:
-		sentinel = ErrStopped
-	case codeClosed:
-		sentinel = ErrClosed
-	case codeBusy:
-		sentinel = checkpoint.ErrBusy
-	case codeNoCheckpoint:
-		sentinel = checkpoint.ErrNoCheckpoint
-	case codeHeld:
-		sentinel = errHeld
-	case codeNotFresh:
-		sentinel = ErrNotFresh
-	case codeReplaced:
-		sentinel = ErrReplaced
-	case codeSuperseded:
-		sentinel = ErrSuperseded
-	case codeNoScaler:
-		sentinel = ErrNoScaler
-	case codeUnsupported:
-		sentinel = errors.ErrUnsupported
-	case codeInvalid:
-		sentinel = ErrInvalidConfig
-	case codeDuplicate:
-		sentinel = ErrDuplicateWorker
-	default:
-		return fmt.Errorf("elastic: %s: %s", addr, re.Message)
-	}
-	return fmt.Errorf("%w (%s: %s)", sentinel, addr, re.Message)
 }
 
 // ServeServer registers the server agent of l on reg (the server's own *ps.Server): the

@@ -39,6 +39,10 @@ import (
 //     disagree otherwise, a later commit) every server returns to the commit (as under
 //     Rollback, from its own shared memory where it has it). A job with no commit yet returns
 //     to its start.
+//
+// Either way a commit that cannot be restored (a chunk that fails its checksum, an object
+// missing, on any server) is moved aside (checkpoint's Quarantine) and the one before it is
+// restored instead; ResumeReport lists them.
 func (c *Coordinator) Resume(ctx context.Context) (uint64, []byte, error) {
 	r, err := c.ResumeReport(ctx)
 	return r.Step, r.Job, err
@@ -198,6 +202,32 @@ func (c *Coordinator) quarantine(ctx context.Context, res *Resumed) {
 		}
 		res.Quarantined[i] = dir
 	}
+}
+
+// setAside moves the commit of step aside (checkpoint's Quarantine) because restoring it failed
+// with why, a damaged commit's error (checkpointDamaged), records it in skipped and
+// quarantined (where it went, "" when moving it failed: the caller then deletes it with the
+// commits above the one it restores), and returns the newest commit before it. With none left
+// it fails with checkpoint.ErrNoCheckpoint: the job's start is no fallback for a job that
+// committed, since all its training would be lost.
+func (c *Coordinator) setAside(ctx context.Context, step uint64, why error, skipped *[]checkpoint.SkippedCommit, quarantined *[]string) (uint64, error) {
+	c.log.Warn("skipping a damaged commit", "step", step, "err", why)
+	dir, err := c.committer.Quarantine(ctx, step, why)
+	if err != nil {
+		c.log.Warn("could not move a damaged commit aside", "step", step, "err", err)
+	}
+	*skipped = append(*skipped, checkpoint.SkippedCommit{Step: step, Err: why})
+	*quarantined = append(*quarantined, dir)
+	commits, err := c.committer.Commits(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, ci := range commits {
+		if ci.Step < step {
+			return ci.Step, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: the commit of step %d is damaged (%v), and no commit is left before it", checkpoint.ErrNoCheckpoint, step, why)
 }
 
 // commitState is what the coordinator keeps in a commit.
@@ -443,8 +473,24 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := c.restoreEach(ctx, servers, step, table, RestoreAll); err != nil {
-		return 0, nil, err
+	// A commit whose data turns out damaged is moved aside and the one before it restored, as
+	// for fresh servers (Choose) and in a rollback.
+	for {
+		err := c.restoreEach(ctx, servers, step, table, RestoreAll)
+		if err == nil {
+			break
+		}
+		for {
+			if step == 0 || !checkpointDamaged(err) {
+				return 0, nil, err
+			}
+			if step, err = c.setAside(ctx, step, err, &res.Skipped, &res.Quarantined); err != nil {
+				return 0, nil, err
+			}
+			if cm, err = c.readCommit(ctx, step); err == nil {
+				break
+			}
+		}
 	}
 	if err := c.install(ctx, servers, table); err != nil {
 		return 0, nil, err
