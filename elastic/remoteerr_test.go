@@ -77,6 +77,9 @@ var sentinels = map[string]error{
 	"ps.ErrCorruptApplied": ps.ErrCorruptApplied,
 
 	// The protocol's own, and the standard library's.
+	"elastic.ErrDuplicateWorker": ErrDuplicateWorker,
+	"elastic.ErrExistingCommits": ErrExistingCommits,
+
 	"elastic.errMalformed":     errMalformed,
 	"elastic.errHeld":          errHeld,
 	"elastic.errNoCheckpoints": errNoCheckpoints,
