@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -119,7 +120,7 @@ func (g *streamGate) run() {
 
 // admit lets c in, in its handshake, or closes it and returns nil.
 func (g *streamGate) admit(c net.Conn) *gatedConn {
-	host := gossipHost(c.RemoteAddr())
+	host := rpc.SourceHost(c.RemoteAddr())
 	g.mu.Lock()
 	select {
 	case <-g.done:
@@ -205,22 +206,6 @@ func (g *streamGate) Shutdown() error {
 		}
 	})
 	return g.shutErr
-}
-
-// gossipHost is the source host of a stream: the IP address on TCP, else the address without
-// its port, or whole.
-func gossipHost(a net.Addr) string {
-	if a == nil {
-		return ""
-	}
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	s := a.String()
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		return host
-	}
-	return s
 }
 
 // gatedConn is a stream the guard let in. While it is in its handshake its deadlines are

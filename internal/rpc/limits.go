@@ -49,9 +49,10 @@ func (g *gate) leave(host string) {
 	}
 }
 
-// sourceHost is the host part of a connection's remote address: the IP
-// address on TCP. Addresses without a port are used whole.
-func sourceHost(a net.Addr) string {
+// SourceHost is the host part of a connection's remote address: the IP
+// address on TCP. Addresses without a port are used whole. The limits on
+// unauthenticated connections per source count by it.
+func SourceHost(a net.Addr) string {
 	if a == nil {
 		return ""
 	}

@@ -168,7 +168,7 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		host := sourceHost(nc.RemoteAddr())
+		host := SourceHost(nc.RemoteAddr())
 		if ok, perHost := s.gate.enter(host); !ok {
 			s.stats.refusedConns.Add(1)
 			limit := "MaxHandshakes"
