@@ -442,6 +442,9 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		s.BadLines = r.data.bad.Report()
 	}
 	s.Notes = r.data.notes
+	for _, srv := range r.job.Servers {
+		s.AppliedBytes += int64(len(srv.Server().AppliedState(nil)))
+	}
 	s.Epochs = r.job.Coordinator().ExactlyOnce()
 	s.ExactlyOnce = len(s.Epochs) > 0
 	for _, e := range s.Epochs {
