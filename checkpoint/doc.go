@@ -25,7 +25,9 @@
 // Snapshot blocks only while the tables' rows are copied into shared memory (all rows, or for a
 // delta only the rows changed since the previous checkpoint); training then goes on. Call it at a
 // step barrier for a consistent checkpoint; otherwise each row is consistent. In the background a
-// sealer checksums the copy and seals it, and a persister streams it to Storage. Restore:
+// sealer checksums the copy and seals it, and a persister streams it to Storage; that work waits
+// while a copy runs, of this Checkpointer or of any other sharing its Config.Gate (the servers of
+// one process should share one), so it never takes the cores a blocking copy needs. Restore:
 //
 //	info, _ := m.Choose(ctx, verifyOnEveryNode)     // newest commit every node can read
 //	ck.Load(ctx, info.Step, checkpoint.RestoreSlots(ownedNow))

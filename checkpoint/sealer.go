@@ -5,7 +5,8 @@ import (
 )
 
 // sealLoop checksums each new segment, rewrites its generation's seal file, hands the segment to the
-// persister, and then grows shared memory ahead of the next snapshots. A segment a Load or Restore
+// persister, and then grows shared memory ahead of the next snapshots. The sealing, each checksum
+// piece and the growing wait while a Checkpointer sharing its Gate copies. A segment a Load or Restore
 // abandoned is passed on unsealed: nothing can commit it, and the persister drops it.
 func (c *Checkpointer) sealLoop() {
 	defer c.wg.Done()
@@ -22,6 +23,7 @@ func (c *Checkpointer) sealLoop() {
 			c.doneWork(job.gen)
 			continue
 		}
+		_ = c.cfg.Gate.wait(c.ctx) // after Close, seal anyway: nothing is held back then
 		if c.hooks.beforeSeal != nil {
 			c.hooks.beforeSeal(job.step)
 		}
@@ -30,7 +32,9 @@ func (c *Checkpointer) sealLoop() {
 			c.hooks.afterSeal(job.step)
 		}
 		c.persistQ.push(job)
-		c.provision(job.gen)
+		if c.cfg.Gate.wait(c.ctx) == nil {
+			c.provision(job.gen)
+		}
 		c.doneWork(job.gen)
 	}
 }
@@ -57,6 +61,7 @@ func (c *Checkpointer) seal(job stageJob) {
 		sums[ti] = make([]uint64, len(spans))
 		for p, sp := range spans {
 			eg.Go(func() error {
+				_ = c.cfg.Gate.wait(c.ctx) // as above
 				sums[ti][p] = xxhashSum(data[sp.lo:sp.hi])
 				return nil
 			})

@@ -168,7 +168,9 @@ func (c *Checkpointer) snapshot(step uint64, owned slotSet, o snapOpts) (Snapsho
 			return SnapshotInfo{}, fmt.Errorf("checkpoint: unseal generation %d: %w", gi, err)
 		}
 	}
+	c.cfg.Gate.enter()
 	bytes, need, err := c.copyInto(g, gi, seg, !full, sel, o.blobs)
+	c.cfg.Gate.leave()
 	if err != nil {
 		c.mu.Lock()
 		for i, u := range saved {

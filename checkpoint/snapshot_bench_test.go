@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,17 +20,28 @@ import (
 var serverTableRows = []int{730, 292, 8325, 8296, 153, 12, 5868, 317, 2, 8281, 2831, 8259, 1597,
 	14, 6777, 8346, 5, 2817, 1087, 2, 8291, 9, 8, 8292, 53, 6485}
 
-// benchSlots is the slot count of the benchmark tables; the server of BenchmarkSnapshotServer
-// owns the even slots.
+// benchSlots is the slot count of the benchmark tables; server k of BenchmarkSnapshotServer owns
+// the slots s with s%2 == k.
 const benchSlots = 4096
 
-// serverTables returns Adagrad tables of dim 16 with serverTableRows rows of even slots, and
-// their ids.
-func serverTables(b *testing.B) (map[string]*embedding.Table, map[string][]uint64) {
+// benchServer is one parameter server of BenchmarkSnapshotServer: its tables, their ids, its
+// slots and its checkpointer.
+type benchServer struct {
+	emb   map[string]*embedding.Table
+	ids   map[string][]uint64
+	owned []int
+	ck    *checkpoint.Checkpointer
+	bytes int // the records of its tables
+}
+
+// newBenchServer returns server k of the job: Adagrad tables of dim 16 with serverTableRows rows
+// of its slots, and a checkpointer with gate, room reserved as the dlrm example reserves it (a
+// full snapshot and a quarter).
+func newBenchServer(b *testing.B, k int, gate *checkpoint.CopyGate) *benchServer {
 	b.Helper()
 	const dim = 16
-	tabs := map[string]*embedding.Table{}
-	ids := map[string][]uint64{}
+	s := &benchServer{emb: map[string]*embedding.Table{}, ids: map[string][]uint64{}}
+	tabs := map[string]checkpoint.Table{}
 	for i, rows := range serverTableRows {
 		name := fmt.Sprintf("emb.C%d", i+1)
 		t, err := embedding.New(embedding.Config{Name: name, Dim: dim, Seed: uint64(i + 1),
@@ -39,49 +51,57 @@ func serverTables(b *testing.B) (map[string]*embedding.Table, map[string][]uint6
 		}
 		id := make([]uint64, 0, rows)
 		for r := uint64(0); len(id) < rows; r++ {
-			if x := benchID(uint64(i)<<32 | r); embedding.Slot(x, benchSlots)%2 == 0 {
+			if x := benchID(uint64(i)<<32 | r); embedding.Slot(x, benchSlots)%2 == k {
 				id = append(id, x)
 			}
 		}
 		if err := t.Lookup(id, make([]float32, rows*dim)); err != nil {
 			b.Fatal(err)
 		}
-		tabs[name], ids[name] = t, id
+		s.emb[name], s.ids[name], tabs[name] = t, id, t
+		s.bytes += t.RawSize(false)
 	}
-	return tabs, ids
-}
-
-// BenchmarkSnapshotServer times the snapshots of a server like one of the dlrm example's two (26
-// Adagrad tables of dim 16, 12 MiB of records, the even slots of 4096; every fifth snapshot
-// full) against a memcpy of as many bytes between two pre-faulted buffers on as many goroutines
-// as the snapshot copies with, measured right before each snapshot. Every row is trained between
-// two snapshots, as in the example, where a thousand steps touch nearly every row, so a delta
-// copies as much as a full snapshot. Each snapshot is persisted and the background work done
-// (Flush) before the next, as seconds between checkpoints allow. It reports the medians of
-// both timings and the ratios snapshot/memcpy (median, minimum, maximum) for full snapshots
-// and for deltas.
-func BenchmarkSnapshotServer(b *testing.B) {
-	ctx := context.Background()
-	emb, ids := serverTables(b)
-	tabs := map[string]checkpoint.Table{}
-	total := 0
-	for name, t := range emb {
-		tabs[name] = t
-		total += t.RawSize(false)
+	for sl := k; sl < benchSlots; sl += 2 {
+		s.owned = append(s.owned, sl)
 	}
-	var owned []int
-	for s := 0; s < benchSlots; s += 2 {
-		owned = append(owned, s)
-	}
-	ck, err := checkpoint.New(checkpoint.Config{Job: "bench", Node: "ps0", Tables: tabs, Slots: benchSlots,
-		Storage: discardStorage{}, ShmDir: shmRoot(b), FullEvery: 5, Codec: checkpoint.CodecNone})
+	ck, err := checkpoint.New(checkpoint.Config{Job: "bench", Node: fmt.Sprintf("ps%d", k), Tables: tabs, Slots: benchSlots,
+		Storage: discardStorage{}, ShmDir: shmRoot(b), FullEvery: 5, Gate: gate})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ck.Close()
-	// As the dlrm example does: room for a full snapshot and a quarter, faulted in at start-up.
-	if err := ck.Reserve(ctx, int64(total)*5/4); err != nil {
+	b.Cleanup(func() { ck.Close() })
+	if err := ck.Reserve(context.Background(), int64(s.bytes)*5/4); err != nil {
 		b.Fatal(err)
+	}
+	s.ck = ck
+	return s
+}
+
+// BenchmarkSnapshotServer times the snapshots of servers like the dlrm example's (26 Adagrad
+// tables of dim 16, 12 MiB of records per server, each server half the slots of 4096; every
+// fifth snapshot full): one server alone, and two in one process taking their snapshots at once
+// with a shared CopyGate, as an embedded job does (training waits for the slower), against a
+// memcpy of as many bytes as all of them copy between two pre-faulted buffers on as many
+// goroutines as a snapshot copies with, measured right before each round. Every row is trained
+// between two snapshots, as in the example, where a thousand steps touch nearly every row, so a
+// delta copies as much as a full snapshot. Each snapshot is persisted (S2, storage that keeps
+// nothing) and the background work done (Flush) before the next, as seconds between
+// checkpoints allow. It reports the medians of both timings and the ratios snapshot/memcpy
+// (median, minimum, maximum) for full snapshots and for deltas.
+func BenchmarkSnapshotServer(b *testing.B) {
+	for _, n := range []int{1, 2} {
+		b.Run(fmt.Sprintf("servers=%d", n), func(b *testing.B) { benchSnapshotServers(b, n) })
+	}
+}
+
+func benchSnapshotServers(b *testing.B, n int) {
+	ctx := context.Background()
+	gate := checkpoint.NewCopyGate()
+	servers := make([]*benchServer, n)
+	total := 0
+	for k := range servers {
+		servers[k] = newBenchServer(b, k, gate)
+		total += servers[k].bytes
 	}
 	src := benchRecords(total/144+1, 144)
 	dst := make([]byte, len(src))
@@ -96,38 +116,54 @@ func BenchmarkSnapshotServer(b *testing.B) {
 	b.ResetTimer()
 	for round, step := 0, uint64(1); round < warmup+5*max(b.N, minPairs); round, step = round+1, step+1 {
 		b.StopTimer()
-		for name, t := range emb {
-			if err := t.Apply(ids[name], grads[:16*len(ids[name])], uint32(step)); err != nil {
-				b.Fatal(err)
+		for _, s := range servers {
+			for name, t := range s.emb {
+				if err := t.Apply(s.ids[name], grads[:16*len(s.ids[name])], uint32(step)); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 		b.StartTimer()
 		t0 := time.Now()
 		splitRun(w, len(dst), func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 		mem := time.Since(t0)
-		info, err := ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(owned))
-		if err != nil {
-			b.Fatal(err)
+		infos := make([]checkpoint.SnapshotInfo, n)
+		var wg sync.WaitGroup
+		for k, s := range servers {
+			wg.Go(func() {
+				info, err := s.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(s.owned))
+				if err != nil {
+					b.Error(err)
+				}
+				infos[k] = info
+			})
 		}
+		wg.Wait()
 		b.StopTimer()
-		if _, err := ck.WaitPersisted(ctx, step); err != nil {
-			b.Fatal(err)
+		if b.Failed() {
+			b.FailNow()
 		}
-		if err := ck.Flush(ctx); err != nil {
-			b.Fatal(err)
+		for _, s := range servers {
+			if _, err := s.ck.WaitPersisted(ctx, step); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.ck.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 		b.StartTimer()
+		blocked := slices.MaxFunc(infos, func(a, b checkpoint.SnapshotInfo) int { return int(a.Blocked - b.Blocked) }).Blocked
 		switch {
 		case round < warmup:
-		case info.Full:
-			full.add(mem, info.Blocked)
+		case infos[0].Full:
+			full.add(mem, blocked)
 		default:
-			delta.add(mem, info.Blocked)
+			delta.add(mem, blocked)
 		}
 	}
 	b.StopTimer()
 	full.report(b, "full", "memcpy")
 	delta.report(b, "delta", "memcpy")
 	b.ReportMetric(median(append(full.base, delta.base...)), "memcpy_ms")
-	b.ReportMetric(float64(total)/(1<<20), "table_MiB")
+	b.ReportMetric(float64(total)/(1<<20), "copied_MiB")
 }
