@@ -41,8 +41,9 @@
 // are fallocated (a full tmpfs fails cleanly instead of with SIGBUS later), mapped with every page
 // faulted in once when created (MADV_POPULATE_WRITE on every CPU at once, then a load of each page,
 // which a hypervisor that shadows page tables needs before the page can be written at memory
-// speed), and never remapped; and one seal file per generation ("g0.seal", "g1.seal"). A generation holds a chain: a full snapshot followed by the
-// deltas taken after it, appended behind it. Its seal lists each segment (job, node, step, slot set,
+// speed), and never remapped; and one seal file per generation ("g0.seal", "g1.seal"). A
+// generation holds a chain: a full snapshot followed by the deltas taken after it, appended behind
+// it. Its seal lists each segment (job, node, step, slot set,
 // base step, where each table's records lie, and for a ShardedTable's full copy the record count
 // of each of its groups) with an xxhash64 per piece of whole records of at most 4 MiB, cut within
 // each group (seal version 3, whose chains may change their slot set; regions sealed by versions
