@@ -39,9 +39,8 @@ type pauseStop struct {
 	steps       int64
 }
 
-// runPauses trains the dlrm example's embedded cluster with cfg (seed 1, a fresh checkpoint
-// directory, the main command's settings where cfg leaves them zero) and records every snapshot
-// taken until stop. A run stopped by steps may record none.
+// runPauses trains the dlrm example's embedded cluster with cfg (in a fresh checkpoint
+// directory) and records every snapshot taken until stop. A run stopped by steps may record none.
 func runPauses(ctx context.Context, opt options, cfg train.Config, stop pauseStop) (*pauseRun, error) {
 	dir, err := os.MkdirTemp(opt.dir, "bench-dlrm-")
 	if err != nil {
@@ -50,7 +49,7 @@ func runPauses(ctx context.Context, opt options, cfg train.Config, stop pauseSto
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cfg.Seed, cfg.CheckpointDir = 1, dir
+	cfg.CheckpointDir = dir
 	if stop.steps > 0 {
 		cfg.ProgressEvery = 10 * time.Millisecond
 	}
@@ -137,12 +136,19 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 		dur, interval = 6*time.Second, 2*time.Second
 	}
 	fmt.Printf("dlrm: checkpoint pauses of a %v run with the main command's settings...\n", dur)
-	long, err := runPauses(ctx, opt, train.Config{Duration: dur, CheckpointInterval: interval}, pauseStop{})
+	cfg := train.CommandDefaults()
+	cfg.Duration = dur
+	if interval > 0 {
+		cfg.CheckpointInterval = interval
+	}
+	long, err := runPauses(ctx, opt, cfg, pauseStop{})
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
 	fmt.Printf("dlrm: the same run stopped after %d steps, a tenth, for the growth of the applied-positions record...\n", long.steps/10)
-	short, err := runPauses(ctx, opt, train.Config{CheckpointInterval: interval, TestRecords: 1000}, pauseStop{steps: max(long.steps/10, 1)})
+	shortCfg := cfg
+	shortCfg.TestRecords = 1000
+	short, err := runPauses(ctx, opt, shortCfg, pauseStop{steps: max(long.steps/10, 1)})
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
@@ -162,11 +168,7 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 	}
 	worst := slices.Index(ratios, slices.Max(ratios))
 	base := fmt.Sprintf("a parallel memcpy of the bytes the checkpoint's servers copied (%d goroutines, pre-faulted buffers, median of 3 after the run) plus one worker's batch (%.1f ms: workers x batch size / samples per second of the same run), the most the barrier waits for a batch in hand", ckCopyWorkers(), ckMillis(long.batch))
-	every := interval
-	if every == 0 {
-		every = train.DefaultCheckpointInterval
-	}
-	r.add("ckpt_pauses", float64(len(long.pauses)), fmt.Sprintf("checkpoints of a %v run with the main command's settings (every %d steps or %v), the final one included", dur, train.DefaultCheckpointEvery, every))
+	r.add("ckpt_pauses", float64(len(long.pauses)), fmt.Sprintf("checkpoints of a %v run with the main command's settings (train.CommandDefaults: every %d steps or %v), the final one included", dur, cfg.CheckpointEvery, cfg.CheckpointInterval))
 	r.add("ckpt_pause_median_ms", ckMedian(blocked), "training paused per checkpoint: the barrier's drain, the dispatcher's snapshot, every server's copy")
 	r.add("ckpt_pause_worst_ms", slices.Max(blocked), "the longest pause")
 	r.add("ckpt_copied_mib", float64(bytes)/(1<<20)/float64(len(long.pauses)), "MiB copied into shared memory per checkpoint, on average")
@@ -224,12 +226,15 @@ func sweepSteps(opt options) []int {
 const sweepCheckpoints = 4
 
 // dlrmStepSweep runs the main command's settings with a checkpoint every n steps (and none by
-// time) for each n of sweepSteps, each interrupted after sweepCheckpoints checkpoints.
+// time) for each n of sweepSteps, each interrupted after sweepCheckpoints checkpoints (a final
+// one follows, not counted).
 func dlrmStepSweep(ctx context.Context, opt options) ([]*pauseRun, error) {
 	var out []*pauseRun
 	for _, n := range sweepSteps(opt) {
 		fmt.Printf("dlrm: %d checkpoints %d steps apart...\n", sweepCheckpoints, n)
-		run, err := runPauses(ctx, opt, train.Config{CheckpointEvery: n, CheckpointInterval: -1, TestRecords: 1000}, pauseStop{checkpoints: sweepCheckpoints})
+		cfg := train.CommandDefaults()
+		cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Duration, cfg.TestRecords = n, -1, 0, 1000
+		run, err := runPauses(ctx, opt, cfg, pauseStop{checkpoints: sweepCheckpoints})
 		if err != nil {
 			return nil, fmt.Errorf("sweep, %d steps apart: %w", n, err)
 		}

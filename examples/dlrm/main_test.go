@@ -29,6 +29,10 @@ func TestFlagsDefaults(t *testing.T) {
 	assert.NotEmpty(t, c.CheckpointDir)
 	assert.Equal(t, 10*time.Second, c.CheckpointInterval, "the first checkpoint within about ten seconds whatever the speed")
 	assert.False(t, c.Resume)
+
+	// train.CommandDefaults is what the flags default to (the directory aside).
+	c.CheckpointDir = ""
+	assert.Equal(t, train.CommandDefaults(), c)
 }
 
 func TestFlagsParse(t *testing.T) {

@@ -236,6 +236,25 @@ func ParseBadLinePolicy(s string) (BadLinePolicy, error) {
 	return 0, fmt.Errorf("bad-line policy %q: want skip or fail", s)
 }
 
+// CommandDefaults returns the Config the dlrm command trains with when given no flags (its
+// flags' defaults), CheckpointDir aside: synthetic data with Zipf exponent 1.2 and each field's
+// vocabulary capped at 20,000 ids, MLPs of hidden widths 64,32 and 128,64, a minute of training
+// with seed 1. Benchmarks of "the main command" start from it.
+func CommandDefaults() Config {
+	vocab := model.DefaultVocab()
+	for i, v := range vocab {
+		vocab[i] = min(v, 20_000)
+	}
+	return Config{
+		Synth: model.SynthConfig{ZipfExponent: 1.2, Vocab: vocab}, TrainRecords: DefaultTrainRecords,
+		TestFraction: DefaultTestFraction, MaxBadFraction: DefaultMaxBadFraction, Seed: 1,
+		BottomHidden: []int{64, 32}, TopHidden: []int{128, 64}, BatchSize: DefaultBatchSize,
+		Duration: time.Minute, Servers: DefaultServers, Workers: DefaultWorkers,
+		CheckpointEvery: DefaultCheckpointEvery, CheckpointInterval: DefaultCheckpointInterval,
+		FullEvery: DefaultFullEvery, EvalEvery: DefaultEvalEvery,
+	}
+}
+
 // Defaults of Config.
 const (
 	DefaultTrainRecords = 2_000_000
