@@ -57,6 +57,11 @@ type Config struct {
 	// Workers bounds the goroutines that checksum, compress and write (or read and decompress)
 	// chunks. Default GOMAXPROCS.
 	Workers int
+	// Gate, if set, is shared with the other Checkpointers of this process: while any of them
+	// copies for a Snapshot, the background work of all of them (checksums, persisting, growing
+	// shared memory) waits, so it does not slow another's blocking copy. Default nil: a gate of
+	// this Checkpointer's own, which holds its background work back during its own copies.
+	Gate *CopyGate
 	// Logger receives warnings (failed persists, skipped checkpoints). Nil discards.
 	Logger *slog.Logger
 	// OnPersist, if set, is called from the persister goroutine after each persist, successful or not.
@@ -108,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = d.Workers
+	}
+	if c.Gate == nil {
+		c.Gate = NewCopyGate()
 	}
 	return c
 }

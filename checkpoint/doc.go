@@ -25,7 +25,9 @@
 // Snapshot blocks only while the tables' rows are copied into shared memory (all rows, or for a
 // delta only the rows changed since the previous checkpoint); training then goes on. Call it at a
 // step barrier for a consistent checkpoint; otherwise each row is consistent. In the background a
-// sealer checksums the copy and seals it, and a persister streams it to Storage. Restore:
+// sealer checksums the copy and seals it, and a persister streams it to Storage; that work waits
+// while a copy runs, of this Checkpointer or of any other sharing its Config.Gate (the servers of
+// one process should share one), so it never takes the cores a blocking copy needs. Restore:
 //
 //	info, _ := m.Choose(ctx, verifyOnEveryNode)     // newest commit every node can read
 //	ck.Load(ctx, info.Step, checkpoint.RestoreSlots(ownedNow))
@@ -37,10 +39,11 @@
 // A node's region is the directory ShmDir/JOB/NODE (default /dev/shm/elasticps/JOB/NODE): a lock
 // file held by the owning process (flock), extent files of two generations ("g0-N", "g1-N") that
 // are fallocated (a full tmpfs fails cleanly instead of with SIGBUS later), mapped with every page
-// faulted in once when created (MADV_POPULATE_WRITE on every CPU at once), and never remapped; and
-// one seal file
-// per generation ("g0.seal", "g1.seal"). A generation holds a chain: a full snapshot followed by the
-// deltas taken after it, appended behind it. Its seal lists each segment (job, node, step, slot set,
+// faulted in once when created (MADV_POPULATE_WRITE on every CPU at once, then a load of each page,
+// which a hypervisor that shadows page tables needs before the page can be written at memory
+// speed), and never remapped; and one seal file per generation ("g0.seal", "g1.seal"). A
+// generation holds a chain: a full snapshot followed by the deltas taken after it, appended behind
+// it. Its seal lists each segment (job, node, step, slot set,
 // base step, where each table's records lie, and for a ShardedTable's full copy the record count
 // of each of its groups) with an xxhash64 per piece of whole records of at most 4 MiB, cut within
 // each group (seal version 3, whose chains may change their slot set; regions sealed by versions

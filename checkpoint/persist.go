@@ -165,6 +165,9 @@ func (c *Checkpointer) persist(ctx context.Context, p persistPlan) (PersistResul
 		m.Tables = append(m.Tables, mt)
 	}
 	for bi, b := range last.Blobs {
+		if err := c.cfg.Gate.wait(ctx); err != nil {
+			return fail(err)
+		}
 		ref, err := w.putBlob(ctx, blobObject(bi), b.Name, p.blobs[bi], c.cfg.Codec, c.cs)
 		if err != nil {
 			return fail(fmt.Errorf("blob %s: %w", b.Name, err))
@@ -266,8 +269,12 @@ func survivors(segs []*segment) []slotSet {
 
 // writeTable partitions the records of srcs (applied in order) by slot into chunks of about
 // ChunkBytes, dropping the records of srcs[k] whose slot is not in keep[k], and writes the chunks
-// in parallel.
+// in parallel. It starts, and starts each chunk, once no copy of the Checkpointers sharing its
+// Gate is in progress.
 func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, srcs [][]byte, rowSize int, keep []slotSet) ([]chunkRef, error) {
+	if err := c.cfg.Gate.wait(ctx); err != nil { // the pass over every record below
+		return nil, err
+	}
 	S := c.cfg.Slots
 	var n int
 	starts := make([]int, len(srcs)+1) // record index where each source starts
@@ -348,6 +355,9 @@ func (c *Checkpointer) writeTable(ctx context.Context, w *objWriter, ti int, src
 	eg.SetLimit(c.cfg.Workers + 2) // two more than the CPUs, so writes and fsyncs overlap the CPU work
 	for k, sp := range spans {
 		eg.Go(func() error {
+			if err := c.cfg.Gate.wait(ctx); err != nil {
+				return err
+			}
 			// Gather the records behind a reserved header, so a chunk stored raw is written from
 			// this buffer as it is.
 			gathered := getBuf(chunkHeader + (sp.to-sp.from)*rowSize + 8)

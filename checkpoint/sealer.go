@@ -5,7 +5,8 @@ import (
 )
 
 // sealLoop checksums each new segment, rewrites its generation's seal file, hands the segment to the
-// persister, and then grows shared memory ahead of the next snapshots. A segment a Load or Restore
+// persister, and then grows shared memory ahead of the next snapshots. The sealing, each checksum
+// piece and the growing wait while a Checkpointer sharing its Gate copies. A segment a Load or Restore
 // abandoned is passed on unsealed: nothing can commit it, and the persister drops it.
 func (c *Checkpointer) sealLoop() {
 	defer c.wg.Done()
@@ -22,6 +23,7 @@ func (c *Checkpointer) sealLoop() {
 			c.doneWork(job.gen)
 			continue
 		}
+		_ = c.cfg.Gate.wait(c.ctx) // after Close, seal anyway: nothing is held back then
 		if c.hooks.beforeSeal != nil {
 			c.hooks.beforeSeal(job.step)
 		}
@@ -30,7 +32,9 @@ func (c *Checkpointer) sealLoop() {
 			c.hooks.afterSeal(job.step)
 		}
 		c.persistQ.push(job)
-		c.provision(job.gen)
+		if c.cfg.Gate.wait(c.ctx) == nil {
+			c.provision(job.gen)
+		}
 		c.doneWork(job.gen)
 	}
 }
@@ -57,6 +61,7 @@ func (c *Checkpointer) seal(job stageJob) {
 		sums[ti] = make([]uint64, len(spans))
 		for p, sp := range spans {
 			eg.Go(func() error {
+				_ = c.cfg.Gate.wait(c.ctx) // as above
 				sums[ti][p] = xxhashSum(data[sp.lo:sp.hi])
 				return nil
 			})
@@ -98,17 +103,32 @@ func (c *Checkpointer) seal(job stageJob) {
 }
 
 // provision grows shared memory in the background: generation g gets room for another delta as large
-// as the largest seen, and the other generation room for the next full snapshot, so those snapshots
-// do not fault in memory while training waits.
+// as the largest seen and a sixteenth more, as tables grow (before any delta, as large as the newest
+// full snapshot, which bounds it: every row changed), and the other generation room for the next
+// full snapshot (of the tables as large as they are now, or as the newest full one, and a sixteenth
+// more), so those snapshots do not create and fault in memory while training waits. The first
+// bound costs the generation of the first chain up to one full snapshot's room that a smaller
+// first delta leaves unused.
 func (c *Checkpointer) provision(g *generation) {
 	c.mu.Lock()
 	other := c.reg.gens[1-g.idx]
 	wantDelta := int64(0)
 	if c.cfg.FullEvery > 1 {
 		wantDelta = c.maxDelta
+		if wantDelta == 0 {
+			wantDelta = c.lastFull
+		}
+		wantDelta += wantDelta / 16
 	}
 	deltaShort := wantDelta > 0 && g.largestFree() < wantDelta
-	wantFull := c.lastFull
+	lastFull := c.lastFull
+	c.mu.Unlock()
+	wantFull := int64(0)
+	if lastFull > 0 {
+		wantFull = max(lastFull, c.fullRoom())
+		wantFull += wantFull / 16
+	}
+	c.mu.Lock()
 	fullShort := wantFull > 0 && other.largest() < wantFull
 	c.mu.Unlock()
 	if deltaShort {
@@ -121,4 +141,13 @@ func (c *Checkpointer) provision(g *generation) {
 			c.log.Warn("checkpoint: growing shared memory failed", "gen", other.idx, "err", err)
 		}
 	}
+}
+
+// fullRoom is the room copyInto places a full copy of the tables in now, blobs aside.
+func (c *Checkpointer) fullRoom() int64 {
+	var n int64
+	for _, nt := range c.tables {
+		n += alignUp(copySpace(nt.t.RawSize(false), nt.t.RawRowSize()))
+	}
+	return n
 }

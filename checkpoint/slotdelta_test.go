@@ -77,8 +77,9 @@ func putIn(rng *rand.Rand, t *fakeTable, slots, n int, version uint64, in func(i
 	}
 }
 
-// A node that gains as many rows as its base holds, more than the free room of its shared memory,
-// takes a delta: the slotted copy is refused, says what it needs, and gets it. Restores from shared
+// A node that gains three times the rows its base holds, more than the free room of its shared
+// memory (room for a delta as large as the base, and headroom), takes a delta: the slotted copy is
+// refused, says what it needs, and gets it. Restores from shared
 // memory and from storage, before and after, equal the tables.
 func TestSlottedDeltaGrowsSharedMemory(t *testing.T) {
 	ctx := context.Background()
@@ -111,7 +112,7 @@ func TestSlottedDeltaGrowsSharedMemory(t *testing.T) {
 	shm := ck.Stats().ShmBytes
 
 	// The node gains every slot; its table receives the rows of the high ones.
-	putIn(rng, tab.fakeTable, 64, 20000, 2, high)
+	putIn(rng, tab.fakeTable, 64, 60000, 2, high)
 	tab.fakeTable.mu.Lock()
 	clear(tab.changed) // they arrived before the previous snapshot, as if copied before the hand-over
 	tab.fakeTable.mu.Unlock()

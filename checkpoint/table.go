@@ -5,8 +5,11 @@ import "encoding/binary"
 // Table is the view of one embedding table that checkpoints need.
 //
 // A Table must be safe for concurrent use: training goes on while CopyRaw runs. The checkpointer calls
-// CopyRaw and RawSize from the goroutine that calls Snapshot, and LoadRaw from the goroutine that calls
-// Load or Restore; it never calls LoadRaw on the same table from two goroutines at once.
+// RawSize from the goroutine that calls Snapshot and from its own background goroutines (to grow
+// shared memory ahead of the next snapshot), and CopyRaw from the goroutine that calls Snapshot or
+// from goroutines it starts: a snapshot copies several tables at once, never one table twice at once. It calls LoadRaw from the
+// goroutine that calls Load or Restore; it never calls LoadRaw on the same table from two
+// goroutines at once.
 type Table interface {
 	// Schema describes the row layout (dim, optimizer, state width, ...); a restore into a
 	// table whose Schema differs is refused.

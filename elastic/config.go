@@ -32,8 +32,17 @@ type Config struct {
 	// no checkpoints (Checkpoint and Resume fail).
 	Storage checkpoint.Storage
 	// CheckpointEvery is the number of steps (batches applied and reported, by any worker)
-	// between checkpoints. Default 0: only when Checkpoint is called.
+	// between checkpoints. Default 0: none by steps.
 	CheckpointEvery int
+	// CheckpointInterval is the training time between checkpoints: a checkpoint is due when
+	// CheckpointEvery steps or this much time have passed since the last one began, whichever
+	// comes first, and a step has been trained since. Time spent paused at a barrier does not
+	// count. A short interval bounds the training a failure loses, in time, whatever the job's
+	// speed (steps alone leave a slow job long without one); each checkpoint pauses training for
+	// its copy and persists its bytes, so a short one costs a slow job little and a fast one more
+	// pauses and more storage traffic. Default 0: none by time. With neither, checkpoints are
+	// taken only when Checkpoint is called.
+	CheckpointInterval time.Duration
 	// KeepLast is how many commits retention keeps. Default 3 (checkpoint.CommitterConfig).
 	KeepLast int
 	// Overwrite says what a coordinator that finds commits of an earlier run of the job in
@@ -147,7 +156,7 @@ func (c Config) Validate() error {
 	if c.Recovery > Partial {
 		errs = append(errs, fmt.Errorf("unknown Recovery policy %d", c.Recovery))
 	}
-	for name, d := range map[string]time.Duration{"PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout,
+	for name, d := range map[string]time.Duration{"CheckpointInterval": c.CheckpointInterval, "PersistTimeout": c.PersistTimeout, "ArriveTimeout": c.ArriveTimeout,
 		"HealthEvery": c.HealthEvery, "ServerTimeout": c.ServerTimeout, "ReplaceWait": c.ReplaceWait} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))

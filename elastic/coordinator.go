@@ -194,7 +194,8 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence}, c.clock.now())
+	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), interval: cfg.CheckpointInterval,
+		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence}, c.clock.now())
 	nodes := make([]ps.Node, len(c.servers))
 	for i, s := range c.servers {
 		nodes[i] = s.Node()
@@ -950,11 +951,12 @@ func (c *Coordinator) event(ev CheckpointEvent) {
 	c.cfg.OnCheckpoint(ev)
 }
 
-// timerLoop runs the core's timers (silent workers, barrier timeouts).
+// timerLoop runs the core's timers (silent workers, barrier timeouts, a checkpoint due by time
+// while no batch ends).
 func (c *Coordinator) timerLoop() {
 	defer c.wg.Done()
 	every := time.Second
-	for _, d := range []time.Duration{c.cfg.ArriveTimeout, c.cfg.WorkerSilence} { // negative: none
+	for _, d := range []time.Duration{c.cfg.ArriveTimeout, c.cfg.WorkerSilence, c.cfg.CheckpointInterval} { // negative: none
 		if d > 0 {
 			every = min(every, d/4)
 		}

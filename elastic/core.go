@@ -101,8 +101,11 @@ type member struct {
 
 // coreConfig are the core's timings.
 type coreConfig struct {
-	// every is the number of steps between checkpoints; 0: only when asked.
+	// every is the number of steps between checkpoints; 0: none by steps.
 	every uint64
+	// interval is the time between checkpoints; 0: none by time. A checkpoint is due when either
+	// is reached, counting from the last barrier (taken or failed) or the core's start.
+	interval time.Duration
 	// arriveTimeout bounds the wait at a barrier for a worker; one that has not arrived by then
 	// is failed (fenced and evicted) and the snapshot proceeds without it.
 	arriveTimeout time.Duration
@@ -123,6 +126,7 @@ type core struct {
 	step        uint64    // batches applied and reported by every worker so far
 	snapStep    uint64    // step of the last snapshot taken (or restored)
 	tryStep     uint64    // step at which the last barrier went up: the schedule counts from it
+	tryAt       time.Time // when the last barrier went up, or the core started or was restored
 	want        bool      // a checkpoint was asked for (final, or by the program)
 	stopped     bool      // no more checkpoints; arriving workers are told to stop
 	// stopAtSnapshot stops training at the end of the next snapshot, before its barrier comes
@@ -137,7 +141,7 @@ type core struct {
 
 // newCore returns the core of a fresh job: incarnation 1.
 func newCore(cfg coreConfig, now time.Time) *core {
-	return &core{cfg: cfg, now: now, members: map[string]*member{}, incarnation: 1, lastEpoch: 1 << 32}
+	return &core{cfg: cfg, now: now, tryAt: now, members: map[string]*member{}, incarnation: 1, lastEpoch: 1 << 32}
 }
 
 // Fence epochs are incarnation<<32 | n: a coordinator restored from a commit runs as the next
@@ -319,12 +323,13 @@ func (c *core) timers(now time.Time) []action {
 func (c *core) advance() []action {
 	var acts []action
 	// The schedule counts from the last barrier, taken or failed, so a failing snapshot is
-	// retried a whole interval later, not at every step.
+	// retried a whole interval later, not at every step. Time due without a step trained since
+	// the last snapshot raises none: it would hold what that one holds.
 	// After a stop only a request raises one (a final checkpoint tried again).
 	if c.phase == phaseIdle && (!c.stopped || c.want) && !c.recovering && c.step > c.snapStep &&
-		(c.want || (c.cfg.every > 0 && c.step-max(c.snapStep, c.tryStep) >= c.cfg.every)) {
+		(c.want || c.stepsDue() || c.timeDue()) {
 		c.gen++
-		c.tryStep = c.step
+		c.tryStep, c.tryAt = c.step, c.now
 		c.phase, c.pauseAt = phasePausing, c.now
 		reason := "schedule"
 		if c.want {
@@ -345,10 +350,20 @@ func (c *core) advance() []action {
 		}
 		c.phase = phaseSnapshot
 		c.want = false
-		c.tryStep = c.step
+		c.tryStep, c.tryAt = c.step, c.now
 		acts = append(acts, action{kind: actSnapshot, gen: c.gen, step: c.step})
 	}
 	return acts
+}
+
+// stepsDue reports whether the schedule's steps have passed since the last barrier.
+func (c *core) stepsDue() bool {
+	return c.cfg.every > 0 && c.step-max(c.snapStep, c.tryStep) >= c.cfg.every
+}
+
+// timeDue reports whether the schedule's interval has passed since the last barrier.
+func (c *core) timeDue() bool {
+	return c.cfg.interval > 0 && c.now.Sub(c.tryAt) >= c.cfg.interval
 }
 
 // snapshotDone ends the snapshot of barrier gen: the barrier comes down and, if it succeeded,
@@ -406,6 +421,7 @@ func (c *core) restore(step, committed, inc uint64) {
 		snap = committed
 	}
 	c.step, c.snapStep, c.tryStep, c.committed = step, snap, step, committed
+	c.tryAt = c.now
 	c.incarnation = inc
 	c.lastEpoch = c.incarnation << 32
 	c.members = map[string]*member{}

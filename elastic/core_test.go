@@ -21,7 +21,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files of the trace
 //
 // Script lines (# starts a comment):
 //
-//	every N | arrive-timeout D | silence D     configure (before the first event)
+//	every N | interval D                       checkpoint schedule (before the first event)
+//	arrive-timeout D | silence D               timings (before the first event)
 //	time +D                                    advance the clock
 //	join W | leave W | fail W REASON           membership
 //	gossipfail W QUIET                         gossip declared W failed
@@ -104,6 +105,12 @@ func runTrace(t *testing.T, src string) string {
 			v, err := strconv.ParseUint(arg(1), 10, 64)
 			require.NoError(t, err)
 			cfg.every = v
+		case "interval":
+			config = true
+			require.Nil(t, c, "line %d: configure before the first event", n+1)
+			d, err := time.ParseDuration(arg(1))
+			require.NoError(t, err)
+			cfg.interval = d
 		case "arrive-timeout", "silence":
 			config = true
 			require.Nil(t, c, "line %d: configure before the first event", n+1)
@@ -195,4 +202,14 @@ func runTrace(t *testing.T, src string) string {
 		fmt.Fprintf(&out, "  [%s]\n", get())
 	}
 	return out.String()
+}
+
+// A negative checkpoint interval is a bad config; a positive one is not.
+func TestConfigCheckpointInterval(t *testing.T) {
+	cfg := Config{Job: "j", Servers: []ParameterServer{&LocalServer{}}}
+	require.NoError(t, cfg.Validate())
+	cfg.CheckpointInterval = 10 * time.Second
+	require.NoError(t, cfg.Validate())
+	cfg.CheckpointInterval = -time.Second
+	require.ErrorIs(t, cfg.Validate(), ErrInvalidConfig)
 }

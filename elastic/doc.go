@@ -34,7 +34,8 @@
 // by the trace scripts in testdata (TestCoreTraces).
 //
 // A checkpoint is due every Config.CheckpointEvery steps (a step is one batch applied and
-// reported, by any worker) or when asked (Checkpoint). The barrier goes up; a worker finishes the
+// reported, by any worker) or every Config.CheckpointInterval of training time, whichever comes
+// first once a step has been trained since the last, or when asked (Checkpoint). The barrier goes up; a worker finishes the
 // batch in hand and may not begin another until the release; once no live worker holds a batch
 // (one that does not finish within ArriveTimeout is fenced and evicted), the dispatcher and the
 // ledger are snapshotted, every server copies its rows, dense tensors and applied positions into

@@ -39,7 +39,8 @@ type LocalConfig struct {
 	// Coordinator configures the coordinator; Job, Servers and Slots are filled in.
 	Coordinator Config
 	// Checkpoint configures each server's checkpointer (ShmDir, FullEvery, Codec, ...); Job and
-	// Storage are the coordinator's, Node, Slots and Tables the server's.
+	// Storage are the coordinator's, Node, Slots and Tables the server's. Without a Gate the
+	// servers share one, so no server's background work slows another's blocking copy.
 	Checkpoint checkpoint.Config
 }
 
@@ -92,6 +93,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
 		j.ck.Logger = log
+	}
+	if j.ck.Gate == nil {
+		j.ck.Gate = checkpoint.NewCopyGate()
 	}
 	var servers []ParameterServer
 	for i := range cfg.Servers {

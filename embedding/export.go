@@ -152,6 +152,10 @@ func (t *Table) copyShardSelectedLocked(s *shard, dst []byte, tr *Tracker, keep 
 			o += putWords(dst[o:o+rec], del)
 		}
 	}
+	if keep == nil {
+		forRuns(b.bits, s.hi, func(lo, hi uint32) { o += t.putLiveRowsLocked(s, lo, hi, dst[o:]) })
+		return o
+	}
 	for wi, word := range b.bits {
 		for ; word != 0; word &= word - 1 {
 			if r := uint32(wi*64 + bits.TrailingZeros64(word)); r < s.hi {

@@ -284,15 +284,7 @@ func (t *Table) putPickedLocked(s *shard, tr *Tracker, p picked, changed func(ui
 		return o
 	}
 	start := o
-	for wi, word := range b.bits {
-		for ; word != 0; word &= word - 1 {
-			if r := uint32(wi*64 + bits.TrailingZeros64(word)); r < s.hi {
-				if w := s.rowWords(r, stride); w[wordStep] != freeMark {
-					o += putWords(dst[o:o+rec], w)
-				}
-			}
-		}
-	}
+	forRuns(b.bits, s.hi, func(lo, hi uint32) { o += t.putLiveRowsLocked(s, lo, hi, dst[o:]) })
 	if changed == nil {
 		return o
 	}
@@ -407,23 +399,74 @@ func (t *Table) parallelShards(fn func(i int)) {
 }
 
 func (t *Table) copyShardLocked(s *shard, dst []byte) {
+	t.putLiveRowsLocked(s, 0, s.hi, dst)
+}
+
+// putLiveRowsLocked writes the live rows among rows [lo, hi) of shard s (read-locked) to dst and
+// returns the bytes written. Consecutive live rows of one chunk lie together in the slab and go
+// in one copy: a shard without free rows (every free row is on its free list) copies whole
+// chunks, others split them at the free rows.
+func (t *Table) putLiveRowsLocked(s *shard, lo, hi uint32, dst []byte) int {
 	stride := t.stride
+	holes := len(s.free) > 0
 	o := 0
-	if len(s.free) == 0 { // no holes: whole chunks at once
-		for c, w := range s.words {
-			rows := min(chunkRows, int(s.hi)-c*chunkRows)
-			if rows <= 0 {
-				break // chunks reserved beyond the rows in use
+	for lo < hi {
+		c := lo >> chunkShift
+		end := min(hi, (c+1)<<chunkShift)
+		words := s.words[c]
+		a, b := int(lo&chunkMask), int((end-1)&chunkMask)+1 // rows [a, b) of the chunk
+		if !holes {
+			o += putWords(dst[o:], words[a*stride:b*stride])
+			lo = end
+			continue
+		}
+		for a < b {
+			for a < b && words[a*stride+wordStep] == freeMark {
+				a++
 			}
-			o += putWords(dst[o:], w[:rows*stride])
+			e := a
+			for e < b && words[e*stride+wordStep] != freeMark {
+				e++
+			}
+			o += putWords(dst[o:], words[a*stride:e*stride])
+			a = e
 		}
-		return
+		lo = end
 	}
-	for r := uint32(0); r < s.hi; r++ {
-		w := s.rowWords(r, stride)
-		if w[wordStep] != freeMark {
-			o += putWords(dst[o:], w)
+	return o
+}
+
+// forRuns calls fn(lo, hi) for each run [lo, hi) of consecutive set bits of b below limit, in
+// order.
+func forRuns(b []uint64, limit uint32, fn func(lo, hi uint32)) {
+	var lo uint32
+	open := false
+	for wi, w := range b {
+		base := uint32(wi) * 64
+		if base >= limit {
+			break
 		}
+		for k := uint32(0); k < 64; {
+			if open {
+				k += uint32(bits.TrailingZeros64(^(w >> k))) // ones from bit k on
+				if k < 64 {
+					if hi := min(base+k, limit); lo < hi {
+						fn(lo, hi)
+					}
+					open = false
+				}
+				continue
+			}
+			z := bits.TrailingZeros64(w >> k) // zeros from bit k on (64: none set)
+			if z == 64 {
+				break
+			}
+			k += uint32(z)
+			lo, open = base+k, true
+		}
+	}
+	if open && lo < limit {
+		fn(lo, min(uint32(len(b))*64, limit))
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // parameter servers and the dispatcher on loopback TCP) with one worker and with two, in one
 // run, each for the same wall time with flash checkpoints on; the one-worker figure is the
 // baseline of the ratio. It also reports the checkpoints' blocking time and the held-out AUC of
-// the two-worker run next to the generator's ceiling.
+// the two-worker run next to the generator's ceiling, and then the pauses of the main command's
+// checkpoints against a memcpy and a batch (runDLRMPauses).
 func runDLRM(ctx context.Context, opt options, r *report) error {
 	dur := 30 * time.Second
 	if opt.quick {
@@ -49,7 +50,7 @@ func runDLRM(ctx context.Context, opt options, r *report) error {
 		}
 	}
 	r.add("speedup_2w_over_1w", rates[1]/rates[0], "2-worker over 1-worker throughput (2 cores shared by servers, workers and dispatcher)")
-	return nil
+	return runDLRMPauses(ctx, opt, r)
 }
 
 func b2f(b bool) float64 {

@@ -55,7 +55,7 @@ func allSuites() map[string]suite {
 		"shard":       {about: "data-shard dispatcher round trips over TCP vs in process, report cost per record", run: runShard},
 
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
-		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers, with checkpoint pauses", run: runDLRM},
+		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers; checkpoint pauses of the main command against a memcpy and a batch", run: runDLRM},
 		"elastic":    {about: "worker join, server failures under both recovery policies and a coordinator restart vs stopping and restarting the job", run: runElastic},
 		"autoscale":  {about: "cluster simulator on the Philly-derived DLRM workload: manual vs auto configuration, elastic LAS live vs stop-and-restart", run: runAutoscale},
 	}

@@ -125,7 +125,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.Workers, "workers", train.DefaultWorkers, "workers")
 	fs.StringVar(&scaleAt, "scale-at", "", "change the cluster while it trains: TIME:ps=N[,workers=M], steps separated by ';' (e.g. 20s:ps=3;40s:ps=2): servers are added or drained with their slots moved live")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(os.TempDir(), "elasticps-dlrm"), "where checkpoints are persisted")
-	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps (0: only at the end)")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps, or after -checkpoint-interval if that comes first (0: none by steps; with -checkpoint-interval 0, only at the end)")
+	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", train.DefaultCheckpointInterval, "take a flash checkpoint after this much training time, or after -checkpoint-every steps if those come first (0: none by time), so that a slow run checkpoints too")
 	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")
 	fs.BoolVar(&c.Resume, "resume", false, "restore the newest committed checkpoint of -checkpoint-dir and continue")
 	fs.BoolVar(&c.Overwrite, "overwrite", false, "start afresh even if -checkpoint-dir holds an earlier run's checkpoints, deleting them (without it such a start is refused)")
@@ -243,6 +244,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		c.CheckpointEvery = -1 // only the final checkpoint
 	case c.CheckpointEvery < 0:
 		errs = append(errs, fmt.Errorf("-checkpoint-every %d is negative", c.CheckpointEvery))
+	}
+	switch {
+	case c.CheckpointInterval == 0:
+		c.CheckpointInterval = -1 // none by time
+	case c.CheckpointInterval < 0:
+		errs = append(errs, fmt.Errorf("-checkpoint-interval %v is negative", c.CheckpointInterval))
 	}
 	switch {
 	case c.EvalEvery == 0:

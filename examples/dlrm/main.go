@@ -3,7 +3,7 @@
 // With no flags it runs, in one process, an embedded cluster — two parameter servers, two
 // workers and the data-shard dispatcher, talking over loopback TCP with a cluster secret — and
 // trains for about a minute on synthetic Criteo-like data, with a live progress display, a
-// flash checkpoint every 1000 steps and a summary at the end:
+// flash checkpoint every 1000 steps or 10 seconds, whichever comes first, and a summary at the end:
 //
 //	go run ./examples/dlrm
 //	go run ./examples/dlrm -resume       # after Ctrl-C: continue from the newest checkpoint

@@ -28,11 +28,16 @@ func TestFlagsDefaults(t *testing.T) {
 	assert.Equal(t, []int{64, 32}, c.BottomHidden)
 	assert.Equal(t, []int{128, 64}, c.TopHidden)
 	assert.NotEmpty(t, c.CheckpointDir)
+	assert.Equal(t, 10*time.Second, c.CheckpointInterval, "the first checkpoint within about ten seconds whatever the speed")
 	assert.False(t, c.Resume)
+
+	// train.CommandDefaults is what the flags default to (the directory aside).
+	c.CheckpointDir = ""
+	assert.Equal(t, train.CommandDefaults(), c)
 }
 
 func TestFlagsParse(t *testing.T) {
-	o, err := parseFlags(strings.Fields("-data movielens:ml -bottom none -top 32 -emb-opt adam -emb-lr 0.01 -dense-opt SGD -ps 3 -workers 1 -duration 0 -checkpoint-every 0 -eval-every 0 -resume"), &bytes.Buffer{})
+	o, err := parseFlags(strings.Fields("-data movielens:ml -bottom none -top 32 -emb-opt adam -emb-lr 0.01 -dense-opt SGD -ps 3 -workers 1 -duration 0 -checkpoint-every 0 -checkpoint-interval 0 -eval-every 0 -resume"), &bytes.Buffer{})
 	require.NoError(t, err)
 	c := o.cfg
 	assert.Equal(t, train.DataSpec{Kind: train.MovieLens, Paths: []string{"ml"}}, c.Data)
@@ -43,15 +48,16 @@ func TestFlagsParse(t *testing.T) {
 	assert.Equal(t, embedding.SGD, c.DenseOptimizer.Kind)
 	assert.Equal(t, 3, c.Servers)
 	assert.Equal(t, time.Duration(0), c.Duration)
-	assert.Equal(t, -1, c.CheckpointEvery, "0 means only the final checkpoint")
+	assert.Equal(t, -1, c.CheckpointEvery, "0 means none by steps")
+	assert.Negative(t, c.CheckpointInterval, "0 means none by time: with none by steps, only the final checkpoint")
 	assert.Negative(t, c.EvalEvery, "0 means only the final evaluation")
 	assert.True(t, c.Resume)
 }
 
 func TestFlagsReportEveryProblem(t *testing.T) {
-	_, err := parseFlags(strings.Fields("-data parquet:x -bottom 64,x -top 0 -emb-opt lbfgs -emb-lr -1 -duration -1s -checkpoint-every -5"), &bytes.Buffer{})
+	_, err := parseFlags(strings.Fields("-data parquet:x -bottom 64,x -top 0 -emb-opt lbfgs -emb-lr -1 -duration -1s -checkpoint-every -5 -checkpoint-interval -1s"), &bytes.Buffer{})
 	require.Error(t, err)
-	for _, want := range []string{"-data", "unknown data kind", "-bottom", "-top", "-emb-opt", "lbfgs", "-emb-lr", "-duration", "-checkpoint-every"} {
+	for _, want := range []string{"-data", "unknown data kind", "-bottom", "-top", "-emb-opt", "lbfgs", "-emb-lr", "-duration", "-checkpoint-every", "-checkpoint-interval"} {
 		assert.Contains(t, err.Error(), want)
 	}
 	_, err = parseFlags(strings.Fields("-workers 0 -batch -2"), &bytes.Buffer{})

@@ -24,7 +24,8 @@
 //
 // # Checkpoints
 //
-// Every Config.CheckpointEvery steps, and once when the run ends, the coordinator raises its
+// Every Config.CheckpointEvery steps or Config.CheckpointInterval of training, whichever comes
+// first, and once when the run ends, the coordinator raises its
 // barrier: workers finish the batch in hand and wait; every server copies its rows, MLP tensors
 // and applied positions into shared memory; the coordinator saves the dispatcher, the ledger
 // and the run's description (data, model shape, samples trained) with it; training goes on, and

@@ -123,6 +123,10 @@ type Summary struct {
 	// updates on those slots.
 	Recoveries  int
 	LostRecords int64
+	// AppliedBytes is the size of the servers' records of the batch positions they applied
+	// (ps.Server.AppliedState, summed) at the end of the run: what keeps a replayed batch from
+	// landing twice, saved with every checkpoint.
+	AppliedBytes int64
 
 	Tables      []TableRows
 	Checkpoints CheckpointStats
@@ -236,6 +240,7 @@ func (s *Summary) String() string {
 		}
 		p("    %s: %s", mark, epochLine(e))
 	}
+	p("    the servers' records of the batch positions they applied (saved with each checkpoint): %.1f KiB", float64(s.AppliedBytes)/1024)
 	var rows, dense, denseRows int
 	var bytes int64
 	var cells []string

@@ -18,7 +18,7 @@ const finalTimeout = 5 * time.Minute
 
 // train runs the workers, evaluations and progress until the run ends, then takes the final
 // checkpoint and builds the summary. Checkpoints are the coordinator's: every
-// Config.CheckpointEvery steps it pauses the workers at a barrier.
+// Config.CheckpointEvery steps or Config.CheckpointInterval it pauses the workers at a barrier.
 func (r *run) train(ctx context.Context) (*Summary, error) {
 	cfg := &r.cfg
 	var err error
@@ -305,8 +305,13 @@ func (r *run) describe() string {
 	}
 	fmt.Fprintf(&b, ", %d workers; batch %d\n", r.cfg.Workers, r.cfg.BatchSize)
 	every := "only at the end"
-	if r.cfg.CheckpointEvery > 0 {
-		every = fmt.Sprintf("every %d steps", r.cfg.CheckpointEvery)
+	switch steps, interval := r.cfg.CheckpointEvery, r.cfg.CheckpointInterval; {
+	case steps > 0 && interval > 0:
+		every = fmt.Sprintf("every %d steps or %v, whichever comes first,", steps, interval)
+	case steps > 0:
+		every = fmt.Sprintf("every %d steps", steps)
+	case interval > 0:
+		every = fmt.Sprintf("every %v", interval)
 	}
 	fmt.Fprintf(&b, "checkpoints: %s to %s (shared memory %s)", every, r.cfg.CheckpointDir, r.shm.dir)
 	return b.String()
@@ -440,6 +445,9 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		s.BadLines = r.data.bad.Report()
 	}
 	s.Notes = r.data.notes
+	for _, srv := range r.job.Servers {
+		s.AppliedBytes += int64(len(srv.Server().AppliedState(nil)))
+	}
 	s.checkTraining(r.job.Coordinator())
 	byName := map[string]*TableRows{}
 	for _, srv := range r.job.Servers {

@@ -344,7 +344,8 @@ func checkListen(ctx context.Context, listen string, self ps.Node) error {
 // RunCoordinator runs the coordinator of a multi-process job until the data is done or ctx
 // ends: it places the slots on the servers of rc.PS, serves the data-shard dispatcher and the
 // workers' control calls on rc.Listen (with the cluster secret), checkpoints every
-// CheckpointEvery steps at a barrier and once at the end, and commits each checkpoint with the
+// CheckpointEvery steps or CheckpointInterval (whichever comes first) at a barrier and once at
+// the end, and commits each checkpoint with the
 // dispatcher's snapshot and the exactly-once ledger. With Resume it first restores the newest
 // commit into every server and restores the dispatcher and the ledger; a coordinator that finds
 // its servers running the job (its predecessor died) takes the job over from the newest commit
@@ -423,7 +424,8 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	err = untilUp(ctx, func() (err error) {
 		coord, err = elastic.NewCoordinator(ctx, elastic.Config{
 			Job: jobName, Servers: servers, Slots: cfg.Slots, Storage: st, Logger: rc.Logger,
-			CheckpointEvery: max(cfg.CheckpointEvery, 0), Dispatcher: r.dispatcherConfig(),
+			CheckpointEvery: max(cfg.CheckpointEvery, 0), CheckpointInterval: max(cfg.CheckpointInterval, 0),
+			Dispatcher: r.dispatcherConfig(),
 			JobState: func(step uint64) []byte {
 				if d := disp.Load(); d != nil {
 					r.samples.Store(acceptedBy(d))

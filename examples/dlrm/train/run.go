@@ -106,7 +106,8 @@ func (r *run) steps() int64 {
 // Run trains a DLRM on an embedded cluster — a coordinator (package elastic) with its data-shard
 // dispatcher, cfg.Servers parameter servers serving on loopback TCP with a fresh cluster secret,
 // and cfg.Workers workers — until ctx ends (an interrupt), cfg.Duration passes or the epochs are
-// done. It checkpoints every cfg.CheckpointEvery steps and once more at the end, evaluates the
+// done. It checkpoints every cfg.CheckpointEvery steps or cfg.CheckpointInterval, whichever comes
+// first, and once more at the end, evaluates the
 // held-out set, and returns the summary. With cfg.Resume it first restores the newest committed
 // checkpoint: tables, MLP, data position and the exactly-once ledger. Everything it starts is
 // stopped and joined before it returns.
@@ -162,7 +163,8 @@ func (r *run) setUp(ctx context.Context) error {
 	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
-			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), Logger: r.logger, Recovery: cfg.Recovery,
+			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), CheckpointInterval: max(cfg.CheckpointInterval, 0),
+			Logger: r.logger, Recovery: cfg.Recovery,
 			Dispatcher: r.dispatcherConfig(),
 			JobState: func(step uint64) []byte {
 				return r.jobState(context.WithoutCancel(ctx), step) // the final one follows an interrupt

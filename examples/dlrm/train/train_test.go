@@ -370,3 +370,25 @@ func TestParseScaleAt(t *testing.T) {
 	cfg.ScaleAt = []train.ScaleStep{{At: 2 * time.Second, Servers: 3}, {At: time.Second, Servers: 2}}
 	assert.Error(t, cfg.Validate(), "steps out of order")
 }
+
+// A run too slow for its step schedule checkpoints by time: no step count is reached in three
+// seconds, and every half second of training a checkpoint is taken; without the interval only
+// the final one is.
+func TestCheckpointsByTime(t *testing.T) {
+	for _, interval := range []time.Duration{500 * time.Millisecond, -1} {
+		t.Run(fmt.Sprint(interval), func(t *testing.T) {
+			cfg := smallConfig(t, 1<<20, 1)
+			cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Duration = 1<<30, interval, 3*time.Second
+			s, err := train.Run(context.Background(), cfg)
+			require.NoError(t, err)
+			t.Logf("%d steps in %v: %d checkpoints taken", s.Steps, s.Elapsed, s.Checkpoints.Taken)
+			assert.True(t, s.ExactlyOnce)
+			if interval < 0 {
+				assert.Equal(t, 1, s.Checkpoints.Taken, "only the final checkpoint")
+				return
+			}
+			assert.GreaterOrEqual(t, s.Checkpoints.Taken, 2, "at least one by time before the final one")
+			assert.Equal(t, uint64(s.Steps), s.Checkpoints.LastCommitted, "the final checkpoint holds the last step")
+		})
+	}
+}
