@@ -122,12 +122,19 @@ func memcpyBaselines(runs ...*pauseRun) {
 	}
 }
 
+// growthEvery is the checkpoint schedule of the record's growth figure: a checkpoint every
+// twentieth of the steps of the tenth run, so that it lies past several commits.
+func growthEvery(steps int64) int {
+	return max(int(steps/10/20), 5)
+}
+
 // runDLRMPauses measures the checkpoint pauses of the dlrm example's main command: a 60 s
 // embedded run (6 s with -quick, with a checkpoint every 2 s of training rather than 10 s so it
 // takes several) with the command's settings, each snapshot's pause against a parallel memcpy of
 // the bytes its servers copied plus one worker's batch (the drain the barrier waits for at most),
-// both measured in the same run; the servers' records of applied positions after that run and
-// after one interrupted at a tenth of its steps; and a sweep of the pauses against the steps
+// both measured in the same run; the servers' records of applied positions after that run, and
+// after the same run on a denser step schedule and after it stopped at a tenth of its steps
+// (the record's growth with history); and a sweep of the pauses against the steps
 // between checkpoints. The shorter runs evaluate 1000 held-out records instead of 20000 at
 // their end, which changes nothing they measure.
 func runDLRMPauses(ctx context.Context, opt options, r *report) error {
@@ -145,10 +152,19 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
-	fmt.Printf("dlrm: the same run stopped after %d steps, a tenth, for the growth of the applied-positions record...\n", long.steps/10)
-	shortCfg := cfg
-	shortCfg.TestRecords = 1000
-	short, err := runPauses(ctx, opt, shortCfg, pauseStop{steps: max(long.steps/10, 1)})
+	// The record's growth with history: the same run on a schedule of a checkpoint every
+	// growthEvery steps, stopped after a tenth of its steps and at its end, so that both points
+	// lie past several commits (a run stopped before its first commit holds every shard it
+	// trained, which is its whole history, not the growth of one).
+	growthCfg := cfg
+	growthCfg.TestRecords = 1000
+	growthCfg.CheckpointEvery, growthCfg.CheckpointInterval = growthEvery(long.steps), -1
+	fmt.Printf("dlrm: the same run with a checkpoint every %d steps, stopped after %d steps and at its end, for the growth of the applied-positions record...\n", growthCfg.CheckpointEvery, long.steps/10)
+	short, err := runPauses(ctx, opt, growthCfg, pauseStop{steps: max(long.steps/10, 1)})
+	if err != nil {
+		return fmt.Errorf("pauses: %w", err)
+	}
+	grown, err := runPauses(ctx, opt, growthCfg, pauseStop{})
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
@@ -156,7 +172,7 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 	if err != nil {
 		return err
 	}
-	memcpyBaselines(append([]*pauseRun{long, short}, sweep...)...)
+	memcpyBaselines(append([]*pauseRun{long, short, grown}, sweep...)...)
 
 	var blocked, mem, ratios []float64
 	var bytes int64
@@ -187,17 +203,18 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 	r.addTable("ckpt_pause_each", each)
 
 	r.add("applied_record_bytes", float64(long.applied), fmt.Sprintf("the servers' records of the batch positions they applied (ps.Server.AppliedState, summed) after the %v run, %d steps", dur, long.steps))
-	r.add("applied_record_bytes_short", float64(short.applied), fmt.Sprintf("the same after the same run stopped at a tenth of the steps, %d steps", short.steps))
+	r.add("applied_record_bytes_grown", float64(grown.applied), fmt.Sprintf("the same after the %v run with a checkpoint every %d steps, %d steps", dur, growthCfg.CheckpointEvery, grown.steps))
+	r.add("applied_record_bytes_short", float64(short.applied), fmt.Sprintf("the same after that run stopped at a tenth of its steps, %d steps", short.steps))
 	growth := 1.0
 	switch {
 	case short.applied > 0:
-		growth = float64(long.applied) / float64(short.applied)
-	case long.applied > 0:
+		growth = float64(grown.applied) / float64(short.applied)
+	case grown.applied > 0:
 		return errors.New("dlrm: the applied-positions record is empty after the short run and not after the long one")
 	}
-	r.addRatio("applied_record_growth", spread{med: growth, lo: growth, hi: growth, pairs: 1, subj: float64(long.applied), base: float64(short.applied)},
-		fmt.Sprintf("the record after the same run stopped at a tenth of the steps (%d)", short.steps), "applied_record_bytes_short",
-		fmt.Sprintf("record after %.1fx the steps over the record after 1x; target <= 1.2 (bounded by what is in flight, not by history)", float64(long.steps)/float64(max(short.steps, 1))))
+	r.addRatio("applied_record_growth", spread{med: growth, lo: growth, hi: growth, pairs: 1, subj: float64(grown.applied), base: float64(short.applied)},
+		fmt.Sprintf("the record after the same run (a checkpoint every %d steps) stopped at a tenth of its steps (%d)", growthCfg.CheckpointEvery, short.steps), "applied_record_bytes_short",
+		fmt.Sprintf("record after %.1fx the steps over the record after 1x, on one checkpoint schedule; target <= 1.2 (bounded by what is in flight, not by history)", float64(grown.steps)/float64(max(short.steps, 1))))
 
 	t := sweepTable{About: "checkpoint pauses against the steps between checkpoints (a run interrupted after a few, the first full, medians over them; memcpy and batch as for ckpt_pause_vs_copy); flat is the target",
 		Columns: []string{"steps_between", "checkpoints", "copied_mib", "pause_ms", "memcpy_ms", "batch_ms", "pause_vs_copy", "applied_record_kib"}}
