@@ -123,7 +123,8 @@ func memcpyBaselines(runs ...*pauseRun) {
 }
 
 // growthEvery is the checkpoint schedule of the record's growth figure: a checkpoint every
-// twentieth of the steps of the tenth run, so that it lies past several commits.
+// two hundredth of the steps of the main run, so that a tenth of the run lies past several
+// commits.
 func growthEvery(steps int64) int {
 	return max(int(steps/10/20), 5)
 }
@@ -159,12 +160,12 @@ func runDLRMPauses(ctx context.Context, opt options, r *report) error {
 	growthCfg := cfg
 	growthCfg.TestRecords = 1000
 	growthCfg.CheckpointEvery, growthCfg.CheckpointInterval = growthEvery(long.steps), -1
-	fmt.Printf("dlrm: the same run with a checkpoint every %d steps, stopped after %d steps and at its end, for the growth of the applied-positions record...\n", growthCfg.CheckpointEvery, long.steps/10)
-	short, err := runPauses(ctx, opt, growthCfg, pauseStop{steps: max(long.steps/10, 1)})
+	fmt.Printf("dlrm: the same run with a checkpoint every %d steps, at its end and stopped at a tenth of its steps, for the growth of the applied-positions record...\n", growthCfg.CheckpointEvery)
+	grown, err := runPauses(ctx, opt, growthCfg, pauseStop{})
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
-	grown, err := runPauses(ctx, opt, growthCfg, pauseStop{})
+	short, err := runPauses(ctx, opt, growthCfg, pauseStop{steps: max(grown.steps/10, 1)})
 	if err != nil {
 		return fmt.Errorf("pauses: %w", err)
 	}
