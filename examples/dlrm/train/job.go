@@ -98,6 +98,10 @@ type CheckpointEvent struct {
 	Persist time.Duration // from snapshot to commit (commit)
 	Err     error         // a failed snapshot or commit
 	Skipped bool          // a snapshot not taken: a server's generations were both busy
+	// Applied is, for a snapshot of an embedded run, the size of the servers' records of the
+	// batches they applied (saved with it), summed, right after it; 0 in a role of a
+	// multi-process job.
+	Applied int64
 }
 
 // ckStats gathers the checkpoint figures from the coordinator's events.

@@ -445,9 +445,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		s.BadLines = r.data.bad.Report()
 	}
 	s.Notes = r.data.notes
-	for _, srv := range r.job.Servers {
-		s.AppliedBytes += int64(len(srv.Server().AppliedState(nil)))
-	}
+	s.AppliedBytes = r.appliedBytes()
 	s.checkTraining(r.job.Coordinator())
 	byName := map[string]*TableRows{}
 	for _, srv := range r.job.Servers {

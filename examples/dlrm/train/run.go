@@ -301,11 +301,25 @@ func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
 	if ev.Commit {
 		kind = EventCommit
 	} else if ev.Err == nil {
+		out.Applied = r.appliedBytes()
 		r.emitMu.Lock()
 		r.lastBlk = ev.Blocked
 		r.emitMu.Unlock()
 	}
 	r.emit(Event{Kind: kind, Checkpoint: out})
+}
+
+// appliedBytes is the size of the embedded servers' records of the batches they applied,
+// summed (0 without servers in this process).
+func (r *run) appliedBytes() int64 {
+	if r.job == nil {
+		return 0
+	}
+	var n int64
+	for _, srv := range r.job.Servers {
+		n += int64(len(srv.Server().AppliedState(nil)))
+	}
+	return n
 }
 
 // fingerprint names what must not change between a checkpoint and a resume.
