@@ -10,8 +10,6 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
-	"github.com/elasticps/elasticps/shard"
-	"github.com/elasticps/elasticps/shard/shardnet"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -41,27 +39,6 @@ func probeBatch(table *ps.OwnerTable, only string) ([]uint64, []float32) {
 		faultGrad(int64(k), g[k*faultDim:(k+1)*faultDim])
 	}
 	return ids, g
-}
-
-// workerOn is worker with its own host: a second process under a name another one uses.
-func (j *faultJob) workerOn(host, name string) *faultWorker {
-	h := j.net.Host(host)
-	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Transport: h, Resolver: j.coord, Retries: 4, RetryBackoff: time.Millisecond})
-	require.NoError(j.t, err)
-	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: j.addr, Secret: j.secret, Transport: h})
-	require.NoError(j.t, err)
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
-	require.NoError(j.t, err)
-	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
-		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}, Logger: j.logger})
-	require.NoError(j.t, err)
-	j.closers = append(j.closers, func() {
-		sess.Close()
-		ctl.Close()
-		svc.Close()
-		cli.Close()
-	})
-	return &faultWorker{name: name, cli: cli, sess: sess}
 }
 
 // A worker that joins again before it began a batch (its first Join's answer was lost, say)

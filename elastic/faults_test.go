@@ -209,7 +209,18 @@ func (j *faultJob) worker(name string) *faultWorker {
 
 // workerWith is worker whose calls to the coordinator go through wrap (nil: none).
 func (j *faultJob) workerWith(name string, wrap func(elastic.Control) elastic.Control) *faultWorker {
-	h := j.net.Host(name)
+	return j.workerAt(name, name, wrap)
+}
+
+// workerOn is worker with a host of its own: a second process under a name another one uses.
+func (j *faultJob) workerOn(host, name string) *faultWorker {
+	return j.workerAt(host, name, nil)
+}
+
+// workerAt is a worker named name on the memory network's host, its calls to the coordinator
+// through wrap (nil: none).
+func (j *faultJob) workerAt(host, name string, wrap func(elastic.Control) elastic.Control) *faultWorker {
+	h := j.net.Host(host)
 	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Transport: h, Resolver: j.coord, Retries: 4, RetryBackoff: time.Millisecond})
 	require.NoError(j.t, err)
 	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: j.addr, Secret: j.secret, Transport: h})

@@ -12,17 +12,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A server left on an older owner table (its install of the job's table failed) gets the
-// job's table before it snapshots: by its own table it would save slots it gave away.
-func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
-	ctx := context.Background()
-	job, err := StartLocal(ctx, LocalConfig{Job: "sync", Servers: 2, Slots: 64,
+// twoServerJob starts a job of two servers and a 64-slot table, closed with the test.
+func twoServerJob(t *testing.T, name string) *LocalJob {
+	job, err := StartLocal(context.Background(), LocalConfig{Job: name, Servers: 2, Slots: 64,
 		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
 		Coordinator: Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}},
 		Checkpoint:  checkpoint.Config{ShmDir: t.TempDir()},
 	})
 	require.NoError(t, err)
-	defer job.Close()
+	t.Cleanup(func() { job.Close() })
+	return job
+}
+
+// A server left on an older owner table (its install of the job's table failed) gets the
+// job's table before it snapshots: by its own table it would save slots it gave away.
+func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
+	ctx := context.Background()
+	job := twoServerJob(t, "sync")
 	c := job.Coordinator()
 	cur := c.holder.Get()
 	slot := cur.SlotsOf("ps-0").Members()[0]
@@ -55,13 +61,7 @@ func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
 // refused with ps.ErrNotPublished and changes nothing, on the coordinator or on any server.
 func TestMoveTableMustFollowTheJobs(t *testing.T) {
 	ctx := context.Background()
-	job, err := StartLocal(ctx, LocalConfig{Job: "moves", Servers: 2, Slots: 64,
-		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
-		Coordinator: Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}},
-		Checkpoint:  checkpoint.Config{ShmDir: t.TempDir()},
-	})
-	require.NoError(t, err)
-	defer job.Close()
+	job := twoServerJob(t, "moves")
 	c := job.Coordinator()
 	cur := c.holder.Get()
 	slot := cur.SlotsOf("ps-0").Members()[0]
