@@ -62,7 +62,7 @@
 // owner table, the dispatcher, the fence epochs, the checkpoint barrier, the commits and resume,
 // and a worker trains through a Session; one protocol runs in one process or across many:
 //
-//	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "ctr", Servers: 2, Tables: specs,
+//	job, err := local.Start(ctx, local.Config{Job: "ctr", Servers: 2, Tables: specs,
 //		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 1000, Dispatcher: data}})
 //	s, err := job.NewSession("worker-0", shard.ReaderConfig{Source: src, BatchSize: 512})
 //	for {

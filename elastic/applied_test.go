@@ -6,6 +6,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -21,7 +22,7 @@ func TestAppliedRecordStaysBoundedBetweenCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	const records, batch = 1 << 15, 16
 	tables := []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4, Seed: 3}}}
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "bounded", Servers: 2, Slots: 256, Tables: tables,
+	job, err := local.Start(ctx, local.Config{Job: "bounded", Servers: 2, Slots: 256, Tables: tables,
 		Coordinator: elastic.Config{Storage: checkpoint.NewMemStorage(), CheckpointEvery: 1 << 30,
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(records), ShardSize: 4096}},
 		Checkpoint: checkpoint.Config{ShmDir: t.TempDir()},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
@@ -309,7 +310,7 @@ func testChaos(t *testing.T, policy elastic.RecoveryPolicy, seed uint64) {
 // with its own Session until the data is done or the test kills it.
 type chaosHarness struct {
 	t       *testing.T
-	job     *elastic.LocalJob
+	job     *local.Job
 	ctx     context.Context
 	batches chaosCounter // batches begun, by every worker
 	gate    chaosGate    // held from a batch's step function until its Step returns
@@ -319,7 +320,7 @@ type chaosHarness struct {
 }
 
 // newChaosHarness starts the workers w0..w3; ctx bounds the test.
-func newChaosHarness(ctx context.Context, t *testing.T, job *elastic.LocalJob) *chaosHarness {
+func newChaosHarness(ctx context.Context, t *testing.T, job *local.Job) *chaosHarness {
 	h := &chaosHarness{t: t, job: job, ctx: ctx}
 	h.gate.cond.L = &h.gate.mu
 	h.batches.ch = make(chan struct{})

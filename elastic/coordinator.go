@@ -827,7 +827,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
-			{Name: blobProgress, Data: appendProgress(nil, done)},
+			{Name: blobProgress, Data: progressBytes(done)},
 		}}
 		if c.cfg.JobState != nil {
 			job.blobs = append(job.blobs, checkpoint.Blob{Name: blobJob, Data: c.cfg.JobState(step)})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/elasticps/elasticps/shard/shardnet"
@@ -73,7 +74,7 @@ func (j *loopJob) startServer(i int) error {
 	}
 	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "loop", Storage: j.store, ShmDir: j.t.TempDir(), FullEvery: 1})
 	if err == nil {
-		err = elastic.ServeServer(srv, ls)
+		err = remote.ServeServer(srv, ls)
 	}
 	if err != nil {
 		l.Close()
@@ -126,14 +127,14 @@ type loopCoord struct {
 // returned) whose Config tune adjusts.
 func (j *loopJob) coordinator(ctx context.Context, resume bool, tune func(*elastic.Config)) (*loopCoord, elastic.Resumed, error) {
 	var nodes []elastic.ParameterServer
-	var remotes []*elastic.RemoteServer
+	var remotes []*remote.Server
 	closeRemotes := func() {
 		for _, r := range remotes {
 			r.Close()
 		}
 	}
 	for i, a := range j.addrs {
-		rs, err := elastic.NewRemoteServer(ps.Node{ID: fmt.Sprintf("ps-%d", i), Addr: a}, elastic.RemoteConfig{Secret: j.secret})
+		rs, err := remote.NewServer(ps.Node{ID: fmt.Sprintf("ps-%d", i), Addr: a}, remote.Config{Secret: j.secret})
 		if err != nil {
 			closeRemotes()
 			return nil, elastic.Resumed{}, err
@@ -167,7 +168,7 @@ func (j *loopJob) coordinator(ctx context.Context, resume bool, tune func(*elast
 	if err != nil {
 		return fail(err)
 	}
-	if err := elastic.ServeControl(dsrv, c); err != nil {
+	if err := remote.ServeControl(dsrv, c); err != nil {
 		return fail(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -196,7 +197,7 @@ func (j *loopJob) worker(c *loopCoord, name string) *faultWorker {
 	require.NoError(j.t, err)
 	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: c.addr, Secret: j.secret})
 	require.NoError(j.t, err)
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: c.addr, Secret: j.secret})
+	ctl, err := remote.NewControl(remote.Config{Addr: c.addr, Secret: j.secret})
 	require.NoError(j.t, err)
 	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
 		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}})

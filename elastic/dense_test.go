@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -17,7 +18,7 @@ import (
 )
 
 // tinySession is a session over n records of one id each, one record per batch.
-func tinySession(t *testing.T, job *elastic.LocalJob, n int64) *elastic.Session {
+func tinySession(t *testing.T, job *local.Job, n int64) *elastic.Session {
 	t.Helper()
 	sess, err := job.NewSession("w", shard.ReaderConfig{BatchSize: 1, Source: shard.IndexedSource{Data: shard.IndexedFunc(n,
 		func(i int64, rec *shard.Record) error {
@@ -31,7 +32,7 @@ func tinySession(t *testing.T, job *elastic.LocalJob, n int64) *elastic.Session 
 }
 
 // allRows returns every row of every table (weights and optimizer state) over the servers.
-func allRows(job *elastic.LocalJob) map[string]map[uint64][]float32 {
+func allRows(job *local.Job) map[string]map[uint64][]float32 {
 	out := map[string]map[uint64][]float32{}
 	for _, s := range job.Servers {
 		for _, name := range s.Server().TableNames() {
@@ -62,11 +63,11 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 	for name, n := range lengths {
 		tables = append(tables, ps.TableSpec{Name: name, Dense: n, Config: embedding.Config{Optimizer: adagrad}})
 	}
-	cfg := elastic.LocalConfig{Job: "dense", Servers: 3, Slots: 128, Tables: tables,
+	cfg := local.Config{Job: "dense", Servers: 3, Slots: 128, Tables: tables,
 		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(10)}},
 		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm"), FullEvery: 2},
 	}
-	job, err := elastic.StartLocal(ctx, cfg)
+	job, err := local.Start(ctx, cfg)
 	require.NoError(t, err)
 	cli, err := job.Client()
 	require.NoError(t, err)
@@ -129,7 +130,7 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 		t.Run(fmt.Sprintf("%d servers", n), func(t *testing.T) {
 			c := cfg
 			c.Servers = n
-			job, err := elastic.StartLocal(ctx, c)
+			job, err := local.Start(ctx, c)
 			require.NoError(t, err)
 			defer job.Close()
 			got, _, err := job.Coordinator().Resume(ctx)
@@ -147,7 +148,7 @@ func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "ck"))
 	require.NoError(t, err)
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "undeclared", Servers: 2, Slots: 64,
+	job, err := local.Start(ctx, local.Config{Job: "undeclared", Servers: 2, Slots: 64,
 		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4}}},
 		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(4)}},
 		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm")}})

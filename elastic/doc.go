@@ -7,7 +7,7 @@
 //
 // # A job
 //
-//	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "ctr", Servers: 2, Tables: specs,
+//	job, err := local.Start(ctx, local.Config{Job: "ctr", Servers: 2, Tables: specs,
 //		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 1000, Dispatcher: data}})
 //	s, err := job.NewSession("worker-0", shard.ReaderConfig{Source: src, BatchSize: 512})
 //	err = s.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {

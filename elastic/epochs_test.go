@@ -8,6 +8,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -95,7 +96,7 @@ func TestDuplicateLiveWorkerIsRefused(t *testing.T) {
 	defer cancel()
 	// The first process: a worker whose batches (given up: they consume no data) keep it
 	// calling the coordinator.
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("w")})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("w")})
 	require.NoError(t, err)
 	defer ctl.Close()
 	epoch, err := ctl.Join(ctx, "w", 32)
@@ -107,7 +108,7 @@ func TestDuplicateLiveWorkerIsRefused(t *testing.T) {
 	}
 	batch()
 
-	twin, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("twin")})
+	twin, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("twin")})
 	require.NoError(t, err)
 	defer twin.Close()
 	joined := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -26,7 +27,7 @@ func Example_failures() {
 	store, _ := checkpoint.NewFSStorage(filepath.Join(dir, "checkpoints"))
 	committed := make(chan uint64, 100)
 	recovered := make(chan elastic.RecoveryEvent, 10)
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{
+	job, err := local.Start(ctx, local.Config{
 		Job: "failures", Servers: 2, Slots: 256,
 		Tables: []ps.TableSpec{{Name: "item", Config: embedding.Config{Dim: 4,
 			Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.05}}}},
@@ -69,9 +70,9 @@ func Example_failures() {
 		rec.EndField()
 		return nil
 	})}
-	workers, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{Job: job, MaxRestarts: 1,
+	workers, err := local.NewScaler(local.ScalerConfig{Job: job, MaxRestarts: 1,
 		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: data, BatchSize: 20} },
-		Worker: func(string) (elastic.StepFunc, error) { return step, nil }})
+		Worker: func(string) (local.StepFunc, error) { return step, nil }})
 	if err != nil {
 		panic(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -27,7 +28,7 @@ func Example_liveRepartition() {
 		rec.EndField()
 		return nil
 	})}
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{
+	job, err := local.Start(ctx, local.Config{
 		Job: "grow", Servers: 2, Slots: 256,
 		Tables: []ps.TableSpec{{Name: "item", Config: embedding.Config{Dim: 4, Seed: 7,
 			Optimizer: embedding.Optimizer{Kind: embedding.Adagrad, LearningRate: 0.05}}}},
@@ -43,10 +44,10 @@ func Example_liveRepartition() {
 	// Workers run as goroutines of a LocalScaler, which also starts and stops servers.
 	var steps atomic.Int64
 	reached := make(chan struct{})
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := local.NewScaler(local.ScalerConfig{
 		Job:    job,
 		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: data, BatchSize: 20} },
-		Worker: func(string) (elastic.StepFunc, error) {
+		Worker: func(string) (local.StepFunc, error) {
 			return func(ctx context.Context, b *elastic.Batch) error {
 				if steps.Add(1) == 100 {
 					close(reached)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -32,7 +33,7 @@ func Example() {
 		rec.EndField()
 		return nil
 	})}
-	cfg := elastic.LocalConfig{
+	cfg := local.Config{
 		Job: "example", Servers: 2, Slots: 256,
 		Tables: []ps.TableSpec{{Name: "item", Config: embedding.Config{Dim: 4, Seed: 7,
 			Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.05}}}},
@@ -40,7 +41,7 @@ func Example() {
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(2000), ShardSize: 250}},
 		Checkpoint: checkpoint.Config{ShmDir: filepath.Join(dir, "shm")},
 	}
-	job, err := elastic.StartLocal(ctx, cfg)
+	job, err := local.Start(ctx, cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -79,7 +80,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	row := func(job *elastic.LocalJob) []float32 {
+	row := func(job *local.Job) []float32 {
 		cli, _ := job.Client()
 		r := make([]float32, 4)
 		if err := cli.Pull(ctx, "item", []uint64{42}, r, ps.ReadOnly()); err != nil {
@@ -93,7 +94,7 @@ func Example() {
 
 	// The same job on one server: every slot is restored onto it.
 	cfg.Servers = 1
-	job, err = elastic.StartLocal(ctx, cfg)
+	job, err = local.Start(ctx, cfg)
 	if err != nil {
 		panic(err)
 	}

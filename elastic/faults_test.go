@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
@@ -147,7 +148,7 @@ func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string
 	// starts are reached through their control calls.
 	cfg.Secret, cfg.Transport = j.secret, j.net.Host("coord")
 	cfg.ServerAt = func(node ps.Node) (elastic.ParameterServer, error) {
-		return elastic.NewRemoteServer(node, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host("coord")})
+		return remote.NewServer(node, remote.Config{Secret: j.secret, Transport: j.net.Host("coord")})
 	}
 	if tune != nil {
 		tune(&cfg)
@@ -157,7 +158,7 @@ func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string
 	require.NoError(t, err)
 	dsrv, err := shardnet.NewServer(shardnet.ServerConfig{Service: j.coord.Service(), Secret: j.secret})
 	require.NoError(t, err)
-	require.NoError(t, elastic.ServeControl(dsrv, j.coord))
+	require.NoError(t, remote.ServeControl(dsrv, j.coord))
 	l, err := j.net.Host("coord").Listen("coord:1")
 	require.NoError(t, err)
 	j.addr = l.Addr().String()
@@ -225,7 +226,7 @@ func (j *faultJob) workerAt(host, name string, wrap func(elastic.Control) elasti
 	require.NoError(j.t, err)
 	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
 	var control elastic.Control = ctl
 	if wrap != nil {

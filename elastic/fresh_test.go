@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
@@ -19,11 +20,11 @@ import (
 )
 
 // freshJob starts a local job of the fault tests' model over the checkpoint directory dir.
-func freshJob(t *testing.T, dir string, tune func(*elastic.Config)) *elastic.LocalJob {
+func freshJob(t *testing.T, dir string, tune func(*elastic.Config)) *local.Job {
 	t.Helper()
 	st, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
-	cfg := elastic.LocalConfig{Job: "fresh", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+	cfg := local.Config{Job: "fresh", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
 		Coordinator: elastic.Config{Storage: st, CheckpointEvery: 6, KeepLast: 2, Logger: testLogger(t),
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs, Seed: 3}},
 		Checkpoint: checkpoint.Config{ShmDir: t.TempDir(), FullEvery: 2},
@@ -31,7 +32,7 @@ func freshJob(t *testing.T, dir string, tune func(*elastic.Config)) *elastic.Loc
 	if tune != nil {
 		tune(&cfg.Coordinator)
 	}
-	job, err := elastic.StartLocal(context.Background(), cfg)
+	job, err := local.Start(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { job.Close() })
 	return job
@@ -72,7 +73,7 @@ func changedFiles(t *testing.T, dir string, before map[string][32]byte) []string
 }
 
 // trainSteps trains up to n batches with a new session of job and returns the first error.
-func trainSteps(ctx context.Context, t *testing.T, job *elastic.LocalJob, n int) error {
+func trainSteps(ctx context.Context, t *testing.T, job *local.Job, n int) error {
 	t.Helper()
 	sess, err := job.NewSession("w0", shard.ReaderConfig{Source: faultData, BatchSize: 32})
 	require.NoError(t, err)

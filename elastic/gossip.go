@@ -124,28 +124,13 @@ func (c *Coordinator) Unreachable(ctx context.Context, server string, err error)
 	c.Suspect(ctx, server, err.Error())
 }
 
-// Unreachable implements ps.UnreachableReporter for a LocalJob's clients.
-func (jc jobControl) Unreachable(ctx context.Context, server string, err error) {
-	jc.Suspect(ctx, server, err.Error())
-}
+var _ ps.UnreachableReporter = (*Coordinator)(nil)
 
-var (
-	_ ps.UnreachableReporter = (*Coordinator)(nil)
-	_ ps.UnreachableReporter = jobControl{}
-)
-
-// suspecter is a Control that takes workers' reports of unreachable servers (Suspect).
+// suspecter is a Control that takes workers' reports of unreachable servers (Suspect): the
+// Coordinator, and the stubs of the in-process job (package local) and of other processes
+// (package remote).
 type suspecter interface {
 	Suspect(ctx context.Context, server, reason string) error
 }
 
-var (
-	_ suspecter = (*Coordinator)(nil)
-	_ suspecter = (*RemoteControl)(nil)
-	_ suspecter = jobControl{}
-)
-
-// Suspect implements suspecter for a LocalJob's workers.
-func (jc jobControl) Suspect(ctx context.Context, server, reason string) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.Suspect(ctx, server, reason) })
-}
+var _ suspecter = (*Coordinator)(nil)

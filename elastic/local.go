@@ -90,7 +90,9 @@ func (l *LocalServer) Fence(_ context.Context, floor uint64, epochs []uint64) er
 	return nil
 }
 
-var errNoCheckpoints = errors.New("elastic: server has no checkpoint storage")
+// ErrNoCheckpoints is returned by a LocalServer's checkpoint methods when it was made without
+// checkpoint storage.
+var ErrNoCheckpoints = errors.New("elastic: server has no checkpoint storage")
 
 // owned returns the slots t gives this server.
 func (l *LocalServer) owned(t *ps.OwnerTable) []int {
@@ -104,7 +106,7 @@ func (l *LocalServer) owned(t *ps.OwnerTable) []int {
 // tensors and the batches it applied (for those slots).
 func (l *LocalServer) Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
-		return checkpoint.SnapshotInfo{}, errNoCheckpoints
+		return checkpoint.SnapshotInfo{}, ErrNoCheckpoints
 	}
 	t := l.srv.OwnerTable()
 	if t == nil {
@@ -142,7 +144,7 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, at SnapshotProg
 // WaitPersisted implements ParameterServer.
 func (l *LocalServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	if l.ck == nil {
-		return checkpoint.ManifestRef{}, errNoCheckpoints
+		return checkpoint.ManifestRef{}, ErrNoCheckpoints
 	}
 	return l.ck.WaitPersisted(ctx, step)
 }
@@ -150,7 +152,7 @@ func (l *LocalServer) WaitPersisted(ctx context.Context, step uint64) (checkpoin
 // Verify implements ParameterServer.
 func (l *LocalServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
-		return errNoCheckpoints
+		return ErrNoCheckpoints
 	}
 	return l.ck.Verify(ctx, step, checkpoint.RestoreSlots(l.owned(t)))
 }
@@ -159,7 +161,7 @@ func (l *LocalServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable)
 // positions of every server of the checkpoint for those slots.
 func (l *LocalServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
-		return errNoCheckpoints
+		return ErrNoCheckpoints
 	}
 	if name, ok := updatedTable(l.srv); ok {
 		return fmt.Errorf("%w: server %s, table %s", ErrNotFresh, l.srv.ID(), name)
@@ -217,7 +219,7 @@ func (l *LocalServer) Restored() *checkpoint.Restored {
 // pay for page faults while training waits.
 func (l *LocalServer) Reserve(ctx context.Context, bytes int64) error {
 	if l.ck == nil {
-		return errNoCheckpoints
+		return ErrNoCheckpoints
 	}
 	return l.ck.Reserve(ctx, bytes)
 }
@@ -263,9 +265,10 @@ func (l *LocalServer) Lead(_ context.Context, inc uint64) error {
 	return nil
 }
 
-// obeys refuses a remote call of coordinator incarnation coord when a later one leads the
-// server (0: a call that does not say, such as Health, or a coordinator that has not led yet).
-func (l *LocalServer) obeys(coord uint64) error {
+// Obeys refuses a call of coordinator incarnation coord when a later one leads the server (0: a
+// call that does not say, such as Health, or a coordinator that has not led yet). A transport
+// that serves the server to other processes (package remote) checks every call with it.
+func (l *LocalServer) Obeys(coord uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if coord != 0 && coord < l.leader || coord == 0 && l.leader != 0 {
@@ -296,7 +299,7 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 		return fmt.Errorf("%w: nil owner table", ErrInvalidConfig)
 	}
 	if step > 0 && l.ck == nil {
-		return errNoCheckpoints
+		return ErrNoCheckpoints
 	}
 	want := t.SlotsOf(l.srv.ID())
 	if mode == RestoreForget {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,11 +51,11 @@ func TestLocalScalerFollowsThePlan(t *testing.T) {
 		}
 		return errors.New("worker crashed")
 	}
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := local.NewScaler(local.ScalerConfig{
 		Job:         job,
 		Reader:      func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
 		MaxRestarts: 2,
-		Worker:      func(string) (elastic.StepFunc, error) { return step, nil },
+		Worker:      func(string) (local.StepFunc, error) { return step, nil },
 	})
 	require.NoError(t, err)
 	defer scaler.Close()

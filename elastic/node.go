@@ -3,6 +3,7 @@ package elastic
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
@@ -104,7 +105,7 @@ type Progress struct {
 	// Epoch is the current data epoch: every earlier one is done as a whole.
 	Epoch uint32
 	// Offsets are, per shard of the current epoch, the record offset up to which it is done.
-	Offsets map[ShardKey]int64
+	Offsets map[ps.DataShard]int64
 }
 
 // SnapshotProgress is where the data stands at a checkpoint barrier, as a server's snapshot
@@ -118,15 +119,12 @@ type SnapshotProgress struct {
 	Accepted Progress
 }
 
-// ShardKey names a shard of a data epoch.
-type ShardKey struct{ Epoch, Shard uint32 }
-
 // Done reports whether the batch at p can never be replayed.
 func (d Progress) Done(p ps.Position) bool {
 	if p.Epoch < d.Epoch {
 		return true
 	}
-	off, ok := d.Offsets[ShardKey{p.Epoch, p.Shard}]
+	off, ok := d.Offsets[ps.DataShard{Epoch: p.Epoch, Shard: p.Shard}]
 	return ok && p.End <= off
 }
 
@@ -136,38 +134,47 @@ func (d Progress) through(k ps.DataShard) int64 {
 	if k.Epoch != d.Epoch {
 		return 0
 	}
-	return d.Offsets[ShardKey{k.Epoch, k.Shard}]
+	return d.Offsets[ps.DataShard{Epoch: k.Epoch, Shard: k.Shard}]
 }
 
-// appendProgress encodes d: epoch u32, count u32, per shard: epoch u32, shard u32, offset u64.
-func appendProgress(dst []byte, d Progress) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, d.Epoch)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(d.Offsets)))
+// AppendBinary appends d's encoding (epoch u32, count u32, per shard: epoch u32, shard u32,
+// offset u64, little-endian) to b: how commits and the control protocol carry it.
+func (d Progress) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.LittleEndian.AppendUint32(b, d.Epoch)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(d.Offsets)))
 	for k, off := range d.Offsets {
-		dst = binary.LittleEndian.AppendUint32(dst, k.Epoch)
-		dst = binary.LittleEndian.AppendUint32(dst, k.Shard)
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(off))
+		b = binary.LittleEndian.AppendUint32(b, k.Epoch)
+		b = binary.LittleEndian.AppendUint32(b, k.Shard)
+		b = binary.LittleEndian.AppendUint64(b, uint64(off))
 	}
-	return dst
+	return b, nil
 }
 
-func decodeProgress(b []byte) (Progress, error) {
-	d := dec{b: b}
-	var p Progress
-	if v := d.take(4); v != nil {
-		p.Epoch = binary.LittleEndian.Uint32(v)
+// progressBytes is d's encoding (AppendBinary cannot fail).
+func progressBytes(d Progress) []byte {
+	b, _ := d.AppendBinary(nil)
+	return b
+}
+
+// errMalformedProgress is UnmarshalBinary's error for input AppendBinary did not write.
+var errMalformedProgress = errors.New("elastic: malformed data progress")
+
+// UnmarshalBinary decodes what AppendBinary wrote, into d.
+func (d *Progress) UnmarshalBinary(b []byte) error {
+	if len(b) < 8 {
+		return errMalformedProgress
 	}
-	n := 0
-	if v := d.take(4); v != nil {
-		n = int(binary.LittleEndian.Uint32(v))
+	p := Progress{Epoch: binary.LittleEndian.Uint32(b)}
+	n := int(binary.LittleEndian.Uint32(b[4:]))
+	b = b[8:]
+	if n*16 != len(b) || n > len(b) {
+		return errMalformedProgress
 	}
-	if d.err != nil || n*16 != len(d.b) {
-		return p, errMalformed
+	p.Offsets = make(map[ps.DataShard]int64, n)
+	for ; len(b) > 0; b = b[16:] {
+		k := ps.DataShard{Epoch: binary.LittleEndian.Uint32(b), Shard: binary.LittleEndian.Uint32(b[4:])}
+		p.Offsets[k] = int64(binary.LittleEndian.Uint64(b[8:]))
 	}
-	p.Offsets = make(map[ShardKey]int64, n)
-	for range n {
-		k := ShardKey{binary.LittleEndian.Uint32(d.take(4)), binary.LittleEndian.Uint32(d.take(4))}
-		p.Offsets[k] = int64(d.u64())
-	}
-	return p, d.end()
+	*d = p
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -216,13 +217,13 @@ func TestRemoteServerRefusesCallsForAnEarlierIncarnation(t *testing.T) {
 		require.NoError(t, err)
 		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{})
 		require.NoError(t, err)
-		require.NoError(t, elastic.ServeServer(srv, ls))
+		require.NoError(t, remote.ServeServer(srv, ls))
 		go srv.Serve(l)
 		t.Cleanup(func() { srv.Close() })
 		return srv, ls
 	}
 	srv, first := start()
-	rs, err := elastic.NewRemoteServer(ps.Node{ID: "ps-0", Addr: "ps-0:1"}, elastic.RemoteConfig{Addr: "ps-0:1", Secret: secret, Transport: net.Host("coord")})
+	rs, err := remote.NewServer(ps.Node{ID: "ps-0", Addr: "ps-0:1"}, remote.Config{Addr: "ps-0:1", Secret: secret, Transport: net.Host("coord")})
 	require.NoError(t, err)
 	defer rs.Close()
 	table, err := ps.NewOwnerTable(1, faultSlots, []ps.Node{rs.Node()}, nil)

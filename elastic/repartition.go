@@ -80,6 +80,28 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) e
 // server count does (SetParallelism). It returns once the slots have moved. A remote
 // coordinator is asked with RemoteControl.AddServers.
 func (c *Coordinator) AddServers(ctx context.Context, servers ...ParameterServer) error {
+	return c.addServers(ctx, servers)
+}
+
+// AddServersAt is AddServers for servers known by their nodes, reached through
+// Config.ServerAt: how a scheduler in another process tells the coordinator of the servers it
+// started (package remote). Without Config.ServerAt it fails with errors.ErrUnsupported.
+func (c *Coordinator) AddServersAt(ctx context.Context, nodes ...ps.Node) error {
+	if c.cfg.ServerAt == nil {
+		return fmt.Errorf("elastic: the coordinator cannot reach servers it is told of (Config.ServerAt): %w", errors.ErrUnsupported)
+	}
+	servers := make([]ParameterServer, len(nodes))
+	for i, node := range nodes {
+		s, err := c.cfg.ServerAt(node)
+		if err != nil {
+			return fmt.Errorf("elastic: server %s at %s: %w", node.ID, node.Addr, err)
+		}
+		servers[i] = s
+	}
+	return c.addServers(ctx, servers)
+}
+
+func (c *Coordinator) addServers(ctx context.Context, servers []ParameterServer) error {
 	if len(servers) == 0 {
 		return nil
 	}

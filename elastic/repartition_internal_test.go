@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -12,16 +13,53 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// twoServerJob starts a job of two servers and a 64-slot table, closed with the test.
-func twoServerJob(t *testing.T, name string) *LocalJob {
-	job, err := StartLocal(context.Background(), LocalConfig{Job: name, Servers: 2, Slots: 64,
-		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
-		Coordinator: Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}},
-		Checkpoint:  checkpoint.Config{ShmDir: t.TempDir()},
-	})
+// testJob is two parameter servers on loopback and their coordinator, as an in-process job
+// (package local) runs them, without the package's cycle.
+type testJob struct {
+	Servers []*LocalServer
+	coord   *Coordinator
+	secret  []byte
+}
+
+func (j *testJob) Coordinator() *Coordinator { return j.coord }
+
+// NewSession returns a worker's session of the job, closed with the test.
+func (j *testJob) NewSession(t *testing.T, worker string, rc shard.ReaderConfig) *Session {
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: j.coord})
 	require.NoError(t, err)
-	t.Cleanup(func() { job.Close() })
-	return job
+	t.Cleanup(func() { cli.Close() })
+	rc.Service = j.coord.Service()
+	s, err := NewSession(SessionConfig{Worker: worker, Control: j.coord, Client: cli, Reader: rc})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// twoServerJob starts a job of two servers and a 64-slot table, closed with the test.
+func twoServerJob(t *testing.T, name string) *testJob {
+	j := &testJob{secret: []byte("the cluster secret of the tests.")}
+	store := checkpoint.NewMemStorage()
+	var servers []ParameterServer
+	for i := range 2 {
+		srv, err := ps.NewServer(ps.ServerConfig{ID: ServerID(i), Secret: j.secret, Slots: 64,
+			Tables: []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}}})
+		require.NoError(t, err)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		served := make(chan struct{})
+		go func() { defer close(served); srv.Serve(l) }()
+		t.Cleanup(func() { srv.Close(); <-served })
+		ls, err := NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: name, Storage: store, ShmDir: t.TempDir()})
+		require.NoError(t, err)
+		t.Cleanup(func() { ls.Close() })
+		j.Servers, servers = append(j.Servers, ls), append(servers, ls)
+	}
+	c, err := NewCoordinator(context.Background(), Config{Job: name, Servers: servers, Slots: 64, Storage: store,
+		Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	j.coord = c
+	return j
 }
 
 // A server left on an older owner table (its install of the job's table failed) gets the
@@ -39,13 +77,11 @@ func TestSnapshotBringsServersToTheJobsTable(t *testing.T) {
 	require.NoError(t, err)
 
 	// A step to checkpoint: one batch through a session.
-	sess, err := job.NewSession("w", shard.ReaderConfig{Source: shard.IndexedSource{Data: shard.IndexedFunc(100, func(i int64, rec *shard.Record) error {
+	sess := job.NewSession(t, "w", shard.ReaderConfig{Source: shard.IndexedSource{Data: shard.IndexedFunc(100, func(i int64, rec *shard.Record) error {
 		rec.IDs = append(rec.IDs, uint64(i))
 		rec.EndField()
 		return nil
 	})}, BatchSize: 10})
-	require.NoError(t, err)
-	defer sess.Close()
 	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *Batch) error {
 		return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
 	}))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/ps/pstest"
@@ -189,13 +191,13 @@ func TestRebalanceMovesHotSlotsOffTheHotServer(t *testing.T) {
 // (server to server, and the coordinator's calls) and commits; every row is exact.
 func TestLocalJobOverTLS(t *testing.T) {
 	store := checkpoint.NewMemStorage()
-	cfg := elastic.LocalConfig{Job: "tls", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+	cfg := local.Config{Job: "tls", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
 		TLS: pstest.TLS(t),
 		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 8, Logger: testLogger(t),
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs, Seed: 3}},
 		Checkpoint: checkpoint.Config{ShmDir: t.TempDir()},
 	}
-	job, err := elastic.StartLocal(context.Background(), cfg)
+	job, err := local.Start(context.Background(), cfg)
 	require.NoError(t, err)
 	defer job.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -222,7 +224,7 @@ func TestLocalJobOverTLS(t *testing.T) {
 
 // trainers runs workers of job as a LocalScaler (made the coordinator's scaler) that train
 // faultData with step (trainStep when nil); marks[n] is closed once n batches have begun.
-func trainers(t *testing.T, job *elastic.LocalJob, step elastic.StepFunc, marks ...int64) (*elastic.LocalScaler, map[int64]chan struct{}) {
+func trainers(t *testing.T, job *local.Job, step local.StepFunc, marks ...int64) (*local.Scaler, map[int64]chan struct{}) {
 	t.Helper()
 	if step == nil {
 		step = trainStep
@@ -232,10 +234,10 @@ func trainers(t *testing.T, job *elastic.LocalJob, step elastic.StepFunc, marks 
 		reached[n] = make(chan struct{})
 	}
 	var batches atomic.Int64
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := local.NewScaler(local.ScalerConfig{
 		Job:    job,
 		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: faultData, BatchSize: 32} },
-		Worker: func(string) (elastic.StepFunc, error) {
+		Worker: func(string) (local.StepFunc, error) {
 			return func(ctx context.Context, b *elastic.Batch) error {
 				if ch, ok := reached[batches.Add(1)]; ok {
 					close(ch)
@@ -281,12 +283,12 @@ func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	require.NoError(t, err)
 	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
 	require.NoError(t, err)
-	require.NoError(t, elastic.ServeServer(srv, ls))
+	require.NoError(t, remote.ServeServer(srv, ls))
 	j.serve(func() { srv.Serve(l) })
 	j.mu.Lock()
 	j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)
 	j.mu.Unlock()
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("scheduler")})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("scheduler")})
 	require.NoError(t, err)
 	defer ctl.Close()
 	require.NoError(t, ctl.AddServers(ctx, ps.Node{ID: id, Addr: l.Addr().String()}))

@@ -291,8 +291,8 @@ func (c *Coordinator) commitProgress(ctx context.Context, step uint64) (Progress
 	if err != nil {
 		return Progress{}, fmt.Errorf("elastic: commit %d: %w", step, err)
 	}
-	p, err := decodeProgress(raw)
-	if err != nil {
+	var p Progress
+	if err := p.UnmarshalBinary(raw); err != nil {
 		return Progress{}, fmt.Errorf("elastic: commit %d: progress: %w", step, err)
 	}
 	return p, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -24,12 +25,12 @@ func TestResumeReportsAndQuarantinesADamagedCommit(t *testing.T) {
 	dir := t.TempDir()
 	store := checkpoint.NewMemStorage()
 	adagrad := embedding.Optimizer{Kind: embedding.Adagrad, LearningRate: 0.1}
-	cfg := elastic.LocalConfig{Job: "rep", Servers: 2, Slots: 64,
+	cfg := local.Config{Job: "rep", Servers: 2, Slots: 64,
 		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4, Seed: 3, Optimizer: adagrad}}},
 		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(20)}},
 		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm"), FullEvery: 2},
 	}
-	job, err := elastic.StartLocal(ctx, cfg)
+	job, err := local.Start(ctx, cfg)
 	require.NoError(t, err)
 	sess := tinySession(t, job, 20)
 	train := func() {
@@ -77,7 +78,7 @@ func TestResumeReportsAndQuarantinesADamagedCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Commit())
 
-	again, err := elastic.StartLocal(ctx, cfg)
+	again, err := local.Start(ctx, cfg)
 	require.NoError(t, err)
 	defer again.Close()
 	res, err := again.Coordinator().ResumeReport(ctx)

@@ -43,8 +43,8 @@ func (r Resources) suffix() string {
 	return fmt.Sprintf(" (%g CPUs, %.1f GiB)", r.CPUs, float64(r.Memory)/(1<<30))
 }
 
-// validate reports a plan with negative counts or sizes.
-func (p Plan) validate() error {
+// Validate reports a plan with negative counts or sizes (ErrInvalidConfig).
+func (p Plan) Validate() error {
 	if p.Servers < 0 || p.Workers < 0 || p.Server.CPUs < 0 || p.Server.Memory < 0 || p.Worker.CPUs < 0 || p.Worker.Memory < 0 {
 		return fmt.Errorf("%w: plan %+v", ErrInvalidConfig, p)
 	}
@@ -68,6 +68,9 @@ type Scaler interface {
 	// Close stops every process the scaler started and waits for them. Close is idempotent.
 	Close() error
 }
+
+// CoordinatorID is the node id of a job's coordinator process.
+const CoordinatorID = "coordinator"
 
 // ServerID names the i-th parameter server of a plan.
 func ServerID(i int) string { return fmt.Sprintf("ps-%d", i) }

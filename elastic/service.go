@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
 
@@ -23,7 +24,7 @@ type ledgerService struct {
 	// mu orders reports with the snapshot of the dispatcher and the ledger (Coordinator.snapshot).
 	mu       sync.Mutex
 	leases   map[shard.LeaseID]leaseMark
-	accepted map[ShardKey]int64 // offsets accepted per shard of the current data epochs
+	accepted map[ps.DataShard]int64 // offsets accepted per shard of the current data epochs
 }
 
 // leaseMark is what the ledger knows of a lease granted through the service.
@@ -41,7 +42,7 @@ var (
 )
 
 func newLedgerService(c *Coordinator) *ledgerService {
-	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}, accepted: map[ShardKey]int64{}}
+	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}, accepted: map[ps.DataShard]int64{}}
 }
 
 func (s *ledgerService) grantedLocked(worker string, l shard.Lease) {
@@ -59,7 +60,7 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 		s.c.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
 		m.offset = offset
 		s.leases[id] = m
-		k := ShardKey{uint32(m.epoch), m.shard}
+		k := ps.DataShard{Epoch: uint32(m.epoch), Shard: m.shard}
 		s.accepted[k] = max(s.accepted[k], offset)
 	}
 	if done {

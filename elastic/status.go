@@ -2,7 +2,6 @@ package elastic
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -288,7 +287,7 @@ func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) 
 
 // SetPlan hands plan, with its process sizes, to the scaler (see SetParallelism).
 func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
-	if err := plan.validate(); err != nil {
+	if err := plan.Validate(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -314,15 +313,4 @@ func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
 	c.mu.Unlock()
 	c.log.Info("parallelism set", "plan", plan)
 	return nil
-}
-
-// encodeStatus and decodeStatus carry a Status over the control protocol.
-func encodeStatus(st Status) ([]byte, error) { return json.Marshal(st) }
-
-func decodeStatus(b []byte) (Status, error) {
-	var st Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		return Status{}, fmt.Errorf("elastic: malformed status: %w", err)
-	}
-	return st, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,7 +61,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
 	require.NoError(t, err)
 	defer ctl.Close()
 
@@ -222,9 +223,9 @@ func TestWorkersReportAnUnreachableServer(t *testing.T) {
 
 // A remote needs a cluster secret of at least 32 bytes, as the wire does.
 func TestRemotesRefuseAShortSecret(t *testing.T) {
-	_, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: "127.0.0.1:1", Secret: []byte("thirty-one bytes of a secret...")})
+	_, err := remote.NewControl(remote.Config{Addr: "127.0.0.1:1", Secret: []byte("thirty-one bytes of a secret...")})
 	assert.ErrorIs(t, err, elastic.ErrInvalidConfig)
-	c, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: "127.0.0.1:1", Secret: []byte("thirty-two bytes of a secret....")})
+	c, err := remote.NewControl(remote.Config{Addr: "127.0.0.1:1", Secret: []byte("thirty-two bytes of a secret....")})
 	require.NoError(t, err)
 	c.Close()
 }
@@ -240,7 +241,7 @@ func TestStatusShowsAServerThatStopsAnswering(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: j.net.Host("operator")})
 	require.NoError(t, err)
 	defer ctl.Close()
 	st, err := ctl.Status(ctx)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
@@ -20,8 +22,8 @@ import (
 )
 
 // localFaultJob starts an in-process job of the fault tests' model on n servers.
-func localFaultJob(t *testing.T, n int, store checkpoint.Storage, tune func(*elastic.Config)) *elastic.LocalJob {
-	cfg := elastic.LocalConfig{Job: "takeover", Servers: n, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+func localFaultJob(t *testing.T, n int, store checkpoint.Storage, tune func(*elastic.Config)) *local.Job {
+	cfg := local.Config{Job: "takeover", Servers: n, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
 		Coordinator: elastic.Config{Storage: store, CheckpointEvery: 8, Logger: testLogger(t),
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96, Epochs: faultEpochs,
 				Seed: 3, Shuffle: true, LeaseTTL: 2 * time.Second, RetryAfter: 20 * time.Millisecond}},
@@ -30,14 +32,14 @@ func localFaultJob(t *testing.T, n int, store checkpoint.Storage, tune func(*ela
 	if tune != nil {
 		tune(&cfg.Coordinator)
 	}
-	job, err := elastic.StartLocal(context.Background(), cfg)
+	job, err := local.Start(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { job.Close() })
 	return job
 }
 
 // localRows returns the table's weights over the job's servers.
-func localRows(job *elastic.LocalJob) map[uint64][]float32 {
+func localRows(job *local.Job) map[uint64][]float32 {
 	var servers []*ps.Server
 	for _, s := range job.Servers {
 		servers = append(servers, s.Server())
@@ -138,7 +140,7 @@ func TestCoordinatorRestartTakesOverARunningJob(t *testing.T) {
 type remoteJob struct {
 	*faultJob
 	cfg     elastic.Config
-	remotes []*elastic.RemoteServer
+	remotes []*remote.Server
 	stopC   func() // ends the coordinator process
 }
 
@@ -153,7 +155,7 @@ func startRemoteJob(t *testing.T, n int, store checkpoint.Storage, tune func(*el
 		require.NoError(t, err)
 		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "remote", Storage: store, ShmDir: j.shm, FullEvery: 3})
 		require.NoError(t, err)
-		require.NoError(t, elastic.ServeServer(srv, ls))
+		require.NoError(t, remote.ServeServer(srv, ls))
 		j.serve(func() { srv.Serve(l) })
 		j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)
 	}
@@ -193,7 +195,7 @@ func (j *remoteJob) coordinator(ctx context.Context, host string, resume bool) (
 // they are).
 func (j *remoteJob) coordinatorOf(ctx context.Context, host string, resume bool, n int, wrap func(elastic.ParameterServer) elastic.ParameterServer) (*elastic.Coordinator, uint64, func(), error) {
 	var nodes []elastic.ParameterServer
-	var remotes []*elastic.RemoteServer
+	var remotes []*remote.Server
 	for _, s := range j.servers[:n] {
 		rs, err := j.remoteServer(host, s.ID())
 		if err != nil {
@@ -221,7 +223,7 @@ func (j *remoteJob) coordinatorOf(ctx context.Context, host string, resume bool,
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if err := elastic.ServeControl(dsrv, c); err != nil {
+	if err := remote.ServeControl(dsrv, c); err != nil {
 		return nil, 0, nil, err
 	}
 	l, err := j.net.Host(host).Listen(host + ":1")
@@ -247,8 +249,8 @@ func (j *remoteJob) coordinatorOf(ctx context.Context, host string, resume bool,
 }
 
 // remoteServer is server id as a coordinator on host reaches it.
-func (j *remoteJob) remoteServer(host, id string) (*elastic.RemoteServer, error) {
-	return elastic.NewRemoteServer(ps.Node{ID: id, Addr: id + ":1"}, elastic.RemoteConfig{Secret: j.secret, Transport: j.net.Host(host)})
+func (j *remoteJob) remoteServer(host, id string) (*remote.Server, error) {
+	return remote.NewServer(ps.Node{ID: id, Addr: id + ":1"}, remote.Config{Secret: j.secret, Transport: j.net.Host(host)})
 }
 
 // remoteWorker is a worker process: its clients reach the servers and the coordinator at
@@ -263,7 +265,7 @@ func (j *remoteJob) remoteWorker(name string) *faultWorker {
 	require.NoError(j.t, err)
 	svc, err := shardnet.NewClient(shardnet.ClientConfig{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: j.addr, Secret: j.secret, Transport: h})
+	ctl, err := remote.NewControl(remote.Config{Addr: j.addr, Secret: j.secret, Transport: h})
 	require.NoError(j.t, err)
 	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli,
 		Reader: shard.ReaderConfig{Service: svc, Source: faultData, BatchSize: 32}, Logger: testLogger(j.t)})

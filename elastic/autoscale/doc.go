@@ -87,13 +87,13 @@
 // memory, each worker's mean batch time), and carries out the decisions: SetParallelism for a
 // Resize; SetParallelism and Coordinator.Rebalance for AddServer, whose Applied.Took is the
 // time from the hot server's detection to the slots moved; SetPlan with the larger size and
-// RunnerConfig.RestartServer (LocalRestart for a LocalJob) for RestartServer, the coordinator
+// RunnerConfig.RestartServer (local.Job.RestartServerByID for an in-process job) for RestartServer, the coordinator
 // restoring the server from the newest commit; Coordinator.Fail or RunnerConfig.ReplaceWorker
 // for a straggler; SetPlan for a smaller request. Run ticks every RunnerConfig.Every until its
 // context ends:
 //
 //	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: job.Coordinator(), Planner: p,
-//		RestartServer: autoscale.LocalRestart(job)})
+//		RestartServer: job.RestartServerByID})
 //	go r.Run(ctx)
 //
 // # Concurrency

@@ -335,17 +335,3 @@ func (r *Runner) rebalance(ctx context.Context) (int, error) {
 	moves, err := r.cfg.Coordinator.Rebalance(ctx, r.cfg.RebalanceOver, r.cfg.RebalanceWindow, r.cfg.RebalanceMoves)
 	return len(moves), err
 }
-
-// LocalRestart returns the RunnerConfig.RestartServer of a local job: LocalJob.RestartServer
-// of the server with that id, which the coordinator then restores from the newest commit
-// (from the server's shared memory where it holds it).
-func LocalRestart(job *elastic.LocalJob) func(ctx context.Context, id, reason string) error {
-	return func(ctx context.Context, id, _ string) error {
-		for i, s := range job.Servers {
-			if s.Node().ID == id {
-				return job.RestartServer(ctx, i)
-			}
-		}
-		return fmt.Errorf("autoscale: restart %s: no such server in the job", id)
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/autoscale"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -25,7 +26,7 @@ const (
 // start, so ps-0 does all the serving and holds all the rows; its workers train until the
 // test ends.
 type live struct {
-	job     *elastic.LocalJob
+	job     *local.Job
 	c       *elastic.Coordinator
 	ids     []uint64
 	slots   map[int]bool // the slots of ids
@@ -47,7 +48,7 @@ func startLive(t *testing.T) *live {
 		rec.Label = float32(i % 2)
 		return nil
 	})}
-	job, err := elastic.StartLocal(context.Background(), elastic.LocalConfig{
+	job, err := local.Start(context.Background(), local.Config{
 		Job: "autoscale", Servers: 2, Slots: liveSlots, Tables: []ps.TableSpec{table},
 		Coordinator: elastic.Config{Storage: checkpoint.NewMemStorage(), Logger: slog.New(slog.DiscardHandler),
 			OnRecovery: func(ev elastic.RecoveryEvent) { l.events <- ev },
@@ -67,10 +68,10 @@ func startLive(t *testing.T) *live {
 		l.slots[sl] = true
 		l.ids = append(l.ids, id)
 	}
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := local.NewScaler(local.ScalerConfig{
 		Job:    job,
 		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: data, BatchSize: 64} },
-		Worker: func(string) (elastic.StepFunc, error) {
+		Worker: func(string) (local.StepFunc, error) {
 			return func(ctx context.Context, b *elastic.Batch) error {
 				g := make([]float32, liveDim*len(b.IDs))
 				for i := range g {
@@ -210,7 +211,7 @@ func TestLiveMemoryLimitRestartsServerLarger(t *testing.T) {
 
 	p, err := autoscale.NewPlanner(autoscale.Config{Settle: 1000})
 	require.NoError(t, err)
-	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: l.c, Planner: p, RestartServer: autoscale.LocalRestart(l.job)})
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: l.c, Planner: p, RestartServer: l.job.RestartServerByID})
 	require.NoError(t, err)
 	applied, err := r.Tick(ctx)
 	require.NoError(t, err)

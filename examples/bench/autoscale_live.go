@@ -10,6 +10,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/autoscale"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -47,7 +48,7 @@ func runHotPS(ctx context.Context, slots int) (hotPSResult, error) {
 		rec.Label = float32(i % 2)
 		return nil
 	})}
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{
+	job, err := local.Start(ctx, local.Config{
 		Job: "bench-hotps", Servers: 2, Slots: slots, Tables: []ps.TableSpec{table},
 		Coordinator: elastic.Config{Storage: checkpoint.NewMemStorage(), Logger: slog.New(slog.DiscardHandler),
 			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(records), ShardSize: 1024, Seed: 3}},
@@ -72,10 +73,10 @@ func runHotPS(ctx context.Context, slots int) (hotPSResult, error) {
 		ids = append(ids, id)
 	}
 	trained := make(chan struct{}, 1)
-	scaler, err := elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	scaler, err := local.NewScaler(local.ScalerConfig{
 		Job:    job,
 		Reader: func(string) shard.ReaderConfig { return shard.ReaderConfig{Source: data, BatchSize: 256} },
-		Worker: func(string) (elastic.StepFunc, error) {
+		Worker: func(string) (local.StepFunc, error) {
 			return func(ctx context.Context, b *elastic.Batch) error {
 				g := make([]float32, dim*len(b.IDs))
 				for i := range g {

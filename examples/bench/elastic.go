@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -162,8 +163,8 @@ type elRig struct {
 	p       elParams
 	name    string
 	store   checkpoint.Storage
-	job     *elastic.LocalJob
-	scaler  *elastic.LocalScaler
+	job     *local.Job
+	scaler  *local.Scaler
 	recover chan elastic.RecoveryEvent
 
 	mu      sync.Mutex
@@ -187,7 +188,7 @@ func (p elParams) start(ctx context.Context, name string, store checkpoint.Stora
 		store = s
 	}
 	g := &elRig{p: p, name: name, store: store, recover: make(chan elastic.RecoveryEvent, 16), began: map[string]bool{}, stepped: make(chan struct{})}
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{
+	job, err := local.Start(ctx, local.Config{
 		Job: name, Servers: 3,
 		Tables: []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: elDim, Seed: 1,
 			Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.01}}}},
@@ -217,7 +218,7 @@ func (p elParams) start(ctx context.Context, name string, store checkpoint.Stora
 		job.Close()
 		return nil, err
 	}
-	g.scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{Job: job, Worker: g.worker,
+	g.scaler, err = local.NewScaler(local.ScalerConfig{Job: job, Worker: g.worker,
 		Reader: func(string) shard.ReaderConfig {
 			return shard.ReaderConfig{Source: elData(p.rows, p.records), BatchSize: elBatch, ReportEvery: 1}
 		}})
@@ -265,7 +266,7 @@ func (g *elRig) fill(ctx context.Context) error {
 }
 
 // worker is every worker's step: pull the batch's rows, push a gradient of each.
-func (g *elRig) worker(id string) (elastic.StepFunc, error) {
+func (g *elRig) worker(id string) (local.StepFunc, error) {
 	var rows, grads []float32
 	return func(ctx context.Context, b *elastic.Batch) error {
 		start := time.Now()

@@ -23,12 +23,13 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/process"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // TestMultiProcessKills runs a job of separate processes on loopback (the command built from
-// this package, started and restarted by elastic.ProcessScaler: a coordinator, three parameter
+// this package, started and restarted by process.Scaler: a coordinator, three parameter
 // servers and two workers) and kills a server, a worker and the coordinator with SIGKILL, one
 // at a time, each once training has made progress since the previous kill (a newer commit).
 // The scaler starts each again under its node id with the same flags (the coordinator finds
@@ -109,8 +110,8 @@ func TestMultiProcessKills(t *testing.T) {
 	}()
 
 	coord := newCoordWatch()
-	events := newEventLog(func(ev elastic.ProcessEvent) {
-		if ev.Final && ev.Err != nil && !errors.Is(ev.Err, elastic.ErrProcessStopped) {
+	events := newEventLog(func(ev process.Event) {
+		if ev.Final && ev.Err != nil && !errors.Is(ev.Err, process.ErrProcessStopped) {
 			cancel(fmt.Errorf("%s failed for good: %w", ev.ID, ev.Err))
 		}
 	})
@@ -121,12 +122,12 @@ func TestMultiProcessKills(t *testing.T) {
 			f.Close()
 		}
 	}()
-	scaler, err := elastic.NewProcessScaler(elastic.ProcessConfig{
+	scaler, err := process.New(process.Config{
 		Binary:      bin,
 		Coordinator: true,
 		MaxRestarts: 1, // each process is killed once at most; any other failure fails the test
 		StopGrace:   10 * time.Second,
-		Args: func(l elastic.Launch) []string {
+		Args: func(l process.Launch) []string {
 			args := append(slices.Clone(common), "-gossip", gossipAddr[l.ID])
 			switch l.Role {
 			case elastic.RoleCoordinator:
@@ -140,7 +141,7 @@ func TestMultiProcessKills(t *testing.T) {
 			}
 			return args
 		},
-		Env: func(elastic.Launch) []string { return []string{"TMPDIR=" + tmpDir} },
+		Env: func(process.Launch) []string { return []string{"TMPDIR=" + tmpDir} },
 		Output: func(role elastic.Role, id string) (io.Writer, io.Writer) {
 			f, err := os.Create(filepath.Join(logDir, id+".log"))
 			if err != nil {
@@ -241,13 +242,13 @@ func TestMultiProcessKills(t *testing.T) {
 	t.Logf("%6.1fs: done", time.Since(start).Seconds())
 }
 
-func info(s *elastic.ProcessScaler, id string) elastic.ProcessStatus {
+func info(s *process.Scaler, id string) process.Status {
 	for _, p := range s.Processes() {
 		if p.ID == id {
 			return p
 		}
 	}
-	return elastic.ProcessStatus{}
+	return process.Status{}
 }
 
 // freeAddr returns a loopback address whose port is free now and was not handed out before in
@@ -355,17 +356,17 @@ func (w *coordWatch) summary() []string {
 
 // eventLog keeps the scaler's events, and hands each to onExit at an exit.
 type eventLog struct {
-	onExit  func(elastic.ProcessEvent)
+	onExit  func(process.Event)
 	mu      sync.Mutex
-	events  []elastic.ProcessEvent
+	events  []process.Event
 	changed chan struct{}
 }
 
-func newEventLog(onExit func(elastic.ProcessEvent)) *eventLog {
+func newEventLog(onExit func(process.Event)) *eventLog {
 	return &eventLog{onExit: onExit, changed: make(chan struct{})}
 }
 
-func (l *eventLog) add(ev elastic.ProcessEvent) {
+func (l *eventLog) add(ev process.Event) {
 	l.mu.Lock()
 	l.events = append(l.events, ev)
 	close(l.changed)
@@ -377,7 +378,7 @@ func (l *eventLog) add(ev elastic.ProcessEvent) {
 }
 
 // started waits for start restart of node id.
-func (l *eventLog) started(ctx context.Context, id string, restart int) (elastic.ProcessEvent, error) {
+func (l *eventLog) started(ctx context.Context, id string, restart int) (process.Event, error) {
 	for {
 		l.mu.Lock()
 		changed := l.changed
@@ -391,7 +392,7 @@ func (l *eventLog) started(ctx context.Context, id string, restart int) (elastic
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return elastic.ProcessEvent{}, ctx.Err()
+			return process.Event{}, ctx.Err()
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 )
 
 // runStatus is the status sub-command: it asks the coordinator of a running multi-process job
@@ -97,10 +98,10 @@ func (cf controlFlags) parse(args []string) (int, bool) {
 }
 
 // dialControl reaches the coordinator at addr with the secret in secretFile.
-func dialControl(addr, secretFile string) (*elastic.RemoteControl, error) {
+func dialControl(addr, secretFile string) (*remote.Control, error) {
 	secret, err := os.ReadFile(secretFile)
 	if err != nil {
 		return nil, err
 	}
-	return elastic.NewRemoteControl(elastic.RemoteConfig{Addr: addr, Secret: bytes.TrimSpace(secret)})
+	return remote.NewControl(remote.Config{Addr: addr, Secret: bytes.TrimSpace(secret)})
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -23,14 +25,14 @@ import (
 func TestStatusSubcommand(t *testing.T) {
 	ctx := context.Background()
 	secret := []byte("the secret of the status test...")
-	job, err := elastic.StartLocal(ctx, elastic.LocalConfig{Job: "status", Servers: 2, Secret: secret,
+	job, err := local.Start(ctx, local.Config{Job: "status", Servers: 2, Secret: secret,
 		Tables:      []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 4, Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1}}}},
 		Coordinator: elastic.Config{Dispatcher: shard.Config{Dataset: shard.IndexedDataset(1000)}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { job.Close() })
 	srv, err := shardnet.NewServer(shardnet.ServerConfig{Service: job.Coordinator().Service(), Secret: secret})
 	require.NoError(t, err)
-	require.NoError(t, elastic.ServeControl(srv, job.Coordinator()))
+	require.NoError(t, remote.ServeControl(srv, job.Coordinator()))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan struct{})

@@ -5,7 +5,7 @@
 // # A run
 //
 // Run loads the data (the synthetic generator of package model, Criteo or libSVM files, or a
-// MovieLens directory) and starts an embedded job with elastic.StartLocal: the coordinator with
+// MovieLens directory) and starts an embedded job with local.Start: the coordinator with
 // its data-shard dispatcher, and Config.Servers parameter servers on loopback TCP with a fresh
 // cluster secret, hosting one embedding table per sparse field ("emb.FIELD"). Every MLP tensor
 // is created on the server that owns its name ("mlp.NAME", ps.Client.InitDense: the first caller
@@ -62,10 +62,10 @@
 //
 // RunServer, RunWorker and RunCoordinator run the same job as separate processes (see
 // RoleConfig), with the same protocol as Run: a server serves its tables and the coordinator's
-// control calls (elastic.ServeServer) on its one port; the coordinator serves the dispatcher and
-// the workers' control calls (elastic.ServeControl) on its one port and drives the servers
-// through elastic.RemoteServer; a worker trains through an elastic.Session over an
-// elastic.RemoteControl. A worker not heard from for 30 seconds, or that does not reach a
+// control calls (remote.ServeServer) on its one port; the coordinator serves the dispatcher and
+// the workers' control calls (remote.ServeControl) on its one port and drives the servers
+// through remote.Server; a worker trains through an elastic.Session over an
+// remote.Control. A worker not heard from for 30 seconds, or that does not reach a
 // barrier in time, is fenced on every server and its shards go back to the dispatcher; the
 // batch it may have left half applied is replayed by another worker, and the servers skip the
 // part they already hold. A resume restores into parameter servers that have applied nothing

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/shard"
 )
 
@@ -22,7 +23,7 @@ const finalTimeout = 5 * time.Minute
 func (r *run) train(ctx context.Context) (*Summary, error) {
 	cfg := &r.cfg
 	var err error
-	r.scaler, err = elastic.NewLocalScaler(elastic.LocalScalerConfig{
+	r.scaler, err = local.NewScaler(local.ScalerConfig{
 		Job: r.job,
 		Reader: func(string) shard.ReaderConfig {
 			return shard.ReaderConfig{Source: r.data.source, BatchSize: r.cfg.BatchSize, ReportEvery: 1, Seed: r.cfg.Seed}
@@ -262,7 +263,7 @@ const workerRestarts = 2
 
 // newWorker makes the step function of worker name, with its own model replica, each time the
 // scaler starts it.
-func (r *run) newWorker(name string) (elastic.StepFunc, error) {
+func (r *run) newWorker(name string) (local.StepFunc, error) {
 	w, err := newWorker(name, r.mcfg, nil, r.tables, r.dense)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,8 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/membership"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -59,7 +61,7 @@ func startGossip(ctx context.Context, rc RoleConfig, role elastic.Role, id strin
 	if rc.Gossip == "" {
 		return func() {}, nil
 	}
-	m, err := elastic.NewMembership(ctx, elastic.MembershipConfig{
+	m, err := membership.New(ctx, membership.Config{
 		Self:   elastic.Member{Role: role, ID: id, Incarnation: inc, Addr: addr},
 		Bind:   rc.Gossip,
 		Secret: rc.Secret, OnEvent: onEvent, Logger: rc.Logger,
@@ -268,7 +270,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 			removeShm(shm, func(node string) bool { return node != rc.ID })
 		}
 	}()
-	if err := elastic.ServeServer(srv, ls); err != nil {
+	if err := remote.ServeServer(srv, ls); err != nil {
 		l.Close()
 		return err
 	}
@@ -371,7 +373,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	r.mcfg = m0.Config()
-	var remotes []*elastic.RemoteServer
+	var remotes []*remote.Server
 	var remotesMu sync.Mutex
 	defer func() {
 		remotesMu.Lock()
@@ -381,7 +383,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		}
 	}()
 	serverAt := func(n ps.Node) (elastic.ParameterServer, error) {
-		rs, err := elastic.NewRemoteServer(n, elastic.RemoteConfig{Secret: rc.Secret, Logger: rc.Logger})
+		rs, err := remote.NewServer(n, remote.Config{Secret: rc.Secret, Logger: rc.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -483,7 +485,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	defer dsrv.Close()
-	if err := elastic.ServeControl(dsrv, coord); err != nil {
+	if err := remote.ServeControl(dsrv, coord); err != nil {
 		return nil, err
 	}
 	l, err := net.Listen("tcp", rc.Listen)
@@ -604,7 +606,7 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 		return 0, err
 	}
 	defer cli.Close()
-	control, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: rc.Dispatcher, Secret: rc.Secret, Logger: rc.Logger})
+	control, err := remote.NewControl(remote.Config{Addr: rc.Dispatcher, Secret: rc.Secret, Logger: rc.Logger})
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -215,7 +215,7 @@ func TestRolesScaleOutAndIn(t *testing.T) {
 			samples[i].Store(n)
 		})
 	}
-	ctl, err := elastic.NewRemoteControl(elastic.RemoteConfig{Addr: coordAddr, Secret: secret})
+	ctl, err := remote.NewControl(remote.Config{Addr: coordAddr, Secret: secret})
 	require.NoError(t, err)
 	defer ctl.Close()
 	for { // until the job trains: the scheduler looks at its status

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -45,14 +46,14 @@ type run struct {
 	tables sparseTables // server-side names of the sparse fields' tables
 	dense  []denseTensor
 
-	job   *elastic.LocalJob
+	job   *local.Job
 	shm   shmPlace // the shared-memory tier (dir "" until placed)
 	admin *ps.Client
 	ck    ckStats
 	// eval scores the set that evaluations during training, keep-best and early stopping use:
 	// the validation set when there is one, else the test set (testEval).
 	eval, testEval *evaluator
-	scaler         *elastic.LocalScaler // the workers
+	scaler         *local.Scaler // the workers
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
@@ -160,7 +161,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.shm, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
-	r.job, err = elastic.StartLocal(ctx, elastic.LocalConfig{
+	r.job, err = local.Start(ctx, local.Config{
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
 			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), CheckpointInterval: max(cfg.CheckpointInterval, 0),

@@ -1,8 +1,11 @@
-package elastic
+package remote
 
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+
+	"github.com/elasticps/elasticps/elastic"
 )
 
 // The control protocol's payloads are little-endian fields in a fixed order per method:
@@ -148,8 +151,8 @@ type serverMsg struct {
 	floor  uint64
 	epochs []uint64
 	table  []byte // ps.AppendOwnerTable, or empty
-	done   []byte // appendProgress, or empty: Snapshot's committed progress
-	acc    []byte // appendProgress, or empty: Snapshot's accepted progress
+	done   []byte // Progress.AppendBinary, or empty: Snapshot's committed progress
+	acc    []byte // Progress.AppendBinary, or empty: Snapshot's accepted progress
 	mode   uint8  // Restore's RestoreMode
 }
 
@@ -161,4 +164,19 @@ func decodeServerMsg(b []byte) (serverMsg, error) {
 	d := dec{b: b}
 	m := serverMsg{inc: d.u64(), coord: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), acc: d.bytes(), mode: d.u8()}
 	return m, d.end()
+}
+
+// progressBytes is d's encoding (Progress.AppendBinary cannot fail).
+func progressBytes(d elastic.Progress) []byte {
+	b, _ := d.AppendBinary(nil)
+	return b
+}
+
+// decodeProgress decodes what progressBytes wrote.
+func decodeProgress(b []byte) (elastic.Progress, error) {
+	var p elastic.Progress
+	if err := p.UnmarshalBinary(b); err != nil {
+		return elastic.Progress{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	return p, nil
 }

@@ -1,9 +1,12 @@
-package elastic
+package remote
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/shard"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/rpc"
@@ -53,15 +56,13 @@ const (
 	codeCkInjected       = codeMalformed + 27
 	codeCkSuperseded     = codeMalformed + 28
 
-	codeCommitsBehind  = codeMalformed + 29
-	codeNeedsResume    = codeMalformed + 30
-	codeNoSeed         = codeMalformed + 31
-	codeRestartLimit   = codeMalformed + 32
-	codeProcessStopped = codeMalformed + 33
-	codeNoProcess      = codeMalformed + 34
-	codePushedTwice    = codeMalformed + 35
-	codeBatchFailed    = codeMalformed + 36
-	codeNoCheckpoints  = codeMalformed + 37
+	codeCommitsBehind = codeMalformed + 29
+	codeNeedsResume   = codeMalformed + 30
+	// 31 to 34 are retired: they were the process scaler's own errors and gossip's, which are
+	// a local caller's and never cross the wire.
+	codePushedTwice   = codeMalformed + 35
+	codeBatchFailed   = codeMalformed + 36
+	codeNoCheckpoints = codeMalformed + 37
 
 	codePsBadConfig      = codeMalformed + 38
 	codePsWrongOwner     = codeMalformed + 39
@@ -80,6 +81,26 @@ const (
 
 	codeDuplicateWorker = codeMalformed + 52
 	codeExistingCommits = codeMalformed + 53
+
+	codeShardNoMoreWork       = codeMalformed + 54
+	codeShardWait             = codeMalformed + 55
+	codeShardStaleLease       = codeMalformed + 56
+	codeShardBadOffset        = codeMalformed + 57
+	codeShardBadWorker        = codeMalformed + 58
+	codeShardInvalidConfig    = codeMalformed + 59
+	codeShardSnapshotCorrupt  = codeMalformed + 60
+	codeShardSnapshotVersion  = codeMalformed + 61
+	codeShardSnapshotMismatch = codeMalformed + 62
+	codeShardNotStream        = codeMalformed + 63
+	codeShardStreamSealed     = codeMalformed + 64
+	codeShardBadPartition     = codeMalformed + 65
+	codeShardPermanent        = codeMalformed + 66
+	codeShardMalformed        = codeMalformed + 67
+	codeShardShardMismatch    = codeMalformed + 68
+	codeShardSchema           = codeMalformed + 69
+	codeShardClosed           = codeMalformed + 70
+	codeShardTooManyBadLines  = codeMalformed + 71
+	codeShardFieldMap         = codeMalformed + 72
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -94,17 +115,17 @@ var errorCodes = []struct {
 	err  error
 }{
 	{codeMalformed, errMalformed},
-	{codeNotMember, ErrNotMember},
-	{codeStopped, ErrStopped},
-	{codeClosed, ErrClosed},
+	{codeNotMember, elastic.ErrNotMember},
+	{codeStopped, elastic.ErrStopped},
+	{codeClosed, elastic.ErrClosed},
 	{codeBusy, checkpoint.ErrBusy},
 	{codeNoCheckpoint, checkpoint.ErrNoCheckpoint},
-	{codeNotFresh, ErrNotFresh},
-	{codeReplaced, ErrReplaced},
-	{codeSuperseded, ErrSuperseded},
-	{codeNoScaler, ErrNoScaler},
+	{codeNotFresh, elastic.ErrNotFresh},
+	{codeReplaced, elastic.ErrReplaced},
+	{codeSuperseded, elastic.ErrSuperseded},
+	{codeNoScaler, elastic.ErrNoScaler},
 	{codeUnsupported, errors.ErrUnsupported},
-	{codeInvalid, ErrInvalidConfig},
+	{codeInvalid, elastic.ErrInvalidConfig},
 	{codeHeld, errHeld},
 
 	{codeCkCorrupt, checkpoint.ErrCorrupt},
@@ -123,17 +144,33 @@ var errorCodes = []struct {
 	{codeCkInjected, checkpoint.ErrInjected},
 	{codeCkSuperseded, checkpoint.ErrSuperseded},
 
-	{codeCommitsBehind, ErrCommitsBehind},
-	{codeNeedsResume, ErrNeedsResume},
-	{codeNoSeed, ErrNoSeed},
-	{codeRestartLimit, ErrRestartLimit},
-	{codeProcessStopped, ErrProcessStopped},
-	{codeNoProcess, ErrNoProcess},
-	{codePushedTwice, ErrPushedTwice},
-	{codeBatchFailed, ErrBatchFailed},
-	{codeNoCheckpoints, errNoCheckpoints},
-	{codeDuplicateWorker, ErrDuplicateWorker},
-	{codeExistingCommits, ErrExistingCommits},
+	{codeCommitsBehind, elastic.ErrCommitsBehind},
+	{codeNeedsResume, elastic.ErrNeedsResume},
+	{codePushedTwice, elastic.ErrPushedTwice},
+	{codeBatchFailed, elastic.ErrBatchFailed},
+	{codeNoCheckpoints, elastic.ErrNoCheckpoints},
+	{codeDuplicateWorker, elastic.ErrDuplicateWorker},
+	{codeExistingCommits, elastic.ErrExistingCommits},
+
+	{codeShardNoMoreWork, shard.ErrNoMoreWork},
+	{codeShardWait, shard.ErrWait},
+	{codeShardStaleLease, shard.ErrStaleLease},
+	{codeShardBadOffset, shard.ErrBadOffset},
+	{codeShardBadWorker, shard.ErrBadWorker},
+	{codeShardInvalidConfig, shard.ErrInvalidConfig},
+	{codeShardSnapshotCorrupt, shard.ErrSnapshotCorrupt},
+	{codeShardSnapshotVersion, shard.ErrSnapshotVersion},
+	{codeShardSnapshotMismatch, shard.ErrSnapshotMismatch},
+	{codeShardNotStream, shard.ErrNotStream},
+	{codeShardStreamSealed, shard.ErrStreamSealed},
+	{codeShardBadPartition, shard.ErrBadPartition},
+	{codeShardPermanent, shard.ErrPermanent},
+	{codeShardMalformed, shard.ErrMalformed},
+	{codeShardShardMismatch, shard.ErrShardMismatch},
+	{codeShardSchema, shard.ErrSchema},
+	{codeShardClosed, shard.ErrClosed},
+	{codeShardTooManyBadLines, shard.ErrTooManyBadLines},
+	{codeShardFieldMap, shard.ErrFieldMap},
 
 	{codePsBadConfig, ps.ErrBadConfig},
 	{codePsWrongOwner, ps.ErrWrongOwner},

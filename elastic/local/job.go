@@ -1,4 +1,4 @@
-package elastic
+package local
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/elasticps/elasticps/elastic"
+
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 )
 
-// LocalConfig configures a job whose coordinator and parameter servers run in this process,
+// Config configures a job whose coordinator and parameter servers run in this process,
 // the servers serving on loopback TCP with the cluster secret. Its workers run in this process
-// too (NewSession, LocalScaler): the coordinator is not served to other processes.
-type LocalConfig struct {
+// too (NewSession, Scaler): the coordinator is not served to other processes.
+type Config struct {
 	// Job names the job. Required.
 	Job string
 	// Servers is the number of parameter servers, named ps-0, ps-1, ... Default 2.
@@ -37,18 +39,18 @@ type LocalConfig struct {
 	// protocol.
 	TLS *ps.TLS
 	// Coordinator configures the coordinator; Job, Servers and Slots are filled in.
-	Coordinator Config
+	Coordinator elastic.Config
 	// Checkpoint configures each server's checkpointer (ShmDir, FullEvery, Codec, ...); Job and
 	// Storage are the coordinator's, Node, Slots and Tables the server's. Without a Gate the
 	// servers share one, so no server's background work slows another's blocking copy.
 	Checkpoint checkpoint.Config
 }
 
-// LocalJob is a running local job. Close stops it.
-type LocalJob struct {
+// Job is a running local job. Close stops it.
+type Job struct {
 	// Servers are the job's parameter servers, ps-i at index i. RestartServer replaces
 	// Servers[i]; read the slice while no server restarts.
-	Servers []*LocalServer
+	Servers []*elastic.LocalServer
 
 	secret []byte
 	log    *slog.Logger
@@ -58,21 +60,21 @@ type LocalJob struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	cfg     Config // the coordinator's, for a restart; its Servers follow RestartServer
-	coord   *Coordinator
+	cfg     elastic.Config // the coordinator's, for a restart; its Servers follow RestartServer
+	coord   *elastic.Coordinator
 	ready   chan struct{} // closed when a restarting coordinator has taken over; nil otherwise
 	down    map[int]bool  // servers killed and not restarted since
 	clients []*ps.Client
 	closed  bool
 }
 
-// StartLocal starts the servers and the coordinator of a local job.
-func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
+// Start starts the servers and the coordinator of a local job.
+func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if cfg.Servers == 0 {
 		cfg.Servers = 2
 	}
 	if cfg.Servers < 0 {
-		return nil, fmt.Errorf("%w: %d servers", ErrInvalidConfig, cfg.Servers)
+		return nil, fmt.Errorf("%w: %d servers", elastic.ErrInvalidConfig, cfg.Servers)
 	}
 	if cfg.Slots == 0 {
 		cfg.Slots = ps.DefaultSlots
@@ -88,7 +90,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	j := &LocalJob{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{},
+	j := &Job{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{},
 		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log, TLS: cfg.TLS}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
@@ -97,9 +99,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	if j.ck.Gate == nil {
 		j.ck.Gate = checkpoint.NewCopyGate()
 	}
-	var servers []ParameterServer
+	var servers []elastic.ParameterServer
 	for i := range cfg.Servers {
-		srv, l, ls, err := j.newServer(ServerID(i), cfg.Listen)
+		srv, l, ls, err := j.newServer(elastic.ServerID(i), cfg.Listen)
 		if err != nil {
 			j.Close()
 			return nil, err
@@ -116,7 +118,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 	if cc.TLS == nil && cfg.TLS != nil {
 		cc.TLS = cfg.TLS.Client
 	}
-	c, err := NewCoordinator(ctx, cc)
+	c, err := elastic.NewCoordinator(ctx, cc)
 	if err != nil {
 		j.Close()
 		return nil, err
@@ -127,7 +129,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*LocalJob, error) {
 
 // newServer makes parameter server id, listening at addr, with its checkpointer; serve starts
 // it.
-func (j *LocalJob) newServer(id, addr string) (*ps.Server, net.Listener, *LocalServer, error) {
+func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *elastic.LocalServer, error) {
 	sc := j.server
 	sc.ID = id
 	srv, err := ps.NewServer(sc)
@@ -139,7 +141,7 @@ func (j *LocalJob) newServer(id, addr string) (*ps.Server, net.Listener, *LocalS
 		srv.Close()
 		return nil, nil, nil, err
 	}
-	ls, err := NewLocalServer(srv, l.Addr().String(), j.ck)
+	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), j.ck)
 	if err != nil {
 		l.Close()
 		srv.Close()
@@ -148,9 +150,9 @@ func (j *LocalJob) newServer(id, addr string) (*ps.Server, net.Listener, *LocalS
 	return srv, l, ls, nil
 }
 
-// serve serves srv on l until srv closes. After StartLocal, call it with j.mu held and the
+// serve serves srv on l until srv closes. After Start, call it with j.mu held and the
 // job not closed, so that Close waits for it.
-func (j *LocalJob) serve(srv *ps.Server, l net.Listener) {
+func (j *Job) serve(srv *ps.Server, l net.Listener) {
 	j.wg.Add(1)
 	go func() {
 		defer j.wg.Done()
@@ -161,7 +163,7 @@ func (j *LocalJob) serve(srv *ps.Server, l net.Listener) {
 }
 
 // Coordinator returns the job's coordinator (a new one after RestartCoordinator).
-func (j *LocalJob) Coordinator() *Coordinator {
+func (j *Job) Coordinator() *elastic.Coordinator {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.coord
@@ -174,23 +176,23 @@ func (j *LocalJob) Coordinator() *Coordinator {
 // sessions join it again, and the batches trained since the commit are replayed, each landing
 // only on the servers that lack it. It returns the commit's step. It fails, and changes
 // nothing, while a server is down (KillServer without RestartServer).
-func (j *LocalJob) RestartCoordinator(ctx context.Context) (uint64, error) {
+func (j *Job) RestartCoordinator(ctx context.Context) (uint64, error) {
 	j.mu.Lock()
 	if j.closed || j.ready != nil {
 		j.mu.Unlock()
-		return 0, fmt.Errorf("%w: the job is closed or its coordinator is restarting", ErrClosed)
+		return 0, fmt.Errorf("%w: the job is closed or its coordinator is restarting", elastic.ErrClosed)
 	}
 	if i, ok := j.downLocked(); ok {
 		// A coordinator starts only when every server answers: the new one would fail, and
 		// leave the job without any.
 		j.mu.Unlock()
-		return 0, fmt.Errorf("elastic: restart the coordinator: server %s is down (RestartServer it first)", ServerID(i))
+		return 0, fmt.Errorf("elastic: restart the coordinator: server %s is down (RestartServer it first)", elastic.ServerID(i))
 	}
 	old, ready, cfg := j.coord, make(chan struct{}), j.cfg
 	j.ready = ready
 	j.mu.Unlock()
 	old.Close()
-	c, err := NewCoordinator(ctx, cfg)
+	c, err := elastic.NewCoordinator(ctx, cfg)
 	var step uint64
 	if err == nil {
 		if step, _, err = c.Resume(ctx); err != nil {
@@ -217,7 +219,7 @@ func (j *LocalJob) RestartCoordinator(ctx context.Context) (uint64, error) {
 // RestartServer hands it a new incarnation) and recovers by its Config.Recovery; without a
 // restart, the surviving servers take its slots after Config.ReplaceWait. It fails while the
 // server is down already or the coordinator is restarting.
-func (j *LocalJob) KillServer(i int) error {
+func (j *Job) KillServer(i int) error {
 	j.mu.Lock()
 	if err := j.serverIndexLocked(i); err != nil {
 		j.mu.Unlock()
@@ -226,17 +228,17 @@ func (j *LocalJob) KillServer(i int) error {
 	switch {
 	case j.closed || j.ready != nil:
 		j.mu.Unlock()
-		return fmt.Errorf("%w: the job is closed or its coordinator is restarting", ErrClosed)
+		return fmt.Errorf("%w: the job is closed or its coordinator is restarting", elastic.ErrClosed)
 	case j.down[i]:
 		j.mu.Unlock()
-		return fmt.Errorf("elastic: kill server %s: it is down already", ServerID(i))
+		return fmt.Errorf("elastic: kill server %s: it is down already", elastic.ServerID(i))
 	}
 	j.down[i] = true
 	s := j.Servers[i]
 	j.mu.Unlock()
 	err := errors.Join(s.Server().Close(), s.Close())
 	if err != nil {
-		return fmt.Errorf("elastic: kill server %s: %w", ServerID(i), err)
+		return fmt.Errorf("elastic: kill server %s: %w", elastic.ServerID(i), err)
 	}
 	return nil
 }
@@ -250,7 +252,7 @@ func (j *LocalJob) KillServer(i int) error {
 // the slots to the survivors already refuses it, and it serves nothing). RestartServer returns
 // once the coordinator has it, not when it is restored: Config.OnRecovery reports that. It
 // waits while the coordinator restarts. Restart one server from one goroutine at a time.
-func (j *LocalJob) RestartServer(ctx context.Context, i int) error {
+func (j *Job) RestartServer(ctx context.Context, i int) error {
 	j.mu.Lock()
 	err := j.serverIndexLocked(i)
 	up := err == nil && !j.down[i]
@@ -305,18 +307,18 @@ func (j *LocalJob) RestartServer(ctx context.Context, i int) error {
 
 // StartServers starts n more parameter servers, ps-k .. ps-(k+n-1) after the job's k, serving
 // and with no owner table, and adds them to Servers; the coordinator moves slots onto them
-// (Coordinator.SetParallelism, through a LocalScaler).
-func (j *LocalJob) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+// (Coordinator.SetParallelism, through a Scaler).
+func (j *Job) StartServers(ctx context.Context, n int) ([]elastic.ParameterServer, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
-		return nil, ErrClosed
+		return nil, elastic.ErrClosed
 	}
-	var out []ParameterServer
+	var out []elastic.ParameterServer
 	for range n {
-		srv, l, ls, err := j.newServer(ServerID(len(j.Servers)), j.listen)
+		srv, l, ls, err := j.newServer(elastic.ServerID(len(j.Servers)), j.listen)
 		if err != nil {
-			return out, fmt.Errorf("elastic: start server %s: %w", ServerID(len(j.Servers)), err)
+			return out, fmt.Errorf("elastic: start server %s: %w", elastic.ServerID(len(j.Servers)), err)
 		}
 		j.serve(srv, l)
 		j.Servers = append(j.Servers, ls)
@@ -329,17 +331,17 @@ func (j *LocalJob) StartServers(ctx context.Context, n int) ([]ParameterServer, 
 // StopServers stops the parameter servers with the given ids, which must be the
 // highest-numbered ones and own no slot (the coordinator drained them), and drops them from
 // Servers.
-func (j *LocalJob) StopServers(ctx context.Context, ids []string) error {
+func (j *Job) StopServers(ctx context.Context, ids []string) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := len(j.Servers) - len(ids)
 	if k < 0 {
-		return fmt.Errorf("%w: stop %d of %d servers", ErrInvalidConfig, len(ids), len(j.Servers))
+		return fmt.Errorf("%w: stop %d of %d servers", elastic.ErrInvalidConfig, len(ids), len(j.Servers))
 	}
 	for _, id := range ids {
-		i := slices.IndexFunc(j.Servers, func(s *LocalServer) bool { return s.Node().ID == id })
+		i := slices.IndexFunc(j.Servers, func(s *elastic.LocalServer) bool { return s.Node().ID == id })
 		if i < k {
-			return fmt.Errorf("%w: server %q is not among the highest-numbered %d", ErrInvalidConfig, id, len(ids))
+			return fmt.Errorf("%w: server %q is not among the highest-numbered %d", elastic.ErrInvalidConfig, id, len(ids))
 		}
 	}
 	var errs []error
@@ -351,26 +353,26 @@ func (j *LocalJob) StopServers(ctx context.Context, ids []string) error {
 		delete(j.down, i)
 	}
 	j.Servers = j.Servers[:k]
-	j.cfg.Servers = slices.DeleteFunc(slices.Clone(j.cfg.Servers), func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
+	j.cfg.Servers = slices.DeleteFunc(slices.Clone(j.cfg.Servers), func(s elastic.ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 	return errors.Join(errs...)
 }
 
-func (j *LocalJob) serverCount() int {
+func (j *Job) serverCount() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return len(j.Servers)
 }
 
 // serverIndexLocked checks that i names a server of the job.
-func (j *LocalJob) serverIndexLocked(i int) error {
+func (j *Job) serverIndexLocked(i int) error {
 	if i < 0 || i >= len(j.Servers) {
-		return fmt.Errorf("%w: no server %d (the job has %d)", ErrInvalidConfig, i, len(j.Servers))
+		return fmt.Errorf("%w: no server %d (the job has %d)", elastic.ErrInvalidConfig, i, len(j.Servers))
 	}
 	return nil
 }
 
 // downLocked returns a server killed and not restarted, if any.
-func (j *LocalJob) downLocked() (int, bool) {
+func (j *Job) downLocked() (int, bool) {
 	for i := range j.Servers {
 		if j.down[i] {
 			return i, true
@@ -380,11 +382,11 @@ func (j *LocalJob) downLocked() (int, bool) {
 }
 
 // Secret returns the cluster secret.
-func (j *LocalJob) Secret() []byte { return j.secret }
+func (j *Job) Secret() []byte { return j.secret }
 
 // Client returns a new client of the job's servers that learns owner tables from the
 // coordinator. The job closes it at Close.
-func (j *LocalJob) Client() (*ps.Client, error) {
+func (j *Job) Client() (*ps.Client, error) {
 	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log, TLS: j.server.TLS.ClientTLS()})
 	if err != nil {
 		return nil, err
@@ -393,7 +395,7 @@ func (j *LocalJob) Client() (*ps.Client, error) {
 	defer j.mu.Unlock()
 	if j.closed {
 		cli.Close()
-		return nil, ErrClosed
+		return nil, elastic.ErrClosed
 	}
 	j.clients = append(j.clients, cli)
 	return cli, nil
@@ -401,18 +403,18 @@ func (j *LocalJob) Client() (*ps.Client, error) {
 
 // NewSession returns a session of an in-process worker: its own client, the coordinator's
 // dispatcher, and reader settings rc (Source and BatchSize; Service is set here).
-func (j *LocalJob) NewSession(worker string, rc shard.ReaderConfig) (*Session, error) {
+func (j *Job) NewSession(worker string, rc shard.ReaderConfig) (*elastic.Session, error) {
 	cli, err := j.Client()
 	if err != nil {
 		return nil, err
 	}
 	rc.Service = jobService{j}
-	return NewSession(SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: j.log})
+	return elastic.NewSession(elastic.SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: j.log})
 }
 
 // Close stops the coordinator, the clients and the servers, and closes the checkpointers (the
 // shared-memory regions stay for a restart on this host). Idempotent.
-func (j *LocalJob) Close() error {
+func (j *Job) Close() error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
@@ -436,14 +438,14 @@ func (j *LocalJob) Close() error {
 }
 
 // current returns the job's coordinator, waiting while it is being restarted.
-func (j *LocalJob) current(ctx context.Context) (*Coordinator, error) {
+func (j *Job) current(ctx context.Context) (*elastic.Coordinator, error) {
 	for {
 		j.mu.Lock()
 		c, ready, closed := j.coord, j.ready, j.closed
 		j.mu.Unlock()
 		switch {
 		case closed:
-			return nil, ErrClosed
+			return nil, elastic.ErrClosed
 		case ready == nil:
 			return c, nil
 		}
@@ -457,14 +459,14 @@ func (j *LocalJob) current(ctx context.Context) (*Coordinator, error) {
 
 // call runs f on the job's coordinator; one that closed because it was being replaced is
 // replaced by the next, as a remote coordinator that restarts at its address is.
-func (j *LocalJob) call(ctx context.Context, f func(c *Coordinator) error) error {
+func (j *Job) call(ctx context.Context, f func(c *elastic.Coordinator) error) error {
 	for {
 		c, err := j.current(ctx)
 		if err != nil {
 			return err
 		}
 		err = f(c)
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, elastic.ErrClosed) {
 			return err
 		}
 		j.mu.Lock()
@@ -479,72 +481,72 @@ func (j *LocalJob) call(ctx context.Context, f func(c *Coordinator) error) error
 // jobControl and jobService are the job's coordinator as its in-process workers reach it
 // (Control, ps.Resolver; the dispatcher), across restarts of the coordinator.
 type (
-	jobControl struct{ j *LocalJob }
-	jobService struct{ j *LocalJob }
+	jobControl struct{ j *Job }
+	jobService struct{ j *Job }
 )
 
 var (
-	_ Control              = jobControl{}
+	_ elastic.Control      = jobControl{}
 	_ ps.Resolver          = jobControl{}
 	_ shard.ReportAcquirer = jobService{}
 )
 
 func (jc jobControl) Join(ctx context.Context, worker string, batchSize int) (epoch uint64, err error) {
-	err = jc.j.call(ctx, func(c *Coordinator) (err error) { epoch, err = c.Join(ctx, worker, batchSize); return err })
+	err = jc.j.call(ctx, func(c *elastic.Coordinator) (err error) { epoch, err = c.Join(ctx, worker, batchSize); return err })
 	return epoch, err
 }
 
 func (jc jobControl) Begin(ctx context.Context, worker string, epoch uint64) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.Begin(ctx, worker, epoch) })
+	return jc.j.call(ctx, func(c *elastic.Coordinator) error { return c.Begin(ctx, worker, epoch) })
 }
 
 func (jc jobControl) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.End(ctx, worker, epoch, ok) })
+	return jc.j.call(ctx, func(c *elastic.Coordinator) error { return c.End(ctx, worker, epoch, ok) })
 }
 
 func (jc jobControl) Leave(ctx context.Context, worker string, epoch uint64) error {
-	return jc.j.call(ctx, func(c *Coordinator) error { return c.Leave(ctx, worker, epoch) })
+	return jc.j.call(ctx, func(c *elastic.Coordinator) error { return c.Leave(ctx, worker, epoch) })
 }
 
 // call runs f on the coordinator's dispatcher; once the job is closed its errors say that
 // retrying cannot help.
-func (jc jobService) call(ctx context.Context, f func(c *Coordinator) error) error {
+func (jc jobService) call(ctx context.Context, f func(c *elastic.Coordinator) error) error {
 	err := jc.j.call(ctx, f)
-	if errors.Is(err, ErrClosed) && !errors.Is(err, shard.ErrPermanent) {
+	if errors.Is(err, elastic.ErrClosed) && !errors.Is(err, shard.ErrPermanent) {
 		err = errDispatcherClosed
 	}
 	return err
 }
 
 func (jc jobService) Acquire(ctx context.Context, worker string) (l shard.Lease, err error) {
-	err = jc.call(ctx, func(c *Coordinator) (err error) { l, err = c.svc.Acquire(ctx, worker); return err })
+	err = jc.call(ctx, func(c *elastic.Coordinator) (err error) { l, err = c.Service().Acquire(ctx, worker); return err })
 	return l, err
 }
 
 func (jc jobService) Report(ctx context.Context, worker string, lease shard.LeaseID, offset int64, done bool) error {
-	return jc.call(ctx, func(c *Coordinator) error { return c.svc.Report(ctx, worker, lease, offset, done) })
+	return jc.call(ctx, func(c *elastic.Coordinator) error { return c.Service().Report(ctx, worker, lease, offset, done) })
 }
 
 func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease shard.LeaseID, offset int64) (l shard.Lease, err error) {
-	err = jc.call(ctx, func(c *Coordinator) (err error) {
-		l, err = c.svc.ReportAndAcquire(ctx, worker, lease, offset)
+	err = jc.call(ctx, func(c *elastic.Coordinator) (err error) {
+		l, err = shard.ReportAndAcquire(ctx, c.Service(), worker, lease, offset)
 		return err
 	})
 	return l, err
 }
 
 func (jc jobService) Leave(ctx context.Context, worker string) error {
-	return jc.call(ctx, func(c *Coordinator) error { return c.svc.Leave(ctx, worker) })
+	return jc.call(ctx, func(c *elastic.Coordinator) error { return c.Service().Leave(ctx, worker) })
 }
 
 func (jc jobControl) OwnerTable(ctx context.Context, minVersion uint64) (t *ps.OwnerTable, err error) {
-	err = jc.j.call(ctx, func(c *Coordinator) (err error) { t, err = c.OwnerTable(ctx, minVersion); return err })
+	err = jc.j.call(ctx, func(c *elastic.Coordinator) (err error) { t, err = c.OwnerTable(ctx, minVersion); return err })
 	return t, err
 }
 
 // SetScaler makes s the scaler of the job's coordinator, and of every coordinator
-// RestartCoordinator starts (Coordinator.SetScaler): say, a LocalScaler of this job's workers.
-func (j *LocalJob) SetScaler(s Scaler) {
+// RestartCoordinator starts (Coordinator.SetScaler): say, a Scaler of this job's workers.
+func (j *Job) SetScaler(s elastic.Scaler) {
 	j.mu.Lock()
 	j.cfg.Scaler = s
 	c := j.coord
@@ -552,4 +554,31 @@ func (j *LocalJob) SetScaler(s Scaler) {
 	if c != nil {
 		c.SetScaler(s)
 	}
+}
+
+// errDispatcherClosed is a dispatcher call's error once the job is closed: retrying cannot help.
+var errDispatcherClosed = fmt.Errorf("%w: its dispatcher is gone with it (%w)", elastic.ErrClosed, shard.ErrPermanent)
+
+// Unreachable implements ps.UnreachableReporter for a Job's clients.
+func (jc jobControl) Unreachable(ctx context.Context, server string, err error) {
+	jc.Suspect(ctx, server, err.Error())
+}
+
+// Suspect takes a Job's workers' reports of unreachable servers (Coordinator.Suspect).
+func (jc jobControl) Suspect(ctx context.Context, server, reason string) error {
+	return jc.j.call(ctx, func(c *elastic.Coordinator) error { return c.Suspect(ctx, server, reason) })
+}
+
+var _ ps.UnreachableReporter = jobControl{}
+
+// RestartServerByID is RestartServer of the server with that node id; reason is for the log.
+// It is what an autoscaler's restart hook calls (autoscale.RunnerConfig.RestartServer).
+func (j *Job) RestartServerByID(ctx context.Context, id, reason string) error {
+	for i, s := range j.Servers {
+		if s.Node().ID == id {
+			j.log.Info("restarting a parameter server", "server", id, "reason", reason)
+			return j.RestartServer(ctx, i)
+		}
+	}
+	return fmt.Errorf("%w: restart %s: the job has no such server", elastic.ErrInvalidConfig, id)
 }

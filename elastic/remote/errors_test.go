@@ -1,4 +1,4 @@
-package elastic
+package remote
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/shard"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/rpc"
@@ -44,22 +47,38 @@ var sentinels = map[string]error{
 	"checkpoint.ErrInjected":           checkpoint.ErrInjected,
 	"checkpoint.ErrSuperseded":         checkpoint.ErrSuperseded,
 
-	"elastic.ErrInvalidConfig":  ErrInvalidConfig,
-	"elastic.ErrClosed":         ErrClosed,
-	"elastic.ErrNotMember":      ErrNotMember,
-	"elastic.ErrStopped":        ErrStopped,
-	"elastic.ErrNotFresh":       ErrNotFresh,
-	"elastic.ErrReplaced":       ErrReplaced,
-	"elastic.ErrCommitsBehind":  ErrCommitsBehind,
-	"elastic.ErrNeedsResume":    ErrNeedsResume,
-	"elastic.ErrSuperseded":     ErrSuperseded,
-	"elastic.ErrNoSeed":         ErrNoSeed,
-	"elastic.ErrRestartLimit":   ErrRestartLimit,
-	"elastic.ErrProcessStopped": ErrProcessStopped,
-	"elastic.ErrNoProcess":      ErrNoProcess,
-	"elastic.ErrPushedTwice":    ErrPushedTwice,
-	"elastic.ErrBatchFailed":    ErrBatchFailed,
-	"elastic.ErrNoScaler":       ErrNoScaler,
+	"elastic.ErrInvalidConfig":  elastic.ErrInvalidConfig,
+	"elastic.ErrClosed":         elastic.ErrClosed,
+	"elastic.ErrNotMember":      elastic.ErrNotMember,
+	"elastic.ErrStopped":        elastic.ErrStopped,
+	"elastic.ErrNotFresh":       elastic.ErrNotFresh,
+	"elastic.ErrReplaced":       elastic.ErrReplaced,
+	"elastic.ErrCommitsBehind":  elastic.ErrCommitsBehind,
+	"elastic.ErrNeedsResume":    elastic.ErrNeedsResume,
+	"elastic.ErrSuperseded":     elastic.ErrSuperseded,
+	"elastic.ErrPushedTwice":    elastic.ErrPushedTwice,
+	"elastic.ErrBatchFailed":    elastic.ErrBatchFailed,
+	"elastic.ErrNoScaler":       elastic.ErrNoScaler,
+	"elastic.ErrNoCheckpoints":  elastic.ErrNoCheckpoints,
+	"shard.ErrNoMoreWork":       shard.ErrNoMoreWork,
+	"shard.ErrWait":             shard.ErrWait,
+	"shard.ErrStaleLease":       shard.ErrStaleLease,
+	"shard.ErrBadOffset":        shard.ErrBadOffset,
+	"shard.ErrBadWorker":        shard.ErrBadWorker,
+	"shard.ErrInvalidConfig":    shard.ErrInvalidConfig,
+	"shard.ErrSnapshotCorrupt":  shard.ErrSnapshotCorrupt,
+	"shard.ErrSnapshotVersion":  shard.ErrSnapshotVersion,
+	"shard.ErrSnapshotMismatch": shard.ErrSnapshotMismatch,
+	"shard.ErrNotStream":        shard.ErrNotStream,
+	"shard.ErrStreamSealed":     shard.ErrStreamSealed,
+	"shard.ErrBadPartition":     shard.ErrBadPartition,
+	"shard.ErrPermanent":        shard.ErrPermanent,
+	"shard.ErrMalformed":        shard.ErrMalformed,
+	"shard.ErrShardMismatch":    shard.ErrShardMismatch,
+	"shard.ErrSchema":           shard.ErrSchema,
+	"shard.ErrClosed":           shard.ErrClosed,
+	"shard.ErrTooManyBadLines":  shard.ErrTooManyBadLines,
+	"shard.ErrFieldMap":         shard.ErrFieldMap,
 
 	"ps.ErrBadConfig":      ps.ErrBadConfig,
 	"ps.ErrWrongOwner":     ps.ErrWrongOwner,
@@ -77,13 +96,12 @@ var sentinels = map[string]error{
 	"ps.ErrCorruptApplied": ps.ErrCorruptApplied,
 
 	// The protocol's own, and the standard library's.
-	"elastic.ErrDuplicateWorker": ErrDuplicateWorker,
-	"elastic.ErrExistingCommits": ErrExistingCommits,
+	"elastic.ErrDuplicateWorker": elastic.ErrDuplicateWorker,
+	"elastic.ErrExistingCommits": elastic.ErrExistingCommits,
 
-	"elastic.errMalformed":     errMalformed,
-	"elastic.errHeld":          errHeld,
-	"elastic.errNoCheckpoints": errNoCheckpoints,
-	"errors.ErrUnsupported":    errors.ErrUnsupported,
+	"elastic.errMalformed":  errMalformed,
+	"elastic.errHeld":       errHeld,
+	"errors.ErrUnsupported": errors.ErrUnsupported,
 }
 
 // notOnTheWire are exported sentinels that must not cross the wire, with why.
@@ -130,12 +148,12 @@ func declaredSentinels(t *testing.T, dir, pkg string) []string {
 	return names
 }
 
-// Every exported sentinel of checkpoint, ps and this package, and the protocol's own, crosses
+// Every exported sentinel of checkpoint, elastic, ps and shard, and the protocol's own, crosses
 // the control protocol: a handler's error that wraps one reaches the caller of a remote stub
 // matching it, and no other. An error wrapping several keeps them all.
 func TestEverySentinelCrossesTheWire(t *testing.T) {
 	var declared []string
-	for _, p := range []struct{ dir, pkg string }{{"../checkpoint", "checkpoint"}, {".", "elastic"}, {"../ps", "ps"}} {
+	for _, p := range []struct{ dir, pkg string }{{"../../checkpoint", "checkpoint"}, {"..", "elastic"}, {"../../ps", "ps"}, {"../../shard", "shard"}} {
 		declared = append(declared, declaredSentinels(t, p.dir, p.pkg)...)
 	}
 	require.Contains(t, declared, "checkpoint.ErrCorrupt", "the parse finds the sentinels")
@@ -185,7 +203,7 @@ func TestEverySentinelCrossesTheWire(t *testing.T) {
 	l, err := net.Host("ps-0").Listen("ps-0:1")
 	require.NoError(t, err)
 	go srv.Serve(l)
-	r, err := newRemote(RemoteConfig{Addr: "ps-0:1", Secret: secret, Transport: net.Host("coord")})
+	r, err := newRemote(Config{Addr: "ps-0:1", Secret: secret, Transport: net.Host("coord")})
 	require.NoError(t, err)
 	defer r.rpc.Close()
 	call := func(i uint32) error {
@@ -224,8 +242,8 @@ func TestEverySentinelCrossesTheWire(t *testing.T) {
 	got = call(1 << 22)
 	assert.ErrorIs(t, got, ps.ErrWrongOwner)
 
-	got = localErr("ps-0:1", remoteErr(fmt.Errorf("a server it called: %w", ErrUnavailable)))
-	assert.NotErrorIs(t, got, ErrUnavailable, "an answer is never a call that did not arrive")
+	got = localErr("ps-0:1", remoteErr(fmt.Errorf("a server it called: %w", elastic.ErrUnavailable)))
+	assert.NotErrorIs(t, got, elastic.ErrUnavailable, "an answer is never a call that did not arrive")
 
 	// A peer that sends only a code (an earlier release) is read by it.
 	got = localErr("ps-0:1", &rpc.RemoteError{Code: codeBusy, Message: "both generations busy"})

@@ -1,8 +1,9 @@
-package elastic
+package membership
 
 import (
 	"context"
 	"fmt"
+	"github.com/elasticps/elasticps/elastic"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,66 +26,65 @@ var gossipTable = ps.TableSpec{Name: "emb", Config: embedding.Config{Dim: 2, Opt
 // gossip stops) is failed as soon as gossip says so.
 func TestGossipIsAHintTheCoordinatorConfirms(t *testing.T) {
 	ctx := context.Background()
-	var locals []*LocalServer
-	var nodes []ParameterServer
+	var locals []*elastic.LocalServer
+	var nodes []elastic.ParameterServer
 	for i := range 2 {
-		srv, err := ps.NewServer(ps.ServerConfig{ID: ServerID(i), Secret: testSecret, Slots: 64, Tables: []ps.TableSpec{gossipTable}})
+		srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(i), Secret: testSecret, Slots: 64, Tables: []ps.TableSpec{gossipTable}})
 		require.NoError(t, err)
 		t.Cleanup(func() { srv.Close() })
-		l, err := NewLocalServer(srv, fmt.Sprintf("127.0.0.%d:9000", 3+i), checkpoint.Config{})
+		l, err := elastic.NewLocalServer(srv, fmt.Sprintf("127.0.0.%d:9000", 3+i), checkpoint.Config{})
 		require.NoError(t, err)
 		locals, nodes = append(locals, l), append(nodes, l)
 	}
-	coord, err := NewCoordinator(ctx, Config{Job: "gossip", Servers: nodes, Slots: 64, HealthEvery: time.Hour, ServerTimeout: time.Hour,
+	coord, err := elastic.NewCoordinator(ctx, elastic.Config{Job: "gossip", Servers: nodes, Slots: 64, HealthEvery: time.Hour, ServerTimeout: time.Hour,
 		ReplaceWait: time.Hour, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { coord.Close() })
 
 	rec := newMemberRecorder()
-	self := Member{Role: RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-c"}
+	self := elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-c"}
 	cfg := fastGossip("127.0.0.2", self, nil)
-	cfg.OnEvent = func(ev MemberEvent) {
+	cfg.OnEvent = func(ev elastic.MemberEvent) {
 		coord.Observe(ev) // first, so that an event recorded has been acted on
 		rec.record(ev)
 	}
 	cm := startMember(t, cfg)
-	var sm []*Membership
+	var sm []*Gossip
 	for i, l := range locals {
-		me := Member{Role: RoleServer, ID: ServerID(i), Incarnation: l.Incarnation(), Addr: l.Node().Addr, Host: fmt.Sprintf("host-%d", i)}
+		me := elastic.Member{Role: elastic.RoleServer, ID: elastic.ServerID(i), Incarnation: l.Incarnation(), Addr: l.Node().Addr, Host: fmt.Sprintf("host-%d", i)}
 		sm = append(sm, startMember(t, fastGossip(fmt.Sprintf("127.0.0.%d", 3+i), me, nil, cm.LocalAddr())))
-		rec.wait(t, MemberJoined, me.ID, me.Incarnation)
+		rec.wait(t, elastic.MemberJoined, me.ID, me.Incarnation)
 	}
 
 	// ps-0's gossip dies, its server answers: gossip alone evicts nobody.
 	require.NoError(t, sm[0].crash())
-	rec.wait(t, MemberFailed, ServerID(0), locals[0].Incarnation())
+	rec.wait(t, elastic.MemberFailed, elastic.ServerID(0), locals[0].Incarnation())
 	assert.Zero(t, coord.Stats().ServerFailures, "a server that answers is kept")
 
 	// ps-1's process is gone: it is failed at gossip's word, confirmed by a failed health call.
 	require.NoError(t, locals[1].Close())
 	require.NoError(t, sm[1].crash())
-	rec.wait(t, MemberFailed, ServerID(1), locals[1].Incarnation())
+	rec.wait(t, elastic.MemberFailed, elastic.ServerID(1), locals[1].Incarnation())
 	st := coord.Stats()
 	assert.Equal(t, 1, st.ServerFailures)
-	coord.mu.Lock()
-	reason, failed0 := coord.srvs[ServerID(1)].reason, coord.srvs[ServerID(0)].failed
-	coord.mu.Unlock()
-	assert.True(t, strings.HasPrefix(reason, "gossip: failed, and no answer"), reason)
-	assert.False(t, failed0)
+	servers := coord.Status().Servers
+	require.Len(t, servers, 2)
+	assert.True(t, strings.HasPrefix(servers[1].Reason, "gossip: failed, and no answer"), servers[1].Reason)
+	assert.False(t, servers[0].Failed)
 }
 
 // A worker gossip declares failed is fenced at once if it is silent, and kept if it calls.
 func TestGossipFailsASilentWorker(t *testing.T) {
 	ctx := context.Background()
-	srv, err := ps.NewServer(ps.ServerConfig{ID: ServerID(0), Secret: testSecret, Slots: 8, Tables: []ps.TableSpec{gossipTable}})
+	srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(0), Secret: testSecret, Slots: 8, Tables: []ps.TableSpec{gossipTable}})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
-	l, err := NewLocalServer(srv, "127.0.0.1:1", checkpoint.Config{})
+	l, err := elastic.NewLocalServer(srv, "127.0.0.1:1", checkpoint.Config{})
 	require.NoError(t, err)
 	var now atomic.Int64 // the wall clock, in seconds
 	now.Store(1_700_000_000)
 	clock := func() time.Time { return time.Unix(now.Load(), 0) }
-	coord, err := NewCoordinator(ctx, Config{Job: "gossip", Servers: []ParameterServer{l}, Slots: 8, HealthEvery: time.Second,
+	coord, err := elastic.NewCoordinator(ctx, elastic.Config{Job: "gossip", Servers: []elastic.ParameterServer{l}, Slots: 8, HealthEvery: time.Second,
 		WorkerSilence: -1, Now: clock, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(100)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { coord.Close() })
@@ -95,8 +95,8 @@ func TestGossipFailsASilentWorker(t *testing.T) {
 
 	now.Add(2)
 	require.NoError(t, coord.Begin(ctx, "w1", e1)) // w1 calls; w2 stays silent
-	coord.Observe(MemberEvent{Kind: MemberFailed, Member: Member{Role: RoleWorker, ID: "w1", Incarnation: 1}})
-	coord.Observe(MemberEvent{Kind: MemberFailed, Member: Member{Role: RoleWorker, ID: "w2", Incarnation: 1}})
+	coord.Observe(elastic.MemberEvent{Kind: elastic.MemberFailed, Member: elastic.Member{Role: elastic.RoleWorker, ID: "w1", Incarnation: 1}})
+	coord.Observe(elastic.MemberEvent{Kind: elastic.MemberFailed, Member: elastic.Member{Role: elastic.RoleWorker, ID: "w2", Incarnation: 1}})
 	require.NoError(t, coord.Settle(ctx))
 	assert.Equal(t, []string{"w1"}, coord.Members())
 	assert.Equal(t, 1, coord.Stats().Fenced)

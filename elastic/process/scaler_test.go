@@ -1,4 +1,4 @@
-package elastic_test
+package process_test
 
 import (
 	"context"
@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/process"
+	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// The ProcessScaler tests run this test binary itself as the child: TestMain sees childMode
+// The Scaler tests run this test binary itself as the child: TestMain sees childMode
 // in its environment and acts the part instead of running the tests.
 const (
 	childMode    = "ELASTICPS_PROCSCALER_CHILD"
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild is a child process of the ProcessScaler tests: it prints "start N" (its restart)
+// runChild is a child process of the Scaler tests: it prints "start N" (its restart)
 // on stderr, then acts by its mode:
 //
 //	serve         print "ready", run until SIGTERM, exit 0
@@ -85,31 +87,31 @@ func runChild(mode string) int {
 // runtime's default), which the grace periods here would count.
 func childGORACE() string { return "GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0" }
 
-// procHarness runs a ProcessScaler over children of the modes mode gives, and records the
+// procHarness runs a Scaler over children of the modes mode gives, and records the
 // events and the "ready" lines the children print.
 type procHarness struct {
 	t *testing.T
-	s *elastic.ProcessScaler
+	s *process.Scaler
 
 	mu      sync.Mutex
-	events  map[string]chan elastic.ProcessEvent // per node id
-	ready   map[string]int                       // "ready" lines per node id: one per start that got ready
-	changed chan struct{}                        // closed and replaced at each "ready" line
+	events  map[string]chan process.Event // per node id
+	ready   map[string]int                // "ready" lines per node id: one per start that got ready
+	changed chan struct{}                 // closed and replaced at each "ready" line
 }
 
-func newProcHarness(t *testing.T, cfg elastic.ProcessConfig, mode func(l elastic.Launch) string) *procHarness {
+func newProcHarness(t *testing.T, cfg process.Config, mode func(l process.Launch) string) *procHarness {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	h := &procHarness{t: t, events: map[string]chan elastic.ProcessEvent{}, ready: map[string]int{}, changed: make(chan struct{})}
+	h := &procHarness{t: t, events: map[string]chan process.Event{}, ready: map[string]int{}, changed: make(chan struct{})}
 	cfg.Binary = exe
-	cfg.Args = func(l elastic.Launch) []string {
+	cfg.Args = func(l process.Launch) []string {
 		return []string{"-test.run=^$", "-role=" + l.Role.String(), "-id=" + l.ID}
 	}
-	cfg.Env = func(l elastic.Launch) []string {
+	cfg.Env = func(l process.Launch) []string {
 		return []string{childMode + "=" + mode(l), childRestart + "=" + strconv.Itoa(l.Restart), childGORACE()}
 	}
-	cfg.OnEvent = func(ev elastic.ProcessEvent) { h.eventsOf(ev.ID) <- ev }
+	cfg.OnEvent = func(ev process.Event) { h.eventsOf(ev.ID) <- ev }
 	cfg.Output = func(role elastic.Role, id string) (io.Writer, io.Writer) {
 		return &lineWriter{line: func(s string) {
 			if s == "ready" {
@@ -121,32 +123,32 @@ func newProcHarness(t *testing.T, cfg elastic.ProcessConfig, mode func(l elastic
 			}
 		}}, nil
 	}
-	h.s, err = elastic.NewProcessScaler(cfg)
+	h.s, err = process.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.s.Close() })
 	return h
 }
 
-func (h *procHarness) eventsOf(id string) chan elastic.ProcessEvent {
+func (h *procHarness) eventsOf(id string) chan process.Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.events[id]
 	if c == nil {
-		c = make(chan elastic.ProcessEvent, 100)
+		c = make(chan process.Event, 100)
 		h.events[id] = c
 	}
 	return c
 }
 
 // next returns the next event of node id.
-func (h *procHarness) next(id string) elastic.ProcessEvent {
+func (h *procHarness) next(id string) process.Event {
 	h.t.Helper()
 	select {
 	case ev := <-h.eventsOf(id):
 		return ev
 	case <-time.After(30 * time.Second):
 		h.t.Fatalf("no event of %s", id)
-		return elastic.ProcessEvent{}
+		return process.Event{}
 	}
 }
 
@@ -170,13 +172,13 @@ func (h *procHarness) waitReady(id string, n int) {
 	}
 }
 
-func (h *procHarness) info(id string) (elastic.ProcessStatus, bool) {
+func (h *procHarness) info(id string) (process.Status, bool) {
 	for _, p := range h.s.Processes() {
 		if p.ID == id {
 			return p, true
 		}
 	}
-	return elastic.ProcessStatus{}, false
+	return process.Status{}, false
 }
 
 // lineWriter calls line for every complete line written to it.
@@ -200,7 +202,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-func ids(infos []elastic.ProcessStatus) []string {
+func ids(infos []process.Status) []string {
 	var out []string
 	for _, p := range infos {
 		out = append(out, p.ID)
@@ -215,21 +217,21 @@ func waitCtx(t *testing.T) context.Context {
 }
 
 func TestProcessConfigValidate(t *testing.T) {
-	err := elastic.ProcessConfig{MaxRestarts: -1, StopGrace: -time.Second}.Validate()
+	err := process.Config{MaxRestarts: -1, StopGrace: -time.Second}.Validate()
 	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
 	for _, want := range []string{"Binary", "Args", "MaxRestarts", "StopGrace"} {
 		assert.ErrorContains(t, err, want)
 	}
-	_, err = elastic.NewProcessScaler(elastic.ProcessConfig{Binary: "x"})
+	_, err = process.New(process.Config{Binary: "x"})
 	assert.ErrorIs(t, err, elastic.ErrInvalidConfig)
-	s, err := elastic.NewProcessScaler(elastic.ProcessConfig{Binary: "x", Args: func(elastic.Launch) []string { return nil }})
+	s, err := process.New(process.Config{Binary: "x", Args: func(process.Launch) []string { return nil }})
 	require.NoError(t, err)
 	assert.ErrorIs(t, s.Scale(context.Background(), elastic.Plan{Servers: -1}), elastic.ErrInvalidConfig)
 	require.NoError(t, s.Close())
 }
 
 func TestProcessScaleUpAndDown(t *testing.T) {
-	h := newProcHarness(t, elastic.ProcessConfig{Coordinator: true}, func(elastic.Launch) string { return "serve" })
+	h := newProcHarness(t, process.Config{Coordinator: true}, func(process.Launch) string { return "serve" })
 	ctx := waitCtx(t)
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 2, Workers: 2}))
 	assert.Equal(t, elastic.Plan{Servers: 2, Workers: 2}, h.s.Plan())
@@ -251,7 +253,7 @@ func TestProcessScaleUpAndDown(t *testing.T) {
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
 	assert.Equal(t, []string{elastic.CoordinatorID, "ps-0", "worker-0"}, ids(h.s.Processes()))
 	for _, id := range []string{"ps-1", "worker-1"} {
-		assert.ErrorIs(t, h.s.Wait(ctx, id), elastic.ErrProcessStopped, id)
+		assert.ErrorIs(t, h.s.Wait(ctx, id), process.ErrProcessStopped, id)
 	}
 	// Up again: new processes under the old names; the others are left alone.
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 3, Workers: 2}))
@@ -278,16 +280,16 @@ func TestProcessScaleUpAndDown(t *testing.T) {
 		assert.False(t, p.Running, p.ID)
 		assert.True(t, p.Done, p.ID)
 		assert.NoError(t, p.Exit, "%s exited 0 at SIGTERM", p.ID)
-		assert.ErrorIs(t, p.Err, elastic.ErrProcessStopped, p.ID)
-		assert.ErrorIs(t, h.s.Wait(ctx, p.ID), elastic.ErrProcessStopped, p.ID)
+		assert.ErrorIs(t, p.Err, process.ErrProcessStopped, p.ID)
+		assert.ErrorIs(t, h.s.Wait(ctx, p.ID), process.ErrProcessStopped, p.ID)
 	}
 	require.NoError(t, h.s.Close(), "idempotent")
 	assert.ErrorIs(t, h.s.Scale(ctx, elastic.Plan{Servers: 1}), elastic.ErrClosed)
-	assert.ErrorIs(t, h.s.Wait(ctx, "worker-9"), elastic.ErrNoProcess)
+	assert.ErrorIs(t, h.s.Wait(ctx, "worker-9"), process.ErrNoProcess)
 }
 
 func TestProcessRestartAfterKill(t *testing.T) {
-	h := newProcHarness(t, elastic.ProcessConfig{MaxRestarts: 2}, func(elastic.Launch) string { return "serve" })
+	h := newProcHarness(t, process.Config{MaxRestarts: 2}, func(process.Launch) string { return "serve" })
 	ctx := waitCtx(t)
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
 	ev := h.next("ps-0")
@@ -318,7 +320,7 @@ func TestProcessRestartAfterKill(t *testing.T) {
 	h.waitReady("ps-0", 2)
 	require.NoError(t, syscall.Kill(ev.Pid, syscall.SIGKILL))
 	err := h.s.Wait(ctx, "ps-0")
-	require.ErrorIs(t, err, elastic.ErrRestartLimit)
+	require.ErrorIs(t, err, process.ErrRestartLimit)
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "the last exit is wrapped")
 	p, ok := h.info("ps-0")
@@ -332,7 +334,7 @@ func TestProcessRestartAfterKill(t *testing.T) {
 }
 
 func TestProcessRestartLimit(t *testing.T) {
-	h := newProcHarness(t, elastic.ProcessConfig{MaxRestarts: 2}, func(l elastic.Launch) string {
+	h := newProcHarness(t, process.Config{MaxRestarts: 2}, func(l process.Launch) string {
 		if l.Role == elastic.RoleServer {
 			return "crash"
 		}
@@ -341,18 +343,18 @@ func TestProcessRestartLimit(t *testing.T) {
 	ctx := waitCtx(t)
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
 	err := h.s.Wait(ctx, "worker-0")
-	require.ErrorIs(t, err, elastic.ErrRestartLimit)
+	require.ErrorIs(t, err, process.ErrRestartLimit)
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, ee.ExitCode())
 	err = h.s.Wait(ctx, "ps-0")
-	require.ErrorIs(t, err, elastic.ErrRestartLimit)
+	require.ErrorIs(t, err, process.ErrRestartLimit)
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
 	for _, p := range h.s.Processes() {
 		assert.Equal(t, 2, p.Restarts, p.ID)
 		assert.True(t, p.Done, p.ID)
-		assert.ErrorIs(t, p.Err, elastic.ErrRestartLimit, p.ID)
+		assert.ErrorIs(t, p.Err, process.ErrRestartLimit, p.ID)
 	}
 	// Three starts and three exits each, the last one final.
 	for _, id := range []string{"ps-0", "worker-0"} {
@@ -365,15 +367,15 @@ func TestProcessRestartLimit(t *testing.T) {
 	}
 
 	// The default: never restarted.
-	h = newProcHarness(t, elastic.ProcessConfig{}, func(elastic.Launch) string { return "exit1" })
+	h = newProcHarness(t, process.Config{}, func(process.Launch) string { return "exit1" })
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Workers: 1}))
-	require.ErrorIs(t, h.s.Wait(ctx, "worker-0"), elastic.ErrRestartLimit)
+	require.ErrorIs(t, h.s.Wait(ctx, "worker-0"), process.ErrRestartLimit)
 	p, _ := h.info("worker-0")
 	assert.Zero(t, p.Restarts)
 }
 
 func TestProcessCleanExitIsNotRestarted(t *testing.T) {
-	h := newProcHarness(t, elastic.ProcessConfig{Coordinator: true, MaxRestarts: 3}, func(l elastic.Launch) string {
+	h := newProcHarness(t, process.Config{Coordinator: true, MaxRestarts: 3}, func(l process.Launch) string {
 		switch l.ID {
 		case elastic.CoordinatorID:
 			return "exit0"
@@ -411,7 +413,7 @@ func TestProcessCleanExitIsNotRestarted(t *testing.T) {
 }
 
 func TestProcessCloseKillsAfterGrace(t *testing.T) {
-	h := newProcHarness(t, elastic.ProcessConfig{StopGrace: 500 * time.Millisecond}, func(l elastic.Launch) string {
+	h := newProcHarness(t, process.Config{StopGrace: 500 * time.Millisecond}, func(l process.Launch) string {
 		if l.Role == elastic.RoleWorker {
 			return "stubborn"
 		}
@@ -425,8 +427,8 @@ func TestProcessCloseKillsAfterGrace(t *testing.T) {
 	// A stubborn worker stopped by Scale is killed after the grace, and not restarted even
 	// though a signal ended it.
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
-	require.ErrorIs(t, h.s.Wait(ctx, "worker-1"), elastic.ErrProcessStopped)
-	var stops []elastic.ProcessEvent
+	require.ErrorIs(t, h.s.Wait(ctx, "worker-1"), process.ErrProcessStopped)
+	var stops []process.Event
 	for ev := h.next("worker-1"); ; ev = h.next("worker-1") {
 		stops = append(stops, ev)
 		if ev.Final {
@@ -441,7 +443,7 @@ func TestProcessCloseKillsAfterGrace(t *testing.T) {
 	require.NoError(t, h.s.Close())
 	for _, p := range h.s.Processes() {
 		assert.False(t, p.Running, p.ID)
-		assert.ErrorIs(t, h.s.Wait(ctx, p.ID), elastic.ErrProcessStopped)
+		assert.ErrorIs(t, h.s.Wait(ctx, p.ID), process.ErrProcessStopped)
 		// The server left at SIGTERM, the stubborn worker was killed.
 		if p.Role == elastic.RoleServer {
 			assert.NoError(t, p.Exit)
@@ -452,8 +454,8 @@ func TestProcessCloseKillsAfterGrace(t *testing.T) {
 }
 
 func TestProcessStartFailure(t *testing.T) {
-	s, err := elastic.NewProcessScaler(elastic.ProcessConfig{Binary: "/nonexistent/elasticps-binary",
-		Args: func(elastic.Launch) []string { return nil }})
+	s, err := process.New(process.Config{Binary: "/nonexistent/elasticps-binary",
+		Args: func(process.Launch) []string { return nil }})
 	require.NoError(t, err)
 	defer s.Close()
 	ctx := waitCtx(t)
@@ -470,9 +472,9 @@ func TestProcessOutput(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
 	outs := map[string]*strings.Builder{}
-	s, err := elastic.NewProcessScaler(elastic.ProcessConfig{Binary: exe, MaxRestarts: 1,
-		Args: func(elastic.Launch) []string { return []string{"-test.run=^$"} },
-		Env: func(l elastic.Launch) []string {
+	s, err := process.New(process.Config{Binary: exe, MaxRestarts: 1,
+		Args: func(process.Launch) []string { return []string{"-test.run=^$"} },
+		Env: func(l process.Launch) []string {
 			return []string{childMode + "=fail-until:1", childRestart + "=" + strconv.Itoa(l.Restart), childGORACE()}
 		},
 		Output: func(role elastic.Role, id string) (io.Writer, io.Writer) {
@@ -500,10 +502,10 @@ func TestProcessScalerGivesThePlansSizes(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var lines []string
-	s, err := elastic.NewProcessScaler(elastic.ProcessConfig{
+	s, err := process.New(process.Config{
 		Binary: exe,
-		Args:   func(elastic.Launch) []string { return []string{"-test.run=^$"} },
-		Env:    func(elastic.Launch) []string { return []string{childMode + "=size", childGORACE()} },
+		Args:   func(process.Launch) []string { return []string{"-test.run=^$"} },
+		Env:    func(process.Launch) []string { return []string{childMode + "=size", childGORACE()} },
 		Output: func(elastic.Role, string) (io.Writer, io.Writer) {
 			return &lineWriter{line: func(l string) {
 				mu.Lock()
@@ -525,13 +527,13 @@ func TestProcessScalerGivesThePlansSizes(t *testing.T) {
 	assert.ErrorIs(t, s.Scale(ctx, elastic.Plan{Workers: 1, Worker: elastic.Resources{Memory: -1}}), elastic.ErrInvalidConfig)
 }
 
-// A process scaler that can reach its servers (ProcessConfig.Server) starts and stops server
+// A process scaler that can reach its servers (Config.Server) starts and stops server
 // processes for a change of the server count, the highest-numbered first.
 func TestProcessScalerStartsAndStopsServers(t *testing.T) {
 	reach := func(id string) (elastic.ParameterServer, error) {
-		return elastic.NewRemoteServer(ps.Node{ID: id, Addr: "127.0.0.1:1"}, elastic.RemoteConfig{Secret: []byte("a secret of the process tests...")})
+		return remote.NewServer(ps.Node{ID: id, Addr: "127.0.0.1:1"}, remote.Config{Secret: []byte("a secret of the process tests...")})
 	}
-	h := newProcHarness(t, elastic.ProcessConfig{Server: reach}, func(elastic.Launch) string { return "serve" })
+	h := newProcHarness(t, process.Config{Server: reach}, func(process.Launch) string { return "serve" })
 	ctx := waitCtx(t)
 	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
 	added, err := h.s.StartServers(ctx, 2)
@@ -549,7 +551,7 @@ func TestProcessScalerStartsAndStopsServers(t *testing.T) {
 	assert.Equal(t, []string{"ps-0", "ps-1", "worker-0"}, ids(h.s.Processes()))
 	assert.Equal(t, 2, h.s.Plan().Servers)
 
-	plain := newProcHarness(t, elastic.ProcessConfig{}, func(elastic.Launch) string { return "serve" })
+	plain := newProcHarness(t, process.Config{}, func(process.Launch) string { return "serve" })
 	_, err = plain.s.StartServers(ctx, 1)
 	assert.ErrorIs(t, err, errors.ErrUnsupported, "a scaler that cannot reach its servers does not start them")
 }

@@ -1,8 +1,8 @@
-package elastic
+package membership
 
-// The memberlist side of a Membership: the node meta a member gossips, the memberlist
+// The memberlist side of a Gossip: the node meta a member gossips, the memberlist
 // configuration and key, the delegates memberlist calls, and the queue that hands its events to
-// MembershipConfig.OnEvent.
+// Config.OnEvent.
 
 import (
 	"cmp"
@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/elasticps/elasticps/elastic"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -44,8 +46,8 @@ var errMalformedMeta = errors.New("elastic: malformed member meta")
 
 // memberMeta is what a member gossips about itself.
 type memberMeta struct {
-	Member
-	leaving bool // it is leaving gracefully (Membership.Leave)
+	elastic.Member
+	leaving bool // it is leaving gracefully (Gossip.Leave)
 }
 
 // append appends m's encoding to dst. Strings longer than maxMetaStr are cut (Validate refuses
@@ -65,7 +67,7 @@ func (m memberMeta) append(dst []byte) []byte {
 }
 
 // metaRoom is how many bytes m's meta encoding leaves free.
-func metaRoom(m Member) int {
+func metaRoom(m elastic.Member) int {
 	return memberlist.MetaMaxSize - len(memberMeta{Member: m}.append(nil))
 }
 
@@ -76,7 +78,7 @@ func decodeMemberMeta(b []byte) (memberMeta, error) {
 		return memberMeta{}, errMalformedMeta
 	}
 	m := memberMeta{leaving: b[1]&metaLeaving != 0}
-	m.Role, m.Incarnation = Role(b[2]), binary.LittleEndian.Uint64(b[3:fixed])
+	m.Role, m.Incarnation = elastic.Role(b[2]), binary.LittleEndian.Uint64(b[3:fixed])
 	b = b[fixed:]
 	for _, s := range []*string{&m.ID, &m.Addr, &m.Host} {
 		if len(b) < 1 || b[0] == 0 || len(b)-1 < int(b[0]) {
@@ -84,7 +86,7 @@ func decodeMemberMeta(b []byte) (memberMeta, error) {
 		}
 		*s, b = string(b[1:1+b[0]]), b[1+b[0]:]
 	}
-	if len(b) != 0 || !m.Role.valid() || m.Incarnation == 0 {
+	if len(b) != 0 || !validRole(m.Role) || m.Incarnation == 0 {
 		return memberMeta{}, errMalformedMeta
 	}
 	return m, nil
@@ -97,8 +99,8 @@ func metaOf(n *memberlist.Node) (memberMeta, error) {
 	if err != nil {
 		return memberMeta{}, err
 	}
-	if n.Name != m.nodeName() {
-		return memberMeta{}, fmt.Errorf("%w: node %q gossips the meta of %q", errMalformedMeta, n.Name, m.nodeName())
+	if n.Name != nodeName(m.Member) {
+		return memberMeta{}, fmt.Errorf("%w: node %q gossips the meta of %q", errMalformedMeta, n.Name, nodeName(m.Member))
 	}
 	m.Gossip = n.Address()
 	return m, nil
@@ -113,17 +115,17 @@ func gossipKey(secret []byte) ([]byte, error) {
 }
 
 // bindAddr is c's gossip address (valid), split, with its defaults.
-func (c MembershipConfig) bindAddr() (string, int) {
+func (c Config) bindAddr() (string, int) {
 	host, port, _ := splitHostPort(cmp.Or(c.Bind, "0.0.0.0:7946"))
 	return cmp.Or(host, "0.0.0.0"), port
 }
 
 // memberlistLogger is memberlist's log, as debug records of c.Logger.
-func (c MembershipConfig) memberlistLogger() *log.Logger { return log.New(slogWriter{c.Logger}, "", 0) }
+func (c Config) memberlistLogger() *log.Logger { return log.New(slogWriter{c.Logger}, "", 0) }
 
 // gossipTransport returns the transport memberlist is to use: c.Transport, or UDP and TCP
 // sockets bound to c.Bind, behind the guard of the gossip port (see membership_gate.go).
-func (c MembershipConfig) gossipTransport() (*streamGate, error) {
+func (c Config) gossipTransport() (*streamGate, error) {
 	inner := c.Transport
 	if inner == nil {
 		host, port := c.bindAddr()
@@ -147,9 +149,9 @@ func (c MembershipConfig) gossipTransport() (*streamGate, error) {
 
 // memberlistConfig is c, valid and with its defaults, as a memberlist configuration over the
 // transport tr (gossipTransport's).
-func (c MembershipConfig) memberlistConfig(d memberlist.Delegate, events memberlist.EventDelegate, tr *streamGate) (*memberlist.Config, error) {
+func (c Config) memberlistConfig(d memberlist.Delegate, events memberlist.EventDelegate, tr *streamGate) (*memberlist.Config, error) {
 	ml := memberlist.DefaultLANConfig()
-	ml.Name = c.Self.nodeName()
+	ml.Name = nodeName(c.Self)
 	host, port := c.bindAddr()
 	if nt, ok := tr.NodeAwareTransport.(*memberlist.NetTransport); ok && port == 0 {
 		port = nt.GetAutoBindPort()
@@ -229,34 +231,34 @@ func (*metaDelegate) MergeRemoteState(buf []byte, _ bool) {}
 
 // eventDelegate keeps the view and turns memberlist's notifications, made under its locks and
 // one at a time, into queued events.
-type eventDelegate struct{ m *Membership }
+type eventDelegate struct{ m *Gossip }
 
-func (d eventDelegate) NotifyJoin(n *memberlist.Node)   { d.notify(MemberJoined, n) }
-func (d eventDelegate) NotifyUpdate(n *memberlist.Node) { d.notify(MemberUpdated, n) }
-func (d eventDelegate) NotifyLeave(n *memberlist.Node)  { d.notify(MemberFailed, n) }
+func (d eventDelegate) NotifyJoin(n *memberlist.Node)   { d.notify(elastic.MemberJoined, n) }
+func (d eventDelegate) NotifyUpdate(n *memberlist.Node) { d.notify(elastic.MemberUpdated, n) }
+func (d eventDelegate) NotifyLeave(n *memberlist.Node)  { d.notify(elastic.MemberFailed, n) }
 
-func (d eventDelegate) notify(kind MemberEventKind, n *memberlist.Node) {
+func (d eventDelegate) notify(kind elastic.MemberEventKind, n *memberlist.Node) {
 	meta, err := metaOf(n)
 	if err != nil {
 		d.m.log.Warn("ignoring a gossip member", "node", n.Name, "gossip", n.Address(), "err", err)
 		return
 	}
-	d.m.view.update(kind, meta, n.Name == d.m.cfg.Self.nodeName())
+	d.m.view.update(kind, meta, n.Name == nodeName(d.m.cfg.Self))
 	mb := meta.Member
 	switch {
-	case kind == MemberFailed && (meta.leaving || n.State == memberlist.StateLeft):
-		kind = MemberLeft
-	case kind == MemberUpdated && meta.leaving:
+	case kind == elastic.MemberFailed && (meta.leaving || n.State == memberlist.StateLeft):
+		kind = elastic.MemberLeft
+	case kind == elastic.MemberUpdated && meta.leaving:
 		d.m.log.Debug("member leaving", "role", mb.Role, "id", mb.ID, "incarnation", mb.Incarnation)
 		return // its MemberLeft follows
 	}
 	level := slog.LevelInfo
-	if kind == MemberUpdated {
+	if kind == elastic.MemberUpdated {
 		level = slog.LevelDebug
 	}
 	d.m.log.Log(context.Background(), level, "member "+kind.String(), "role", mb.Role, "id", mb.ID,
 		"incarnation", mb.Incarnation, "rpc", mb.Addr, "host", mb.Host, "gossip", mb.Gossip)
-	d.m.events.push(MemberEvent{Kind: kind, Member: mb})
+	d.m.events.push(elastic.MemberEvent{Kind: kind, Member: mb})
 }
 
 // memberView is the members alive, as the event delegate heard of them. (memberlist's own
@@ -267,16 +269,16 @@ type memberView struct {
 	local   string                // this process's gossip address
 }
 
-func (v *memberView) update(kind MemberEventKind, m memberMeta, local bool) {
+func (v *memberView) update(kind elastic.MemberEventKind, m memberMeta, local bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.members == nil {
 		v.members = make(map[string]memberMeta)
 	}
-	if kind == MemberFailed {
-		delete(v.members, m.nodeName())
+	if kind == elastic.MemberFailed {
+		delete(v.members, nodeName(m.Member))
 	} else {
-		v.members[m.nodeName()] = m
+		v.members[nodeName(m.Member)] = m
 	}
 	if local {
 		v.local = m.Gossip
@@ -284,16 +286,16 @@ func (v *memberView) update(kind MemberEventKind, m memberMeta, local bool) {
 }
 
 // alive returns the members alive and not leaving, sorted by role, id and incarnation.
-func (v *memberView) alive() []Member {
+func (v *memberView) alive() []elastic.Member {
 	v.mu.Lock()
-	out := make([]Member, 0, len(v.members))
+	out := make([]elastic.Member, 0, len(v.members))
 	for _, m := range v.members {
 		if !m.leaving {
 			out = append(out, m.Member)
 		}
 	}
 	v.mu.Unlock()
-	slices.SortFunc(out, func(a, b Member) int {
+	slices.SortFunc(out, func(a, b elastic.Member) int {
 		if a.Role != b.Role {
 			return cmp.Compare(a.Role, b.Role)
 		}
@@ -315,19 +317,19 @@ func (v *memberView) localAddr() string {
 // producer wait.
 type eventQueue struct {
 	mu     sync.Mutex
-	queue  []MemberEvent
+	queue  []elastic.MemberEvent
 	closed bool
 	wake   chan struct{} // 1 slot: something was queued, or the queue closed
 	done   chan struct{} // closed when the goroutine returns
 }
 
-func startEventQueue(fn func(MemberEvent)) *eventQueue {
+func startEventQueue(fn func(elastic.MemberEvent)) *eventQueue {
 	q := &eventQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run(fn)
 	return q
 }
 
-func (q *eventQueue) run(fn func(MemberEvent)) {
+func (q *eventQueue) run(fn func(elastic.MemberEvent)) {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
@@ -347,7 +349,7 @@ func (q *eventQueue) run(fn func(MemberEvent)) {
 }
 
 // push queues e; a closed or nil queue drops it.
-func (q *eventQueue) push(e MemberEvent) {
+func (q *eventQueue) push(e elastic.MemberEvent) {
 	if q == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package elastic
+package membership
 
 // The gossip port's guard. memberlist serves every TCP connection of its port on a goroutine of
 // its own until TCPTimeout (10 s by default), whether or not the peer knows the cluster key, and

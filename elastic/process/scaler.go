@@ -1,10 +1,10 @@
-package elastic
+package process
 
 // # Processes
 //
-// A ProcessScaler runs the roles of a job as processes of one program on this host (os/exec):
+// A Scaler runs the roles of a job as processes of one program on this host (os/exec):
 // the coordinator (if asked), the parameter servers and the workers of a Plan, each started
-// with the arguments ProcessConfig.Args gives for its role and node id, since the library does
+// with the arguments Config.Args gives for its role and node id, since the library does
 // not know the program's flags. Each node id has one goroutine that starts its process, waits
 // for it and starts it again after an abnormal exit (a signal or a nonzero status) as the same
 // node id, up to MaxRestarts; a process that exits with status 0 is done. A process that Scale
@@ -27,28 +27,28 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/elasticps/elasticps/elastic"
 )
 
-// CoordinatorID is the node id of the coordinator process a ProcessScaler runs.
-const CoordinatorID = "coordinator"
 
 var (
-	// ErrRestartLimit is returned by ProcessScaler.Wait for a process that exited abnormally
-	// once more than ProcessConfig.MaxRestarts allows; the error wraps the last exit's too (an
+	// ErrRestartLimit is returned by Scaler.Wait for a process that exited abnormally
+	// once more than Config.MaxRestarts allows; the error wraps the last exit's too (an
 	// *exec.ExitError).
 	ErrRestartLimit = errors.New("elastic: the process exited abnormally more often than the restart limit allows")
-	// ErrProcessStopped is returned by ProcessScaler.Wait for a process that Scale or Close
+	// ErrProcessStopped is returned by Scaler.Wait for a process that Scale or Close
 	// stopped.
 	ErrProcessStopped = errors.New("elastic: the process was stopped by its scaler")
-	// ErrNoProcess is returned by ProcessScaler.Wait for a node id the scaler never ran.
+	// ErrNoProcess is returned by Scaler.Wait for a node id the scaler never ran.
 	ErrNoProcess = errors.New("elastic: no such process")
 )
 
-// Launch is one start of a process of a ProcessScaler.
+// Launch is one start of a process of a Scaler.
 type Launch struct {
 	// Role is the process's role.
-	Role Role
-	// ID is its node id: CoordinatorID, ServerID(i) or WorkerID(i).
+	Role elastic.Role
+	// ID is its node id: elastic.CoordinatorID, elastic.ServerID(i) or elastic.WorkerID(i).
 	ID string
 	// Restart is 0 at the first start of the node id and n at its n-th restart after an
 	// abnormal exit.
@@ -56,13 +56,13 @@ type Launch struct {
 	// Size is the size the plan gives processes of its role when it was started. The scaler
 	// passes it to the Go runtime (GOMAXPROCS, the CPUs rounded up; GOMEMLIMIT, the memory);
 	// Args may also make flags of it.
-	Size Resources
+	Size elastic.Resources
 }
 
-// ProcessConfig configures a ProcessScaler. The zero value of every field but Binary and Args
+// Config configures a Scaler. The zero value of every field but Binary and Args
 // means its default. Args, Env, Output and OnEvent are called from the goroutine that watches
 // the node id they are about: different node ids' calls may come concurrently.
-type ProcessConfig struct {
+type Config struct {
 	// Binary is the program every process runs (a path, or a name looked up in PATH). Required.
 	Binary string
 	// Args returns the arguments (without the program name) of a start: the role, node id,
@@ -73,7 +73,7 @@ type ProcessConfig struct {
 	Env func(l Launch) []string
 	// Dir is the processes' working directory. Default: this process's.
 	Dir string
-	// Coordinator makes the scaler run the job's coordinator too, as node id CoordinatorID,
+	// Coordinator makes the scaler run the job's coordinator too, as node id elastic.CoordinatorID,
 	// from the first Scale until Close. Default false: the coordinator runs elsewhere (in the
 	// caller's process, say).
 	Coordinator bool
@@ -89,21 +89,21 @@ type ProcessConfig struct {
 	// discarded), called once per node id: its restarts write to the same writers. Each writer
 	// is written by one goroutine at a time (the same writer for both streams too, if it is
 	// comparable); the scaler never closes them. Nil: discarded.
-	Output func(role Role, id string) (stdout, stderr io.Writer)
+	Output func(role elastic.Role, id string) (stdout, stderr io.Writer)
 	// OnEvent, if set, is called when a process starts and when it exits: one node id's events
 	// come in order. It must not block for long.
-	OnEvent func(ProcessEvent)
+	OnEvent func(Event)
 	// Server, if set, returns how the coordinator reaches the parameter server process of a
 	// node id (say NewRemoteServer at the address Args gives it), which makes the scaler start
 	// and stop servers for a change of the server count (ServerScaler). Nil: the server count
 	// stays as the first plan made it (StartServers fails with errors.ErrUnsupported).
-	Server func(id string) (ParameterServer, error)
+	Server func(id string) (elastic.ParameterServer, error)
 	// Logger receives the scaler's events (starts, abnormal exits, restarts). Nil discards.
 	Logger *slog.Logger
 }
 
 // Validate reports every problem of c at once.
-func (c ProcessConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Binary == "" {
 		errs = append(errs, errors.New("Binary is required"))
@@ -118,12 +118,12 @@ func (c ProcessConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("StopGrace %v is negative", c.StopGrace))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
-func (c ProcessConfig) withDefaults() ProcessConfig {
+func (c Config) withDefaults() Config {
 	if c.StopGrace == 0 {
 		c.StopGrace = 10 * time.Second
 	}
@@ -133,8 +133,8 @@ func (c ProcessConfig) withDefaults() ProcessConfig {
 	return c
 }
 
-// ProcessEvent is a start or an exit of a process of a ProcessScaler (ProcessConfig.OnEvent).
-type ProcessEvent struct {
+// Event is a start or an exit of a process of a Scaler (Config.OnEvent).
+type Event struct {
 	// Launch is the start the event is about.
 	Launch
 	// Pid is the process's id; 0 when it could not be started.
@@ -145,14 +145,14 @@ type ProcessEvent struct {
 	// status 0; or the failure to start.
 	Err error
 	// Final says the node id will not be started again: it exited with status 0, was stopped,
-	// failed to start or reached the restart limit. ProcessScaler.Wait returns.
+	// failed to start or reached the restart limit. Scaler.Wait returns.
 	Final bool
 }
 
-// ProcessStatus is a process of a ProcessScaler (ProcessScaler.Processes).
-type ProcessStatus struct {
+// Status is a process of a Scaler (Scaler.Processes).
+type Status struct {
 	// Role is the process's role.
-	Role Role
+	Role elastic.Role
 	// ID is its node id.
 	ID string
 	// Pid is the newest start's process id; 0 before the first start.
@@ -169,32 +169,32 @@ type ProcessStatus struct {
 	Err error
 }
 
-// ProcessScaler is a Scaler that runs a job's processes on this host with os/exec: one process
-// per node id, with the arguments ProcessConfig.Args gives, started again under its node id
+// Scaler is a Scaler that runs a job's processes on this host with os/exec: one process
+// per node id, with the arguments Config.Args gives, started again under its node id
 // after an abnormal exit (a signal or a nonzero status) up to MaxRestarts; an exit with status 0
 // is final. Processes that Scale or Close stop get SIGTERM, then SIGKILL after StopGrace, and are
 // never restarted. A restarted process is a new incarnation of its node (Launch.Restart says
 // which start it is). It is safe for concurrent use; Close stops every process.
-type ProcessScaler struct {
-	cfg ProcessConfig
+type Scaler struct {
+	cfg Config
 	log *slog.Logger
 	wg  sync.WaitGroup // one per node id's goroutine
 
 	mu     sync.Mutex
-	plan   Plan
+	plan   elastic.Plan
 	procs  map[string]*proc // the node ids of the plan (and the coordinator)
 	last   map[string]*proc // the newest proc of every node id ever run
 	closed bool
 }
 
-var _ ServerScaler = (*ProcessScaler)(nil)
+var _ elastic.ServerScaler = (*Scaler)(nil)
 
 // StartServers implements ServerScaler: it starts server processes ps-k .. ps-(k+n-1) after the
-// plan's k and returns them as ProcessConfig.Server gives them, once each answers (its process
+// plan's k and returns them as Config.Server gives them, once each answers (its process
 // may take a moment to listen; ctx bounds the wait).
-func (s *ProcessScaler) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterServer, error) {
 	if s.cfg.Server == nil {
-		return nil, fmt.Errorf("elastic: the process scaler cannot reach the servers it starts (ProcessConfig.Server): %w", errors.ErrUnsupported)
+		return nil, fmt.Errorf("elastic: the process scaler cannot reach the servers it starts (Config.Server): %w", errors.ErrUnsupported)
 	}
 	plan := s.Plan()
 	k := plan.Servers
@@ -202,11 +202,11 @@ func (s *ProcessScaler) StartServers(ctx context.Context, n int) ([]ParameterSer
 	if err := s.Scale(ctx, plan); err != nil {
 		return nil, err
 	}
-	var out []ParameterServer
+	var out []elastic.ParameterServer
 	for i := k; i < plan.Servers; i++ {
-		srv, err := s.cfg.Server(ServerID(i))
+		srv, err := s.cfg.Server(elastic.ServerID(i))
 		if err != nil {
-			return out, fmt.Errorf("elastic: server %s: %w", ServerID(i), err)
+			return out, fmt.Errorf("elastic: server %s: %w", elastic.ServerID(i), err)
 		}
 		out = append(out, srv)
 	}
@@ -215,16 +215,16 @@ func (s *ProcessScaler) StartServers(ctx context.Context, n int) ([]ParameterSer
 
 // StopServers implements ServerScaler: it stops the server processes of ids, which must be the
 // plan's highest-numbered, and waits for them to exit.
-func (s *ProcessScaler) StopServers(ctx context.Context, ids []string) error {
+func (s *Scaler) StopServers(ctx context.Context, ids []string) error {
 	plan := s.Plan()
 	k := max(plan.Servers-len(ids), 0)
 	var highest []string
 	for j := k; j < plan.Servers; j++ {
-		highest = append(highest, ServerID(j))
+		highest = append(highest, elastic.ServerID(j))
 	}
 	for _, id := range ids {
 		if !slices.Contains(highest, id) {
-			return fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d", ErrInvalidConfig, id, len(ids))
+			return fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d", elastic.ErrInvalidConfig, id, len(ids))
 		}
 	}
 	plan.Servers = k
@@ -233,11 +233,11 @@ func (s *ProcessScaler) StopServers(ctx context.Context, ids []string) error {
 
 // proc is one node id's life, from its first start to its end; restarts keep the proc.
 type proc struct {
-	role  Role
+	role  elastic.Role
 	id    string
 	index int   // i of ServerID(i) or WorkerID(i); -1 for the coordinator
 	prev  *proc // the node id's earlier proc, maybe still stopping: this one starts after it
-	size  Resources
+	size  elastic.Resources
 
 	stop     chan struct{} // closed to stop the process
 	stopOnce sync.Once
@@ -245,7 +245,7 @@ type proc struct {
 	startErr error         // the first start's failure; set before launched is closed
 	done     chan struct{} // closed when the node id will not be started again
 
-	// Guarded by ProcessScaler.mu.
+	// Guarded by Scaler.mu.
 	pid      int
 	restarts int
 	running  bool
@@ -256,47 +256,47 @@ type proc struct {
 
 func (p *proc) signalStop() { p.stopOnce.Do(func() { close(p.stop) }) }
 
-// NewProcessScaler returns a scaler that runs no process until Scale.
-func NewProcessScaler(cfg ProcessConfig) (*ProcessScaler, error) {
+// New returns a scaler that runs no process until Scale.
+func New(cfg Config) (*Scaler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &ProcessScaler{cfg: cfg, log: cfg.Logger, procs: map[string]*proc{}, last: map[string]*proc{}}, nil
+	return &Scaler{cfg: cfg, log: cfg.Logger, procs: map[string]*proc{}, last: map[string]*proc{}}, nil
 }
 
 // Scale implements Scaler: it starts the processes plan has and the scaler does not run (and
-// the coordinator, at the first call, with ProcessConfig.Coordinator), stops those it runs and
+// the coordinator, at the first call, with Config.Coordinator), stops those it runs and
 // plan does not have (the highest-numbered), and returns once every start was tried and every
 // stopped process has exited, or ctx ends (the stops go on). A node id done for good (exited
 // with status 0, or at its restart limit) is not started again while plan keeps it. The error
 // joins the failures to start; ErrClosed after Close.
-func (s *ProcessScaler) Scale(ctx context.Context, plan Plan) error {
-	if err := plan.validate(); err != nil {
+func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
+	if err := plan.Validate(); err != nil {
 		return err
 	}
 	type want struct {
-		role  Role
+		role  elastic.Role
 		index int
-		size  Resources
+		size  elastic.Resources
 	}
 	wanted := map[string]want{}
 	var order []string
 	add := func(id string, w want) { wanted[id] = w; order = append(order, id) }
 	if s.cfg.Coordinator {
-		add(CoordinatorID, want{RoleCoordinator, -1, Resources{}})
+		add(elastic.CoordinatorID, want{elastic.RoleCoordinator, -1, elastic.Resources{}})
 	}
 	for i := range plan.Servers {
-		add(ServerID(i), want{RoleServer, i, plan.Server})
+		add(elastic.ServerID(i), want{elastic.RoleServer, i, plan.Server})
 	}
 	for i := range plan.Workers {
-		add(WorkerID(i), want{RoleWorker, i, plan.Worker})
+		add(elastic.WorkerID(i), want{elastic.RoleWorker, i, plan.Worker})
 	}
 
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return elastic.ErrClosed
 	}
 	var started, stopped []*proc
 	for id, p := range s.procs {
@@ -343,7 +343,7 @@ func (s *ProcessScaler) Scale(ctx context.Context, plan Plan) error {
 }
 
 // Plan implements Scaler.
-func (s *ProcessScaler) Plan() Plan {
+func (s *Scaler) Plan() elastic.Plan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.plan
@@ -351,13 +351,13 @@ func (s *ProcessScaler) Plan() Plan {
 
 // Processes returns the processes of the plan (and the coordinator): the coordinator first,
 // then the servers and the workers in index order. After Close, the ones it stopped.
-func (s *ProcessScaler) Processes() []ProcessStatus {
+func (s *Scaler) Processes() []Status {
 	s.mu.Lock()
 	ps := make([]*proc, 0, len(s.procs))
 	for _, p := range s.procs {
 		ps = append(ps, p)
 	}
-	out := make([]ProcessStatus, 0, len(ps))
+	out := make([]Status, 0, len(ps))
 	slices.SortFunc(ps, func(a, b *proc) int {
 		if ra, rb := roleRank(a.role), roleRank(b.role); ra != rb {
 			return ra - rb
@@ -365,18 +365,18 @@ func (s *ProcessScaler) Processes() []ProcessStatus {
 		return a.index - b.index
 	})
 	for _, p := range ps {
-		out = append(out, ProcessStatus{Role: p.role, ID: p.id, Pid: p.pid, Restarts: p.restarts,
+		out = append(out, Status{Role: p.role, ID: p.id, Pid: p.pid, Restarts: p.restarts,
 			Running: p.running, Done: p.finished, Exit: p.exit, Err: p.result})
 	}
 	s.mu.Unlock()
 	return out
 }
 
-func roleRank(r Role) int {
+func roleRank(r elastic.Role) int {
 	switch r {
-	case RoleCoordinator:
+	case elastic.RoleCoordinator:
 		return 0
-	case RoleServer:
+	case elastic.RoleServer:
 		return 1
 	}
 	return 2
@@ -386,8 +386,8 @@ func roleRank(r Role) int {
 // its process exited with status 0, ErrProcessStopped when Scale or Close stopped it,
 // ErrRestartLimit (with the last exit) when it failed once more than MaxRestarts allows, the
 // failure to start, or ErrNoProcess for a node id the scaler never ran. Wait(ctx,
-// CoordinatorID) waits for the job to end.
-func (s *ProcessScaler) Wait(ctx context.Context, id string) error {
+// elastic.CoordinatorID) waits for the job to end.
+func (s *Scaler) Wait(ctx context.Context, id string) error {
 	s.mu.Lock()
 	p := s.last[id]
 	s.mu.Unlock()
@@ -405,13 +405,13 @@ func (s *ProcessScaler) Wait(ctx context.Context, id string) error {
 // Close implements Scaler: it stops every process (the workers and the coordinator first, so
 // that a coordinator's final checkpoint finds its servers up, then the servers), each with
 // SIGTERM and, after StopGrace, SIGKILL, and waits for every one. Idempotent.
-func (s *ProcessScaler) Close() error {
+func (s *Scaler) Close() error {
 	s.mu.Lock()
 	var first, servers []*proc
 	if !s.closed {
 		s.closed = true
 		for _, p := range s.procs {
-			if p.role == RoleServer {
+			if p.role == elastic.RoleServer {
 				servers = append(servers, p)
 			} else {
 				first = append(first, p)
@@ -432,7 +432,7 @@ func (s *ProcessScaler) Close() error {
 }
 
 // supervise runs node id p until it is done for good.
-func (s *ProcessScaler) supervise(p *proc) {
+func (s *Scaler) supervise(p *proc) {
 	defer s.wg.Done()
 	result := s.run(p)
 	s.mu.Lock()
@@ -443,7 +443,7 @@ func (s *ProcessScaler) supervise(p *proc) {
 
 // run starts p's process, and again after each abnormal exit up to the limit, and returns
 // Wait's outcome.
-func (s *ProcessScaler) run(p *proc) error {
+func (s *Scaler) run(p *proc) error {
 	launched := sync.OnceFunc(func() { close(p.launched) })
 	defer launched()
 	if p.prev != nil {
@@ -469,7 +469,7 @@ func (s *ProcessScaler) run(p *proc) error {
 		}
 		cmd := exec.Command(s.cfg.Binary, s.cfg.Args(l)...)
 		cmd.Dir = s.cfg.Dir
-		if s.cfg.Env != nil || p.size != (Resources{}) {
+		if s.cfg.Env != nil || p.size != (elastic.Resources{}) {
 			cmd.Env = append(os.Environ(), sizeEnv(p.size)...)
 			if s.cfg.Env != nil {
 				cmd.Env = append(cmd.Env, s.cfg.Env(l)...)
@@ -483,7 +483,7 @@ func (s *ProcessScaler) run(p *proc) error {
 				p.startErr = err
 			}
 			log.Error("process could not be started", "restart", restart, "err", err)
-			s.emit(ProcessEvent{Launch: l, Exited: true, Err: err, Final: true})
+			s.emit(Event{Launch: l, Exited: true, Err: err, Final: true})
 			return err
 		}
 		pid := cmd.Process.Pid
@@ -491,7 +491,7 @@ func (s *ProcessScaler) run(p *proc) error {
 		p.pid, p.restarts, p.running = pid, restart, true
 		s.mu.Unlock()
 		log.Info("process started", "pid", pid, "restart", restart)
-		s.emit(ProcessEvent{Launch: l, Pid: pid})
+		s.emit(Event{Launch: l, Pid: pid})
 		launched()
 
 		err, stopped := s.wait(p, cmd)
@@ -501,7 +501,7 @@ func (s *ProcessScaler) run(p *proc) error {
 		s.mu.Lock()
 		p.running, p.exit = false, err
 		s.mu.Unlock()
-		ev := ProcessEvent{Launch: l, Pid: pid, Exited: true, Err: err, Final: true}
+		ev := Event{Launch: l, Pid: pid, Exited: true, Err: err, Final: true}
 		switch {
 		case stopped:
 			log.Info("process stopped", "pid", pid, "exit", exitString(err))
@@ -523,7 +523,7 @@ func (s *ProcessScaler) run(p *proc) error {
 }
 
 // wait waits for cmd to exit, stopping it if p is told to stop meanwhile (or was already).
-func (s *ProcessScaler) wait(p *proc, cmd *exec.Cmd) (err error, stopped bool) {
+func (s *Scaler) wait(p *proc, cmd *exec.Cmd) (err error, stopped bool) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	select {
@@ -550,7 +550,7 @@ func (s *ProcessScaler) wait(p *proc, cmd *exec.Cmd) (err error, stopped bool) {
 	return <-exited, true
 }
 
-func (s *ProcessScaler) emit(ev ProcessEvent) {
+func (s *Scaler) emit(ev Event) {
 	if s.cfg.OnEvent != nil {
 		s.cfg.OnEvent(ev)
 	}
@@ -566,7 +566,7 @@ func exitString(err error) string {
 
 // sizeEnv is the Go runtime's environment for a process of size r: GOMAXPROCS (the CPUs,
 // rounded up) and GOMEMLIMIT (the memory), those that are set.
-func sizeEnv(r Resources) []string {
+func sizeEnv(r elastic.Resources) []string {
 	var env []string
 	if r.CPUs > 0 {
 		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", int(math.Ceil(r.CPUs))))

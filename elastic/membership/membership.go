@@ -1,8 +1,8 @@
-package elastic
+package membership
 
-// # Membership
+// # Gossip
 //
-// A Membership is one process's view of which processes of the job are alive: parameter servers,
+// A Gossip is one process's view of which processes of the job are alive: parameter servers,
 // workers and the coordinator, gossiped with hashicorp/memberlist (SWIM: probes, indirect probes,
 // suspicion, push-pull anti-entropy). Every process gossips its Member (role, node id,
 // incarnation, RPC address, host id) as its node meta. The coordinator uses the view to find
@@ -41,105 +41,30 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
+
 	"github.com/elasticps/elasticps/internal/rpc"
 	"github.com/hashicorp/memberlist"
 )
 
-// ErrNoSeed is returned by NewMembership and Membership.Join when no seed could be joined: none
+// ErrNoSeed is returned by New and Gossip.Join when no seed could be joined: none
 // answered, or none accepted this node (a wrong cluster secret looks the same).
 var ErrNoSeed = errors.New("elastic: could not join any seed")
 
-// Role is what a member of the job does.
-type Role uint8
+// validRole reports whether r is one of the roles (the zero Role is none).
+func validRole(r elastic.Role) bool { return r >= elastic.RoleServer && r <= elastic.RoleCoordinator }
 
-// The roles; the zero Role is none (invalid in a Member).
-const (
-	RoleServer      Role = iota + 1 // a parameter server
-	RoleWorker                      // a worker
-	RoleCoordinator                 // the job's coordinator
-)
+// nodeName is m's memberlist node name, unique per process incarnation.
+func nodeName(m elastic.Member) string { return m.ID + "/" + strconv.FormatUint(m.Incarnation, 16) }
 
-// String returns "ps", "worker" or "coordinator".
-func (r Role) String() string {
-	switch r {
-	case RoleServer:
-		return "ps"
-	case RoleWorker:
-		return "worker"
-	case RoleCoordinator:
-		return "coordinator"
-	}
-	return fmt.Sprintf("Role(%d)", uint8(r))
-}
-
-func (r Role) valid() bool { return r >= RoleServer && r <= RoleCoordinator }
-
-// Member is one process of the job as gossip knows it.
-type Member struct {
-	// Role is what the process does.
-	Role Role
-	// ID is the node id, such as "ps-0" or "worker-3"; a restarted process keeps it.
-	ID string
-	// Incarnation is new each time the process starts; never 0.
-	Incarnation uint64
-	// Addr is the process's RPC address, host:port.
-	Addr string
-	// Host identifies the machine: processes with the same Host share shared memory.
-	Host string
-	// Gossip is the member's gossip address, host:port. It is not gossiped in the meta but
-	// filled from memberlist.
-	Gossip string
-}
-
-// nodeName is the member's memberlist node name, unique per process incarnation.
-func (m Member) nodeName() string { return m.ID + "/" + strconv.FormatUint(m.Incarnation, 16) }
-
-// MemberEventKind is what happened to a member.
-type MemberEventKind uint8
-
-// The kinds of MemberEvent.
-const (
-	// MemberJoined: the member is alive (it joined, or this process learnt of it).
-	MemberJoined MemberEventKind = iota + 1
-	// MemberLeft: the member left gracefully (Membership.Leave or Close).
-	MemberLeft
-	// MemberFailed: gossip declared the member dead (it stopped answering probes). A leave
-	// whose announcement was missed is also reported as a failure, never the reverse.
-	MemberFailed
-	// MemberUpdated: the member's meta changed.
-	MemberUpdated
-)
-
-// String returns "joined", "left", "failed" or "updated".
-func (k MemberEventKind) String() string {
-	switch k {
-	case MemberJoined:
-		return "joined"
-	case MemberLeft:
-		return "left"
-	case MemberFailed:
-		return "failed"
-	case MemberUpdated:
-		return "updated"
-	}
-	return fmt.Sprintf("MemberEventKind(%d)", uint8(k))
-}
-
-// MemberEvent is a change in the membership: Kind happened to Member, which may be the local
-// process (its own MemberJoined comes first, its MemberLeft when it leaves).
-type MemberEvent struct {
-	Kind   MemberEventKind
-	Member Member
-}
-
-// MembershipConfig configures a Membership. The zero value of every field but Self (Role, ID,
+// Config configures a Gossip. The zero value of every field but Self (Role, ID,
 // Incarnation, Addr) and Secret means its default; the failure-detection defaults are
 // memberlist.DefaultLANConfig's.
-type MembershipConfig struct {
+type Config struct {
 	// Self is this process. Role, ID, Incarnation (not 0) and Addr are required; Host
 	// defaults to os.Hostname(). ID, Addr and Host are at most 255 bytes each, and together
 	// must fit in memberlist's 512 bytes of node meta. Gossip is ignored.
-	Self Member
+	Self elastic.Member
 	// Bind is the gossip address, host:port, for both UDP and TCP. Port 0 picks a free port
 	// (LocalAddr tells which). Default "0.0.0.0:7946". Unused with a Transport.
 	Bind string
@@ -192,20 +117,20 @@ type MembershipConfig struct {
 	// Transport, if set, carries the gossip instead of UDP and TCP sockets (say,
 	// memberlist.MockNetwork's transports in tests); a memberlist.NodeAwareTransport is used as
 	// such. Its streams are guarded as the sockets' are (HandshakeTimeout, MaxHandshakes). The
-	// Membership shuts it down at Close.
+	// Gossip shuts it down at Close.
 	Transport memberlist.Transport
 	// OnEvent, if set, receives every MemberEvent, in order, from one goroutine. It must not
 	// block for long: events queue up behind it (without bound, so gossip never waits).
-	OnEvent func(MemberEvent)
+	OnEvent func(elastic.MemberEvent)
 	// Logger receives the membership's events, and memberlist's own log at debug level. Nil
 	// discards.
 	Logger *slog.Logger
 }
 
 // Validate reports every problem of c at once.
-func (c MembershipConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
-	if !c.Self.Role.valid() {
+	if !validRole(c.Self.Role) {
 		errs = append(errs, fmt.Errorf("Self.Role %v is not a valid role", c.Self.Role))
 	}
 	if c.Self.ID == "" {
@@ -267,14 +192,14 @@ func (c MembershipConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("MaxHandshakesPerHost %d is above MaxHandshakes %d", c.MaxHandshakesPerHost, c.MaxHandshakes))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
 // withDefaults fills the defaults memberlist does not: Logger, LeaveTimeout, the guard of the
 // gossip port and Self.Host.
-func (c MembershipConfig) withDefaults() (MembershipConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -294,7 +219,7 @@ func (c MembershipConfig) withDefaults() (MembershipConfig, error) {
 	if c.Self.Host == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
-			return c, fmt.Errorf("%w: Self.Host is not set and os.Hostname failed: %v", ErrInvalidConfig, err)
+			return c, fmt.Errorf("%w: Self.Host is not set and os.Hostname failed: %v", elastic.ErrInvalidConfig, err)
 		}
 		c.Self.Host = h[:max(0, min(len(h), maxMetaStr, metaRoom(c.Self)))]
 	}
@@ -315,12 +240,12 @@ func splitHostPort(a string) (string, int, error) {
 	return host, int(port), nil
 }
 
-// Membership is this process's membership of the job's gossip: it gossips its Member as node
+// Gossip is this process's membership of the job's gossip: it gossips its Member as node
 // meta, and reports the others joining, leaving and failing (MemberEvent). A restarted process
 // is a new member (its node name holds the incarnation), never the old one come back. Events
 // are hints: the coordinator confirms them (Coordinator.Observe). It is safe for concurrent use.
-type Membership struct {
-	cfg    MembershipConfig
+type Gossip struct {
+	cfg    Config
 	log    *slog.Logger
 	ml     *memberlist.Memberlist
 	gate   *streamGate // the transport memberlist uses: the guard of the gossip port
@@ -339,9 +264,9 @@ type Membership struct {
 	closeErr  error
 }
 
-// NewMembership starts gossiping cfg.Self and joins cfg.Seeds, if any; it fails (ErrNoSeed)
+// New starts gossiping cfg.Self and joins cfg.Seeds, if any; it fails (ErrNoSeed)
 // when none of them can be joined. ctx bounds the join.
-func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, error) {
+func New(ctx context.Context, cfg Config) (*Gossip, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -349,7 +274,7 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 	if err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg, log: cfg.Logger.With("member", cfg.Self.nodeName()), quit: make(chan struct{})}
+	m := &Gossip{cfg: cfg, log: cfg.Logger.With("member", nodeName(cfg.Self)), quit: make(chan struct{})}
 	m.meta = newMetaDelegate(memberMeta{Member: cfg.Self})
 	if cfg.OnEvent != nil {
 		m.events = startEventQueue(cfg.OnEvent)
@@ -381,15 +306,15 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 
 // Join contacts the gossip addresses seeds and merges their view of the job; it returns how
 // many it joined, and ErrNoSeed if none. ctx bounds the wait; a seed being tried when ctx ends
-// is given up after MembershipConfig.TCPTimeout at the latest, which Close waits for.
-func (m *Membership) Join(ctx context.Context, seeds ...string) (int, error) {
+// is given up after Config.TCPTimeout at the latest, which Close waits for.
+func (m *Gossip) Join(ctx context.Context, seeds ...string) (int, error) {
 	if len(seeds) == 0 {
 		return 0, nil
 	}
 	m.mu.Lock()
 	if m.down {
 		m.mu.Unlock()
-		return 0, ErrClosed
+		return 0, elastic.ErrClosed
 	}
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -412,7 +337,7 @@ func (m *Membership) Join(ctx context.Context, seeds ...string) (int, error) {
 }
 
 // join tries the seeds one at a time, stopping early when ctx ends or gossip stops.
-func (m *Membership) join(ctx context.Context, seeds []string) (int, error) {
+func (m *Gossip) join(ctx context.Context, seeds []string) (int, error) {
 	n := 0
 	var errs []error
 	for _, s := range seeds {
@@ -420,7 +345,7 @@ func (m *Membership) join(ctx context.Context, seeds []string) (int, error) {
 		case <-ctx.Done():
 			return n, ctx.Err()
 		case <-m.quit:
-			return n, ErrClosed
+			return n, elastic.ErrClosed
 		default:
 		}
 		k, err := m.ml.Join([]string{s})
@@ -438,7 +363,7 @@ func (m *Membership) join(ctx context.Context, seeds []string) (int, error) {
 // Members returns the members alive as this process sees it, itself included, sorted by role,
 // then id, then incarnation. Suspected members count as alive; members leaving do not. After
 // Close it returns nil.
-func (m *Membership) Members() []Member {
+func (m *Gossip) Members() []elastic.Member {
 	m.mu.Lock()
 	down := m.down
 	m.mu.Unlock()
@@ -450,8 +375,8 @@ func (m *Membership) Members() []Member {
 
 // Lookup returns the alive member with role and id; if several incarnations are alive (a
 // restarted process whose predecessor is not yet declared failed), the newest.
-func (m *Membership) Lookup(role Role, id string) (Member, bool) {
-	var found Member
+func (m *Gossip) Lookup(role elastic.Role, id string) (elastic.Member, bool) {
+	var found elastic.Member
 	for _, mb := range m.Members() {
 		if mb.Role == role && mb.ID == id && mb.Incarnation > found.Incarnation {
 			found = mb
@@ -462,18 +387,18 @@ func (m *Membership) Lookup(role Role, id string) (Member, bool) {
 
 // LocalAddr returns this process's gossip address, host:port, as other members reach it: the
 // one to give others as a seed (with Bind port 0, it tells the port picked).
-func (m *Membership) LocalAddr() string { return m.view.localAddr() }
+func (m *Gossip) LocalAddr() string { return m.view.localAddr() }
 
 // Leave tells the other members that this process leaves, so that they see MemberLeft rather
 // than, later, MemberFailed, and waits until that is gossiped, for at most
-// MembershipConfig.LeaveTimeout or until ctx ends. The process is then no member any more but
+// Config.LeaveTimeout or until ctx ends. The process is then no member any more but
 // keeps gossiping until Close; it cannot join again (a new incarnation can). Leaving again is
 // harmless.
-func (m *Membership) Leave(ctx context.Context) error {
+func (m *Gossip) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	if m.down {
 		m.mu.Unlock()
-		return ErrClosed
+		return elastic.ErrClosed
 	}
 	done := m.leaveLocked()
 	m.mu.Unlock()
@@ -494,7 +419,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 // memberlist (v0.7.0) does not tell its EventDelegate whether a node left or died (the State
 // of the node NotifyLeave gets is always StateAlive, hashicorp/memberlist#293), so a leaving
 // member first gossips its meta marked leaving; a member whose last meta is so marked left.
-func (m *Membership) leaveLocked() <-chan struct{} {
+func (m *Gossip) leaveLocked() <-chan struct{} {
 	if m.leaveDone == nil {
 		done := make(chan struct{})
 		m.leaveDone = done
@@ -516,10 +441,10 @@ func (m *Membership) leaveLocked() <-chan struct{} {
 // Close leaves (unless Leave did), stops gossip and joins every goroutine of the membership,
 // after delivering the events already queued. A leave that times out is logged, not returned.
 // Close is idempotent.
-func (m *Membership) Close() error { return m.closeWith(true) }
+func (m *Gossip) Close() error { return m.closeWith(true) }
 
 // closeWith closes, leaving first if leave.
-func (m *Membership) closeWith(leave bool) error {
+func (m *Gossip) closeWith(leave bool) error {
 	m.closeOnce.Do(func() {
 		m.closeErr = m.shutdown(leave)
 		m.wg.Wait()
@@ -531,7 +456,7 @@ func (m *Membership) closeWith(leave bool) error {
 
 // shutdown stops gossip, after a leave if leave; later calls do nothing. A leave under way is
 // waited for in any case: memberlist must not be shut down under it.
-func (m *Membership) shutdown(leave bool) error {
+func (m *Gossip) shutdown(leave bool) error {
 	m.mu.Lock()
 	if m.down {
 		m.mu.Unlock()
@@ -557,4 +482,4 @@ func (m *Membership) shutdown(leave bool) error {
 }
 
 // crash stops gossip without leaving, as a killed process would (tests).
-func (m *Membership) crash() error { return m.shutdown(false) }
+func (m *Gossip) crash() error { return m.shutdown(false) }

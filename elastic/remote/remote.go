@@ -1,4 +1,4 @@
-package elastic
+package remote
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/elasticps/elasticps/elastic"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/rpc"
@@ -68,8 +70,8 @@ func register(reg Registrar, hs map[uint16]rpc.Handler) error {
 }
 
 // ServeServer registers the server agent of l on reg (the server's own *ps.Server): the
-// coordinator's RemoteServer drives it from another process.
-func ServeServer(reg Registrar, l *LocalServer) error {
+// coordinator's Server drives it from another process.
+func ServeServer(reg Registrar, l *elastic.LocalServer) error {
 	table := func(b []byte) (*ps.OwnerTable, error) {
 		t, rest, err := ps.DecodeOwnerTable(b)
 		if err != nil || len(rest) != 0 {
@@ -85,15 +87,15 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			if err != nil {
 				return remoteErr(err)
 			}
-			if m.inc != 0 && m.inc != l.inc {
-				return remoteErr(fmt.Errorf("%w: server %s is incarnation %x, the call is for %x", ErrReplaced, l.srv.ID(), l.inc, m.inc))
+			if m.inc != 0 && m.inc != l.Incarnation() {
+				return remoteErr(fmt.Errorf("%w: server %s is incarnation %x, the call is for %x", elastic.ErrReplaced, l.Node().ID, l.Incarnation(), m.inc))
 			}
 			return remoteErr(f(ctx, m, resp))
 		}
 	}
 	handle := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return read(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
-			if err := l.obeys(m.coord); err != nil {
+			if err := l.Obeys(m.coord); err != nil {
 				return err
 			}
 			return f(ctx, m, resp)
@@ -126,7 +128,7 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			if err != nil {
 				return err
 			}
-			return l.Restore(ctx, m.step, t, RestoreMode(m.mode))
+			return l.Restore(ctx, m.step, t, elastic.RestoreMode(m.mode))
 		}),
 		methodInstall: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
 			t, err := table(m.table)
@@ -147,7 +149,7 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 			if err != nil {
 				return err
 			}
-			info, err := l.Snapshot(ctx, m.step, SnapshotProgress{Committed: committed, Accepted: accepted})
+			info, err := l.Snapshot(ctx, m.step, elastic.SnapshotProgress{Committed: committed, Accepted: accepted})
 			if err != nil {
 				return err
 			}
@@ -184,8 +186,8 @@ func ServeServer(reg Registrar, l *LocalServer) error {
 }
 
 // ServeControl registers the workers' control calls of c on reg (the coordinator process's RPC
-// server, e.g. the *shardnet.Server of its dispatcher): RemoteControl calls them.
-func ServeControl(reg Registrar, c *Coordinator) error {
+// server, e.g. the *shardnet.Server of its dispatcher): Control calls them.
+func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 	handle := func(f func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
 			m, err := decodeWorkerMsg(req)
@@ -198,7 +200,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 	return register(reg, map[uint16]rpc.Handler{
 		methodJoin: handle(func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error {
 			if m.batch > maxBatch {
-				return fmt.Errorf("%w: batch size %d", ErrInvalidConfig, m.batch)
+				return fmt.Errorf("%w: batch size %d", elastic.ErrInvalidConfig, m.batch)
 			}
 			epoch, err := c.Join(ctx, m.worker, int(m.batch))
 			if err == nil {
@@ -237,7 +239,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			if len(req) != 0 {
 				return remoteErr(errMalformed)
 			}
-			b, err := encodeStatus(c.Status())
+			b, err := json.Marshal(c.Status())
 			if err == nil {
 				resp.Write(enc(nil).bytes(b))
 			}
@@ -250,7 +252,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 				return remoteErr(err)
 			}
 			if workers > maxParallelism || servers > maxParallelism {
-				return remoteErr(fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers))
+				return remoteErr(fmt.Errorf("%w: %d workers, %d servers", elastic.ErrInvalidConfig, workers, servers))
 			}
 			return remoteErr(c.SetParallelism(ctx, int(workers), int(servers)))
 		},
@@ -267,18 +269,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			if err := d.end(); err != nil {
 				return remoteErr(err)
 			}
-			if c.cfg.ServerAt == nil {
-				return remoteErr(fmt.Errorf("elastic: the coordinator cannot reach servers it is told of (Config.ServerAt): %w", errors.ErrUnsupported))
-			}
-			servers := make([]ParameterServer, len(nodes))
-			for i, node := range nodes {
-				s, err := c.cfg.ServerAt(node)
-				if err != nil {
-					return remoteErr(fmt.Errorf("elastic: server %s at %s: %w", node.ID, node.Addr, err))
-				}
-				servers[i] = s
-			}
-			return remoteErr(c.AddServers(ctx, servers...))
+			return remoteErr(c.AddServersAt(ctx, nodes...))
 		},
 		methodRemoveServers: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			d := dec{b: req}
@@ -302,7 +293,7 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 				return remoteErr(err)
 			}
 			if window <= 0 || window > time.Hour || maxMoves > 1<<20 || !(over > 1) || math.IsInf(over, 0) {
-				return remoteErr(fmt.Errorf("%w: rebalance over %v in %v, at most %d moves", ErrInvalidConfig, over, window, maxMoves))
+				return remoteErr(fmt.Errorf("%w: rebalance over %v in %v, at most %d moves", elastic.ErrInvalidConfig, over, window, maxMoves))
 			}
 			moves, err := c.Rebalance(ctx, over, window, int(maxMoves))
 			if err == nil {
@@ -311,12 +302,12 @@ func ServeControl(reg Registrar, c *Coordinator) error {
 			return remoteErr(err)
 		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
-			var p Plan
+			var p elastic.Plan
 			if err := json.Unmarshal(req, &p); err != nil {
 				return remoteErr(fmt.Errorf("%w: plan: %v", errMalformed, err))
 			}
 			if p.Workers > maxParallelism || p.Servers > maxParallelism {
-				return remoteErr(fmt.Errorf("%w: plan %v", ErrInvalidConfig, p))
+				return remoteErr(fmt.Errorf("%w: plan %v", elastic.ErrInvalidConfig, p))
 			}
 			return remoteErr(c.SetPlan(ctx, p))
 		},
@@ -329,8 +320,8 @@ const maxBatch = 1 << 30
 // maxParallelism bounds the workers and servers a remote SetParallelism may ask for.
 const maxParallelism = 1 << 20
 
-// RemoteConfig configures a RemoteServer or RemoteControl.
-type RemoteConfig struct {
+// Config configures a Server or Control.
+type Config struct {
 	// Addr is the RPC address of the process serving the protocol. Required.
 	Addr string
 	// Secret is the cluster secret. Required.
@@ -349,19 +340,19 @@ type remote struct {
 	rpc  *rpc.Client
 }
 
-func newRemote(cfg RemoteConfig) (remote, error) {
+func newRemote(cfg Config) (remote, error) {
 	if err := rpc.ValidateSecret(cfg.Secret); err != nil {
-		return remote{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return remote{}, fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, err)
 	}
 	if cfg.Addr == "" {
-		return remote{}, fmt.Errorf("%w: a remote needs Addr", ErrInvalidConfig)
+		return remote{}, fmt.Errorf("%w: a remote needs Addr", elastic.ErrInvalidConfig)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c, err := rpc.NewClient(rpc.ClientConfig{Secret: cfg.Secret, Transport: cfg.Transport, Logger: cfg.Logger, ConnsPerAddr: 1, TLS: cfg.TLS})
 	if err != nil {
-		return remote{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return remote{}, fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, err)
 	}
 	return remote{addr: cfg.Addr, rpc: c}, nil
 }
@@ -370,7 +361,7 @@ func newRemote(cfg RemoteConfig) (remote, error) {
 func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d *dec)) error {
 	resp, err := r.rpc.Call(ctx, r.addr, method, req)
 	if errors.Is(err, rpc.ErrUnavailable) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", elastic.ErrUnavailable, err)
 	}
 	if err != nil {
 		return localErr(r.addr, err)
@@ -386,48 +377,48 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 	return nil
 }
 
-// RemoteServer is a parameter server in another process, driven through its server agent
+// Server is a parameter server in another process, driven through its server agent
 // (ServeServer): the coordinator's ParameterServer for multi-process jobs.
-type RemoteServer struct {
+type Server struct {
 	remote
 	node  ps.Node
 	inc   atomic.Uint64 // Admit's incarnation: every call is meant for it
 	coord atomic.Uint64 // Lead's coordinator incarnation: every call is made as it
 }
 
-var _ ParameterServer = (*RemoteServer)(nil)
+var _ elastic.ParameterServer = (*Server)(nil)
 
-// NewRemoteServer returns the remote server node (node.Addr is its RPC address).
-func NewRemoteServer(node ps.Node, cfg RemoteConfig) (*RemoteServer, error) {
+// NewServer returns the remote server node (node.Addr is its RPC address).
+func NewServer(node ps.Node, cfg Config) (*Server, error) {
 	cfg.Addr = node.Addr
 	r, err := newRemote(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &RemoteServer{remote: r, node: node}, nil
+	return &Server{remote: r, node: node}, nil
 }
 
 // Close closes the connections. Idempotent.
-func (s *RemoteServer) Close() error { return s.rpc.Close() }
+func (s *Server) Close() error { return s.rpc.Close() }
 
 // Node implements ParameterServer.
-func (s *RemoteServer) Node() ps.Node { return s.node }
+func (s *Server) Node() ps.Node { return s.node }
 
 // InstallTable implements ParameterServer.
-func (s *RemoteServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
+func (s *Server) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
 	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Fence implements ParameterServer.
-func (s *RemoteServer) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
+func (s *Server) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
 	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), floor: floor, epochs: epochs}.append(nil), nil)
 }
 
 // Snapshot implements ParameterServer.
-func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error) {
+func (s *Server) Snapshot(ctx context.Context, step uint64, at elastic.SnapshotProgress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
 	msg := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step,
-		done: appendProgress(nil, at.Committed), acc: appendProgress(nil, at.Accepted)}
+		done: progressBytes(at.Committed), acc: progressBytes(at.Accepted)}
 	err := s.call(ctx, methodSnapshot, msg.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})
@@ -435,7 +426,7 @@ func (s *RemoteServer) Snapshot(ctx context.Context, step uint64, at SnapshotPro
 }
 
 // WaitPersisted implements ParameterServer.
-func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
+func (s *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	var ref checkpoint.ManifestRef
 	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step}.append(nil), func(d *dec) {
 		ref = checkpoint.ManifestRef{Node: d.str(), Step: d.u64(), Name: d.str(), Size: int64(d.u64()), Sum: d.u64()}
@@ -444,18 +435,18 @@ func (s *RemoteServer) WaitPersisted(ctx context.Context, step uint64) (checkpoi
 }
 
 // Verify implements ParameterServer.
-func (s *RemoteServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+func (s *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Load implements ParameterServer.
-func (s *RemoteServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+func (s *Server) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
 // Health implements ParameterServer; it is answered by whichever incarnation runs.
-func (s *RemoteServer) Health(ctx context.Context) (ServerHealth, error) {
-	var h ServerHealth
+func (s *Server) Health(ctx context.Context) (elastic.ServerHealth, error) {
+	var h elastic.ServerHealth
 	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
 		h.Incarnation, h.TableVersion, h.Leader, h.Snapshot = d.u64(), d.u64(), d.u64(), d.u64()
 		if len(d.b) > 0 {
@@ -466,7 +457,7 @@ func (s *RemoteServer) Health(ctx context.Context) (ServerHealth, error) {
 }
 
 // Lead implements ParameterServer: later calls are made as coordinator incarnation inc.
-func (s *RemoteServer) Lead(ctx context.Context, inc uint64) error {
+func (s *Server) Lead(ctx context.Context, inc uint64) error {
 	if err := s.call(ctx, methodLead, serverMsg{inc: s.inc.Load(), coord: inc}.append(nil), nil); err != nil {
 		return err
 	}
@@ -475,7 +466,7 @@ func (s *RemoteServer) Lead(ctx context.Context, inc uint64) error {
 }
 
 // Table implements ParameterServer.
-func (s *RemoteServer) Table(ctx context.Context) (*ps.OwnerTable, error) {
+func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	var t *ps.OwnerTable
 	err := s.call(ctx, methodTable, serverMsg{inc: s.inc.Load()}.append(nil), func(d *dec) {
 		if len(d.b) == 0 {
@@ -493,27 +484,27 @@ func (s *RemoteServer) Table(ctx context.Context) (*ps.OwnerTable, error) {
 }
 
 // Admit implements ParameterServer.
-func (s *RemoteServer) Admit(inc uint64) { s.inc.Store(inc) }
+func (s *Server) Admit(inc uint64) { s.inc.Store(inc) }
 
 // Restore implements ParameterServer.
-func (s *RemoteServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
+func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
 	return s.call(ctx, methodRestore, m.append(nil), nil)
 }
 
-// RemoteControl is a coordinator in another process (ServeControl), as a worker's Session uses
+// Control is a coordinator in another process (ServeControl), as a worker's Session uses
 // it. Its calls wait out a coordinator that cannot be reached (not up yet, restarting, a lost
 // connection) by trying again until ctx ends: each is safe to repeat.
-type RemoteControl struct{ remote }
+type Control struct{ remote }
 
 // controlRetry is the wait between attempts to reach the coordinator.
 const controlRetry = 200 * time.Millisecond
 
 // retry runs call until it does not fail for want of the coordinator, or ctx ends.
-func (c *RemoteControl) retry(ctx context.Context, call func() error) error {
+func (c *Control) retry(ctx context.Context, call func() error) error {
 	for {
 		err := call()
-		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
+		if !errors.Is(err, elastic.ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
 			return err
 		}
 		if werr := wait.Sleep(ctx, controlRetry); werr != nil {
@@ -522,24 +513,24 @@ func (c *RemoteControl) retry(ctx context.Context, call func() error) error {
 	}
 }
 
-var _ Control = (*RemoteControl)(nil)
+var _ elastic.Control = (*Control)(nil)
 
-// NewRemoteControl returns the worker-side client of the coordinator at cfg.Addr.
-func NewRemoteControl(cfg RemoteConfig) (*RemoteControl, error) {
+// NewControl returns the worker-side client of the coordinator at cfg.Addr.
+func NewControl(cfg Config) (*Control, error) {
 	r, err := newRemote(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &RemoteControl{r}, nil
+	return &Control{r}, nil
 }
 
 // Close closes the connection. Idempotent.
-func (c *RemoteControl) Close() error { return c.rpc.Close() }
+func (c *Control) Close() error { return c.rpc.Close() }
 
 // Join implements Control.
-func (c *RemoteControl) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
+func (c *Control) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if batchSize < 0 {
-		return 0, fmt.Errorf("%w: batch size %d", ErrInvalidConfig, batchSize)
+		return 0, fmt.Errorf("%w: batch size %d", elastic.ErrInvalidConfig, batchSize)
 	}
 	var epoch uint64
 	err := c.retry(ctx, func() error {
@@ -549,7 +540,7 @@ func (c *RemoteControl) Join(ctx context.Context, worker string, batchSize int) 
 }
 
 // Begin implements Control: it calls again while the coordinator holds it at a barrier.
-func (c *RemoteControl) Begin(ctx context.Context, worker string, epoch uint64) error {
+func (c *Control) Begin(ctx context.Context, worker string, epoch uint64) error {
 	for {
 		err := c.retry(ctx, func() error {
 			return c.call(ctx, methodBegin, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
@@ -561,14 +552,14 @@ func (c *RemoteControl) Begin(ctx context.Context, worker string, epoch uint64) 
 }
 
 // End implements Control.
-func (c *RemoteControl) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
+func (c *Control) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok}.append(nil), nil)
 	})
 }
 
 // Leave implements Control.
-func (c *RemoteControl) Leave(ctx context.Context, worker string, epoch uint64) error {
+func (c *Control) Leave(ctx context.Context, worker string, epoch uint64) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodLeave, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
 	})
@@ -576,26 +567,30 @@ func (c *RemoteControl) Leave(ctx context.Context, worker string, epoch uint64) 
 
 // Status returns the job's status (Coordinator.Status) from the coordinator's process. Unlike
 // the workers' calls it does not wait for a coordinator that cannot be reached.
-func (c *RemoteControl) Status(ctx context.Context) (Status, error) {
+func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
 	var b []byte
 	err := c.call(ctx, methodStatus, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
 	if err != nil {
-		return Status{}, err
+		return elastic.Status{}, err
 	}
-	return decodeStatus(b)
+	var st elastic.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return elastic.Status{}, fmt.Errorf("elastic: malformed status: %w", err)
+	}
+	return st, nil
 }
 
 // SetParallelism calls Coordinator.SetParallelism in the coordinator's process.
-func (c *RemoteControl) SetParallelism(ctx context.Context, workers, servers int) error {
+func (c *Control) SetParallelism(ctx context.Context, workers, servers int) error {
 	if workers < 0 || servers < 0 {
-		return fmt.Errorf("%w: %d workers, %d servers", ErrInvalidConfig, workers, servers)
+		return fmt.Errorf("%w: %d workers, %d servers", elastic.ErrInvalidConfig, workers, servers)
 	}
 	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
 }
 
 // SetPlan calls Coordinator.SetPlan in the coordinator's process.
-func (c *RemoteControl) SetPlan(ctx context.Context, plan Plan) error {
-	if err := plan.validate(); err != nil {
+func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
+	if err := plan.Validate(); err != nil {
 		return err
 	}
 	b, err := json.Marshal(plan)
@@ -608,7 +603,7 @@ func (c *RemoteControl) SetPlan(ctx context.Context, plan Plan) error {
 // AddServers calls Coordinator.AddServers in the coordinator's process for servers a scheduler
 // started at the given nodes (the coordinator reaches them through its Config.ServerAt); it
 // returns once the slots have moved onto them.
-func (c *RemoteControl) AddServers(ctx context.Context, nodes ...ps.Node) error {
+func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	e := enc(nil).u64(uint64(len(nodes)))
 	for _, n := range nodes {
 		e = e.str(n.ID).str(n.Addr)
@@ -618,7 +613,7 @@ func (c *RemoteControl) AddServers(ctx context.Context, nodes ...ps.Node) error 
 
 // RemoveServers calls Coordinator.RemoveServers in the coordinator's process; once it returns
 // the servers own nothing and may be stopped.
-func (c *RemoteControl) RemoveServers(ctx context.Context, ids ...string) error {
+func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	e := enc(nil).u64(uint64(len(ids)))
 	for _, id := range ids {
 		e = e.str(id)
@@ -628,7 +623,7 @@ func (c *RemoteControl) RemoveServers(ctx context.Context, ids ...string) error 
 
 // Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the number of
 // slots it moved.
-func (c *RemoteControl) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) (int, error) {
+func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) (int, error) {
 	var n uint64
 	err := c.call(ctx, methodRebalance, enc(nil).u64(math.Float64bits(over)).u64(uint64(window)).u64(uint64(maxMoves)), func(d *dec) { n = d.u64() })
 	return int(n), err
@@ -636,6 +631,6 @@ func (c *RemoteControl) Rebalance(ctx context.Context, over float64, window time
 
 // Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not
 // get through is not worth waiting for).
-func (c *RemoteControl) Suspect(ctx context.Context, server, reason string) error {
+func (c *Control) Suspect(ctx context.Context, server, reason string) error {
 	return c.call(ctx, methodSuspect, enc(nil).str(server).str(reason), nil)
 }

@@ -1,4 +1,4 @@
-package elastic
+package membership
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/elastic"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,13 +59,13 @@ func TestGossipPortBoundsConnectionsWithoutTheKey(t *testing.T) {
 		flood            = 150
 		attacker         = "127.0.0.3"
 	)
-	coord := Member{Role: RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.1:9000", Host: "host-a"}
-	ps0 := Member{Role: RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-b"}
-	w0 := Member{Role: RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.4:9000", Host: "host-c"}
+	coord := elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.1:9000", Host: "host-a"}
+	ps0 := elastic.Member{Role: elastic.RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-b"}
+	w0 := elastic.Member{Role: elastic.RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.4:9000", Host: "host-c"}
 	recA, recB, recC := newMemberRecorder(), newMemberRecorder(), newMemberRecorder()
 	// Failure detection as patient as memberlist's defaults: the flood loads the machine, and
 	// a probe answered late is no failure of the port's guard.
-	gossip := func(ip string, self Member, rec *memberRecorder, seeds ...string) MembershipConfig {
+	gossip := func(ip string, self elastic.Member, rec *memberRecorder, seeds ...string) Config {
 		cfg := fastGossip(ip, self, rec, seeds...)
 		cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult = time.Second, 500*time.Millisecond, 4
 		return cfg
@@ -80,7 +82,7 @@ func TestGossipPortBoundsConnectionsWithoutTheKey(t *testing.T) {
 	}()
 	a := startMember(t, cfgA)
 	startMember(t, gossip("127.0.0.2", ps0, recB, a.LocalAddr()))
-	recA.wait(t, MemberJoined, ps0.ID, ps0.Incarnation)
+	recA.wait(t, elastic.MemberJoined, ps0.ID, ps0.Incarnation)
 	_, p, err := net.SplitHostPort(a.LocalAddr())
 	require.NoError(t, err)
 	port, err := strconv.Atoi(p)
@@ -118,9 +120,9 @@ func TestGossipPortBoundsConnectionsWithoutTheKey(t *testing.T) {
 	// A member on another host joins through the flooded one while the flood goes on.
 	<-halfway
 	startMember(t, gossip("127.0.0.4", w0, recC, a.LocalAddr()))
-	recA.wait(t, MemberJoined, w0.ID, w0.Incarnation)
-	recB.wait(t, MemberJoined, w0.ID, w0.Incarnation)
-	recC.wait(t, MemberJoined, ps0.ID, ps0.Incarnation)
+	recA.wait(t, elastic.MemberJoined, w0.ID, w0.Incarnation)
+	recB.wait(t, elastic.MemberJoined, w0.ID, w0.Incarnation)
+	recC.wait(t, elastic.MemberJoined, ps0.ID, ps0.Incarnation)
 	require.NoError(t, <-floodDone)
 	if held >= 0 {
 		// perHost streams in their handshake, and the two the transport may have accepted
@@ -148,7 +150,7 @@ func TestGossipPortBoundsConnectionsWithoutTheKey(t *testing.T) {
 	assert.Positive(t, st.Expired, "idle streams were closed at their handshake's end")
 	assert.Zero(t, open[attacker], "none of the flood is left")
 	for _, e := range recA.snapshot() {
-		assert.False(t, e.Kind == MemberFailed, "no member was taken for failed during the flood: %v", e)
+		assert.False(t, e.Kind == elastic.MemberFailed, "no member was taken for failed during the flood: %v", e)
 	}
 }
 

@@ -1,4 +1,4 @@
-package elastic
+package local
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/elasticps/elasticps/elastic"
+
 	"github.com/elasticps/elasticps/shard"
 )
 
-// LocalScalerConfig configures a LocalScaler.
-type LocalScalerConfig struct {
+// ScalerConfig configures a Scaler.
+type ScalerConfig struct {
 	// Job is the in-process job whose workers the scaler runs. Required.
-	Job *LocalJob
+	Job *Job
 	// Reader gives the reader configuration of a worker (its Source, BatchSize, ...); the
 	// dispatcher is the job's. Required.
 	Reader func(worker string) shard.ReaderConfig
@@ -30,24 +32,24 @@ type LocalScalerConfig struct {
 	Logger *slog.Logger
 }
 
-// LocalScaler is the in-process Scaler: it runs a LocalJob's workers as goroutines, each
+// Scaler is the in-process Scaler: it runs a Job's workers as goroutines, each
 // training through its own Session until the data is done, and starts a worker whose function
-// failed again, up to MaxRestarts. The job's parameter servers are the LocalJob's: a plan must
+// failed again, up to MaxRestarts. The job's parameter servers are the Job's: a plan must
 // keep their number (changing it needs live repartition), and a server is restarted with
-// LocalJob.RestartServer. Safe for concurrent use.
-type LocalScaler struct {
-	cfg LocalScalerConfig
+// Job.RestartServer. Safe for concurrent use.
+type Scaler struct {
+	cfg ScalerConfig
 	log *slog.Logger
 
 	mu      sync.Mutex
-	plan    Plan
+	plan    elastic.Plan
 	workers map[string]*localWorker
 	changed chan struct{} // closed and replaced when a worker ends
 	closed  bool
 	wg      sync.WaitGroup
 }
 
-// localWorker is one worker goroutine of a LocalScaler.
+// localWorker is one worker goroutine of a Scaler.
 type localWorker struct {
 	id       string
 	index    int // i of WorkerID(i)
@@ -60,10 +62,10 @@ type localWorker struct {
 }
 
 // StepFunc trains one batch: the function Session.Step runs.
-type StepFunc = func(ctx context.Context, b *Batch) error
+type StepFunc = func(ctx context.Context, b *elastic.Batch) error
 
-// LocalWorkerStatus is one worker of a LocalScaler.
-type LocalWorkerStatus struct {
+// WorkerStatus is one worker of a Scaler.
+type WorkerStatus struct {
 	ID       string
 	Running  bool
 	Restarts int
@@ -73,10 +75,10 @@ type LocalWorkerStatus struct {
 	Err error
 }
 
-var _ Scaler = (*LocalScaler)(nil)
+var _ elastic.Scaler = (*Scaler)(nil)
 
-// NewLocalScaler returns a scaler that runs no worker yet; Scale starts them.
-func NewLocalScaler(cfg LocalScalerConfig) (*LocalScaler, error) {
+// NewScaler returns a scaler that runs no worker yet; Scale starts them.
+func NewScaler(cfg ScalerConfig) (*Scaler, error) {
 	var errs []error
 	if cfg.Job == nil {
 		errs = append(errs, errors.New("Job is required"))
@@ -91,34 +93,34 @@ func NewLocalScaler(cfg LocalScalerConfig) (*LocalScaler, error) {
 		errs = append(errs, fmt.Errorf("MaxRestarts %d is negative", cfg.MaxRestarts))
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, errors.Join(errs...))
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LocalScaler{cfg: cfg, log: log, workers: map[string]*localWorker{}, changed: make(chan struct{}),
-		plan: Plan{Servers: len(cfg.Job.Servers)}}, nil
+	return &Scaler{cfg: cfg, log: log, workers: map[string]*localWorker{}, changed: make(chan struct{}),
+		plan: elastic.Plan{Servers: len(cfg.Job.Servers)}}, nil
 }
 
 // Scale implements Scaler: it starts workers worker-0 .. worker-(plan.Workers-1) that do not
 // run, and stops (a clean leave) those beyond. A worker that ended (its data done, or given up)
 // is not started again. plan.Servers must be the job's server count. The sizes are not
 // enforced: every worker is a goroutine of this process.
-func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
-	if err := plan.validate(); err != nil {
+func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
+	if err := plan.Validate(); err != nil {
 		return err
 	}
 	if have := s.cfg.Job.serverCount(); plan.Servers != have {
-		return fmt.Errorf("%w: %d parameter servers asked for, the job has %d: change the number through the coordinator (SetParallelism), which moves the slots", ErrInvalidConfig, plan.Servers, have)
+		return fmt.Errorf("%w: %d parameter servers asked for, the job has %d: change the number through the coordinator (SetParallelism), which moves the slots", elastic.ErrInvalidConfig, plan.Servers, have)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return elastic.ErrClosed
 	}
 	for i := range plan.Workers {
-		id := WorkerID(i)
+		id := elastic.WorkerID(i)
 		if _, ok := s.workers[id]; !ok {
 			s.startLocked(id, i)
 		}
@@ -134,7 +136,7 @@ func (s *LocalScaler) Scale(ctx context.Context, plan Plan) error {
 }
 
 // startLocked starts the goroutine of worker id, WorkerID(index). s.mu is held.
-func (s *LocalScaler) startLocked(id string, index int) {
+func (s *Scaler) startLocked(id string, index int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &localWorker{id: id, index: index, cancel: cancel}
 	s.workers[id] = w
@@ -156,7 +158,7 @@ func (s *LocalScaler) startLocked(id string, index int) {
 
 // run trains as worker w until its data is done, starting it again after a failure while it
 // has restarts left.
-func (s *LocalScaler) run(ctx context.Context, w *localWorker) error {
+func (s *Scaler) run(ctx context.Context, w *localWorker) error {
 	for {
 		err := s.session(ctx, w)
 		if err == nil || ctx.Err() != nil {
@@ -177,7 +179,7 @@ func (s *LocalScaler) run(ctx context.Context, w *localWorker) error {
 }
 
 // session runs one Session of w to its end: nil when the data is done or training stopped.
-func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
+func (s *Scaler) session(ctx context.Context, w *localWorker) error {
 	step, err := s.cfg.Worker(w.id)
 	if err != nil {
 		return err
@@ -195,7 +197,7 @@ func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
 			s.mu.Lock()
 			w.steps++
 			s.mu.Unlock()
-		case errors.Is(err, io.EOF), errors.Is(err, ErrStopped):
+		case errors.Is(err, io.EOF), errors.Is(err, elastic.ErrStopped):
 			s.log.Info("worker done", "worker", w.id)
 			return nil
 		case ctx.Err() != nil:
@@ -206,40 +208,40 @@ func (s *LocalScaler) session(ctx context.Context, w *localWorker) error {
 	}
 }
 
-// StartServers implements ServerScaler: the job starts the servers (LocalJob.StartServers).
-func (s *LocalScaler) StartServers(ctx context.Context, n int) ([]ParameterServer, error) {
+// StartServers implements ServerScaler: the job starts the servers (Job.StartServers).
+func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterServer, error) {
 	return s.cfg.Job.StartServers(ctx, n)
 }
 
-// StopServers implements ServerScaler: the job stops the servers (LocalJob.StopServers).
-func (s *LocalScaler) StopServers(ctx context.Context, ids []string) error {
+// StopServers implements ServerScaler: the job stops the servers (Job.StopServers).
+func (s *Scaler) StopServers(ctx context.Context, ids []string) error {
 	return s.cfg.Job.StopServers(ctx, ids)
 }
 
-var _ ServerScaler = (*LocalScaler)(nil)
+var _ elastic.ServerScaler = (*Scaler)(nil)
 
 // Plan implements Scaler.
-func (s *LocalScaler) Plan() Plan {
+func (s *Scaler) Plan() elastic.Plan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.plan
 }
 
 // Workers returns every worker the scaler has started, by id.
-func (s *LocalScaler) Workers() []LocalWorkerStatus {
+func (s *Scaler) Workers() []WorkerStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]LocalWorkerStatus, 0, len(s.workers))
+	out := make([]WorkerStatus, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, LocalWorkerStatus{ID: w.id, Running: !w.done, Restarts: w.restarts, Steps: w.steps, Err: w.err})
+		out = append(out, WorkerStatus{ID: w.id, Running: !w.done, Restarts: w.restarts, Steps: w.steps, Err: w.err})
 	}
-	slices.SortFunc(out, func(a, b LocalWorkerStatus) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
 // Wait waits until every worker has ended, and returns the errors of those that failed for
 // good.
-func (s *LocalScaler) Wait(ctx context.Context) error {
+func (s *Scaler) Wait(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		var errs []error
@@ -264,7 +266,7 @@ func (s *LocalScaler) Wait(ctx context.Context) error {
 }
 
 // Close implements Scaler: it stops every worker (each leaves cleanly) and waits for them.
-func (s *LocalScaler) Close() error {
+func (s *Scaler) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	for _, w := range s.workers {

@@ -1,7 +1,9 @@
-package elastic
+package remote
 
 import (
 	"testing"
+
+	"github.com/elasticps/elasticps/elastic"
 
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -14,7 +16,7 @@ func TestWireRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, w, got)
 
-	s := serverMsg{inc: 0xabc, coord: 7, mode: uint8(RestoreNew), step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress"), acc: []byte("accepted")}
+	s := serverMsg{inc: 0xabc, coord: 7, mode: uint8(elastic.RestoreNew), step: 77, floor: 2 << 32, epochs: []uint64{1<<32 | 1, 1<<32 | 4}, table: []byte("table bytes"), done: []byte("progress"), acc: []byte("accepted")}
 	gs, err := decodeServerMsg(s.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, s, gs)
@@ -64,15 +66,15 @@ func FuzzDecodeServerMsg(f *testing.F) {
 }
 
 func TestProgressRoundTrips(t *testing.T) {
-	p := Progress{Epoch: 3, Offsets: map[ShardKey]int64{{3, 7}: 512, {3, 9}: 64}}
-	got, err := decodeProgress(appendProgress(nil, p))
+	p := elastic.Progress{Epoch: 3, Offsets: map[ps.DataShard]int64{{Epoch: 3, Shard: 7}: 512, {Epoch: 3, Shard: 9}: 64}}
+	got, err := decodeProgress(progressBytes(p))
 	require.NoError(t, err)
 	assert.Equal(t, p, got)
 	assert.True(t, p.Done(ps.Position{Epoch: 2, Shard: 1, Start: 0, End: 10}), "a finished epoch")
 	assert.True(t, p.Done(ps.Position{Epoch: 3, Shard: 7, Start: 256, End: 512}))
 	assert.False(t, p.Done(ps.Position{Epoch: 3, Shard: 7, Start: 512, End: 600}), "not accepted yet")
 	assert.False(t, p.Done(ps.Position{Epoch: 3, Shard: 8, Start: 0, End: 1}), "a shard not reported")
-	b := appendProgress(nil, p)
+	b := progressBytes(p)
 	for n := range len(b) {
 		_, err := decodeProgress(b[:n])
 		assert.ErrorIs(t, err, errMalformed)

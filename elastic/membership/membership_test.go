@@ -1,4 +1,4 @@
-package elastic
+package membership
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/elastic"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
@@ -23,16 +25,16 @@ var (
 	otherSecret = []byte("the cluster secret of another job")
 )
 
-// memberRecorder records the events of one Membership and lets a test wait for one.
+// memberRecorder records the events of one Gossip and lets a test wait for one.
 type memberRecorder struct {
 	mu      sync.Mutex
-	events  []MemberEvent
+	events  []elastic.MemberEvent
 	changed chan struct{} // closed at the next event
 }
 
 func newMemberRecorder() *memberRecorder { return &memberRecorder{changed: make(chan struct{})} }
 
-func (r *memberRecorder) record(e MemberEvent) {
+func (r *memberRecorder) record(e elastic.MemberEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
@@ -41,7 +43,7 @@ func (r *memberRecorder) record(e MemberEvent) {
 }
 
 // wait returns the first event of kind for id at incarnation inc, waiting for it.
-func (r *memberRecorder) wait(t *testing.T, kind MemberEventKind, id string, inc uint64) Member {
+func (r *memberRecorder) wait(t *testing.T, kind elastic.MemberEventKind, id string, inc uint64) elastic.Member {
 	t.Helper()
 	deadline := time.After(membershipWait)
 	for {
@@ -62,16 +64,16 @@ func (r *memberRecorder) wait(t *testing.T, kind MemberEventKind, id string, inc
 	}
 }
 
-func (r *memberRecorder) snapshot() []MemberEvent {
+func (r *memberRecorder) snapshot() []elastic.MemberEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]MemberEvent(nil), r.events...)
+	return append([]elastic.MemberEvent(nil), r.events...)
 }
 
 // fastGossip is a membership config bound to ip (any port) with failure detection tuned for
 // tests.
-func fastGossip(ip string, self Member, rec *memberRecorder, seeds ...string) MembershipConfig {
-	cfg := MembershipConfig{
+func fastGossip(ip string, self elastic.Member, rec *memberRecorder, seeds ...string) Config {
+	cfg := Config{
 		Self:             self,
 		Bind:             ip + ":0",
 		Seeds:            seeds,
@@ -91,19 +93,19 @@ func fastGossip(ip string, self Member, rec *memberRecorder, seeds ...string) Me
 }
 
 // startMember starts a membership and closes it at the end of the test.
-func startMember(t *testing.T, cfg MembershipConfig) *Membership {
+func startMember(t *testing.T, cfg Config) *Gossip {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), membershipWait)
 	defer cancel()
-	m, err := NewMembership(ctx, cfg)
+	m, err := New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, m.Close()) })
 	return m
 }
 
 // withoutGossip drops the Gossip addresses, which the test cannot know in advance.
-func withoutGossip(ms []Member) []Member {
-	out := make([]Member, len(ms))
+func withoutGossip(ms []elastic.Member) []elastic.Member {
+	out := make([]elastic.Member, len(ms))
 	for i, m := range ms {
 		m.Gossip = ""
 		out[i] = m
@@ -118,7 +120,7 @@ func gossipGoroutines() []string {
 	stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
 	var out []string
 	for _, s := range stacks[1:] { // stacks[0] is the caller
-		if strings.Contains(s, "hashicorp/memberlist.") || strings.Contains(s, "elastic.(*Membership)") ||
+		if strings.Contains(s, "hashicorp/memberlist.") || strings.Contains(s, "elastic.(*Gossip)") ||
 			strings.Contains(s, "elastic.(*eventQueue)") || strings.Contains(s, "elastic.(*streamGate)") ||
 			strings.Contains(s, "elastic.(*gatedConn)") {
 			out = append(out, s)
@@ -143,9 +145,9 @@ func requireNoGossipGoroutines(t *testing.T) {
 // and a leave a leave.
 func TestMembershipAcrossHosts(t *testing.T) {
 	ctx := context.Background()
-	coord := Member{Role: RoleCoordinator, ID: "coordinator", Incarnation: 7, Addr: "127.0.0.1:9000", Host: "host-a"}
-	ps0 := Member{Role: RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-b"}
-	w0 := Member{Role: RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.3:9000", Host: "host-c"}
+	coord := elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: 7, Addr: "127.0.0.1:9000", Host: "host-a"}
+	ps0 := elastic.Member{Role: elastic.RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000", Host: "host-b"}
+	w0 := elastic.Member{Role: elastic.RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.3:9000", Host: "host-c"}
 	recA, recB, recC := newMemberRecorder(), newMemberRecorder(), newMemberRecorder()
 
 	func() { // every membership is closed before the goroutine check
@@ -156,29 +158,29 @@ func TestMembershipAcrossHosts(t *testing.T) {
 		gossip := map[string]string{coord.ID: a.LocalAddr(), ps0.ID: b.LocalAddr(), w0.ID: c.LocalAddr()}
 
 		for _, m := range []struct {
-			*Membership
+			*Gossip
 			rec *memberRecorder
 		}{{a, recA}, {b, recB}, {c, recC}} {
-			for _, want := range []Member{coord, ps0, w0} {
-				got := m.rec.wait(t, MemberJoined, want.ID, want.Incarnation)
+			for _, want := range []elastic.Member{coord, ps0, w0} {
+				got := m.rec.wait(t, elastic.MemberJoined, want.ID, want.Incarnation)
 				assert.Equal(t, gossip[want.ID], got.Gossip)
 				got.Gossip = ""
 				assert.Equal(t, want, got)
 			}
-			assert.Equal(t, []Member{ps0, w0, coord}, withoutGossip(m.Members()), "sorted by role, then id")
-			got, ok := m.Lookup(RoleServer, "ps-0")
+			assert.Equal(t, []elastic.Member{ps0, w0, coord}, withoutGossip(m.Members()), "sorted by role, then id")
+			got, ok := m.Lookup(elastic.RoleServer, "ps-0")
 			require.True(t, ok)
 			assert.Equal(t, "host-b", got.Host)
 			assert.Equal(t, gossip["ps-0"], got.Gossip)
-			_, ok = m.Lookup(RoleWorker, "ps-0")
+			_, ok = m.Lookup(elastic.RoleWorker, "ps-0")
 			assert.False(t, ok, "the role must match too")
 		}
 
 		// ps-0 crashes: the others declare it failed.
 		require.NoError(t, b.crash())
-		recA.wait(t, MemberFailed, "ps-0", 1)
-		recC.wait(t, MemberFailed, "ps-0", 1)
-		_, ok := a.Lookup(RoleServer, "ps-0")
+		recA.wait(t, elastic.MemberFailed, "ps-0", 1)
+		recC.wait(t, elastic.MemberFailed, "ps-0", 1)
+		_, ok := a.Lookup(elastic.RoleServer, "ps-0")
 		assert.False(t, ok)
 		require.NoError(t, b.Close(), "Close after a crash")
 
@@ -190,11 +192,11 @@ func TestMembershipAcrossHosts(t *testing.T) {
 		cfg.Bind = gossip["ps-0"]
 		b2 := startMember(t, cfg)
 		for _, rec := range []*memberRecorder{recA, recC} {
-			rec.wait(t, MemberJoined, "ps-0", 2)
+			rec.wait(t, elastic.MemberJoined, "ps-0", 2)
 		}
-		recB2.wait(t, MemberJoined, "worker-0", 1)
-		for _, m := range []*Membership{a, b2, c} {
-			got, ok := m.Lookup(RoleServer, "ps-0")
+		recB2.wait(t, elastic.MemberJoined, "worker-0", 1)
+		for _, m := range []*Gossip{a, b2, c} {
+			got, ok := m.Lookup(elastic.RoleServer, "ps-0")
 			require.True(t, ok)
 			assert.Equal(t, uint64(2), got.Incarnation)
 			assert.Equal(t, gossip["ps-0"], got.Gossip)
@@ -203,23 +205,23 @@ func TestMembershipAcrossHosts(t *testing.T) {
 		// worker-0 leaves gracefully: a leave, not a failure.
 		require.NoError(t, c.Leave(ctx))
 		require.NoError(t, c.Leave(ctx), "Leave twice")
-		recA.wait(t, MemberLeft, "worker-0", 1)
-		recB2.wait(t, MemberLeft, "worker-0", 1)
-		recC.wait(t, MemberLeft, "worker-0", 1) // itself
-		assert.Equal(t, []Member{ps0v2, coord}, withoutGossip(a.Members()))
+		recA.wait(t, elastic.MemberLeft, "worker-0", 1)
+		recB2.wait(t, elastic.MemberLeft, "worker-0", 1)
+		recC.wait(t, elastic.MemberLeft, "worker-0", 1) // itself
+		assert.Equal(t, []elastic.Member{ps0v2, coord}, withoutGossip(a.Members()))
 		for _, rec := range []*memberRecorder{recA, recB2} {
 			for _, e := range rec.snapshot() {
-				assert.False(t, e.Kind == MemberFailed && e.Member.ID == "worker-0", "worker-0 left, it did not fail: %v", e)
+				assert.False(t, e.Kind == elastic.MemberFailed && e.Member.ID == "worker-0", "worker-0 left, it did not fail: %v", e)
 			}
 		}
 
-		for _, m := range []*Membership{c, b2, a} {
+		for _, m := range []*Gossip{c, b2, a} {
 			require.NoError(t, m.Close())
 			require.NoError(t, m.Close(), "Close is idempotent")
 			assert.Nil(t, m.Members())
 			_, err := m.Join(ctx, gossip["coordinator"])
-			assert.ErrorIs(t, err, ErrClosed)
-			assert.ErrorIs(t, m.Leave(ctx), ErrClosed)
+			assert.ErrorIs(t, err, elastic.ErrClosed)
+			assert.ErrorIs(t, m.Leave(ctx), elastic.ErrClosed)
 		}
 	}()
 	requireNoGossipGoroutines(t)
@@ -230,17 +232,17 @@ func TestMembershipAcrossHosts(t *testing.T) {
 func TestMembershipRefusesAWrongSecret(t *testing.T) {
 	func() {
 		recA := newMemberRecorder()
-		a := startMember(t, fastGossip("127.0.0.1", Member{Role: RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.1:9000"}, recA))
+		a := startMember(t, fastGossip("127.0.0.1", elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "127.0.0.1:9000"}, recA))
 
-		cfg := fastGossip("127.0.0.2", Member{Role: RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000"}, newMemberRecorder(), a.LocalAddr())
+		cfg := fastGossip("127.0.0.2", elastic.Member{Role: elastic.RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.2:9000"}, newMemberRecorder(), a.LocalAddr())
 		cfg.Secret = otherSecret
-		_, err := NewMembership(context.Background(), cfg)
+		_, err := New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrNoSeed)
 
 		// A process with the right secret joins the same way, and is the only one a sees.
 		cfg.Self.ID, cfg.Secret = "ps-1", testSecret
 		b := startMember(t, cfg)
-		recA.wait(t, MemberJoined, "ps-1", 1)
+		recA.wait(t, elastic.MemberJoined, "ps-1", 1)
 		for _, e := range recA.snapshot() {
 			assert.NotEqual(t, "ps-0", e.Member.ID, "a never heard of the intruder")
 		}
@@ -261,10 +263,10 @@ func TestMembershipRefusesAWrongSecret(t *testing.T) {
 // (memberlist.MockNetwork would not do: a transport blocks for ever sending to one shut down.)
 func TestMembershipLookupPrefersTheNewestIncarnation(t *testing.T) {
 	rec := newMemberRecorder()
-	coord := startMember(t, fastGossip("127.0.0.1", Member{Role: RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "c:1", Host: "h"}, rec))
-	ms := []*Membership{coord}
+	coord := startMember(t, fastGossip("127.0.0.1", elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: 1, Addr: "c:1", Host: "h"}, rec))
+	ms := []*Gossip{coord}
 
-	cfg := fastGossip("127.0.0.2", Member{Role: RoleServer, ID: "ps-0", Incarnation: 3, Addr: "new:1", Host: "h"}, nil, coord.LocalAddr())
+	cfg := fastGossip("127.0.0.2", elastic.Member{Role: elastic.RoleServer, ID: "ps-0", Incarnation: 3, Addr: "new:1", Host: "h"}, nil, coord.LocalAddr())
 	ms = append(ms, startMember(t, cfg))
 	cfg.Self.Incarnation, cfg.Self.Addr, cfg.Bind = 2, "old:1", ""
 	tr, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.3"}})
@@ -272,10 +274,10 @@ func TestMembershipLookupPrefersTheNewestIncarnation(t *testing.T) {
 	cfg.Transport = tr
 	ms = append(ms, startMember(t, cfg))
 	assert.Equal(t, fmt.Sprintf("127.0.0.3:%d", tr.GetAutoBindPort()), ms[2].LocalAddr())
-	rec.wait(t, MemberJoined, "ps-0", 3)
-	rec.wait(t, MemberJoined, "ps-0", 2)
+	rec.wait(t, elastic.MemberJoined, "ps-0", 3)
+	rec.wait(t, elastic.MemberJoined, "ps-0", 2)
 
-	got, ok := coord.Lookup(RoleServer, "ps-0")
+	got, ok := coord.Lookup(elastic.RoleServer, "ps-0")
 	require.True(t, ok)
 	assert.Equal(t, uint64(3), got.Incarnation)
 	assert.Equal(t, "new:1", got.Addr)
@@ -299,8 +301,8 @@ func TestMembershipLookupPrefersTheNewestIncarnation(t *testing.T) {
 }
 
 func TestMembershipConfigValidateReportsEveryProblem(t *testing.T) {
-	err := MembershipConfig{
-		Self:          Member{Role: 9, Addr: "no port", Host: strings.Repeat("h", 300)},
+	err := Config{
+		Self:          elastic.Member{Role: 9, Addr: "no port", Host: strings.Repeat("h", 300)},
 		Bind:          "127.0.0.1:http",
 		Seeds:         []string{""},
 		Secret:        []byte("short"),
@@ -313,18 +315,18 @@ func TestMembershipConfigValidateReportsEveryProblem(t *testing.T) {
 		MaxHandshakes:        2,
 		MaxHandshakesPerHost: 3,
 	}.Validate()
-	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
 	// Role, ID, Incarnation, Addr, Host's length, Bind, Seeds[0], Secret, ProbeTimeout,
 	// SuspicionMult, TCPTimeout, HandshakeTimeout, MaxHandshakesPerHost.
 	assert.Equal(t, 13, countProblems(err), "%v", err)
-	err = MembershipConfig{MaxHandshakes: -1, MaxHandshakesPerHost: -1}.Validate()
+	err = Config{MaxHandshakes: -1, MaxHandshakesPerHost: -1}.Validate()
 	assert.ErrorContains(t, err, "MaxHandshakes -1 is negative")
 	assert.ErrorContains(t, err, "MaxHandshakesPerHost -1 is negative")
 
-	valid := fastGossip("127.0.0.1", Member{Role: RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.1:1"}, newMemberRecorder())
+	valid := fastGossip("127.0.0.1", elastic.Member{Role: elastic.RoleWorker, ID: "worker-0", Incarnation: 1, Addr: "127.0.0.1:1"}, newMemberRecorder())
 	assert.NoError(t, valid.Validate())
-	_, err = NewMembership(context.Background(), MembershipConfig{})
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = New(context.Background(), Config{})
+	assert.ErrorIs(t, err, elastic.ErrInvalidConfig)
 }
 
 // countProblems counts the errors a Validate error joins.
@@ -341,8 +343,8 @@ func countProblems(err error) int {
 
 func TestMemberMetaRoundTrips(t *testing.T) {
 	for _, m := range []memberMeta{
-		{Member: Member{Role: RoleServer, ID: "ps-12", Incarnation: 1 << 60, Addr: "10.0.0.7:7070", Host: "node-3"}},
-		{Member: Member{Role: RoleCoordinator, ID: "c", Incarnation: 1, Addr: ":1", Host: "h"}, leaving: true},
+		{Member: elastic.Member{Role: elastic.RoleServer, ID: "ps-12", Incarnation: 1 << 60, Addr: "10.0.0.7:7070", Host: "node-3"}},
+		{Member: elastic.Member{Role: elastic.RoleCoordinator, ID: "c", Incarnation: 1, Addr: ":1", Host: "h"}, leaving: true},
 	} {
 		b := m.append(nil)
 		got, err := decodeMemberMeta(b)
@@ -356,18 +358,18 @@ func TestMemberMetaRoundTrips(t *testing.T) {
 		assert.ErrorIs(t, err, errMalformedMeta, "a byte left over")
 	}
 
-	big := Member{Role: RoleWorker, ID: strings.Repeat("i", 255), Incarnation: 1, Addr: strings.Repeat("a", 255), Host: "h"}
+	big := elastic.Member{Role: elastic.RoleWorker, ID: strings.Repeat("i", 255), Incarnation: 1, Addr: strings.Repeat("a", 255), Host: "h"}
 	assert.Less(t, metaRoom(big), 0)
-	assert.ErrorIs(t, MembershipConfig{Self: big, Secret: testSecret}.Validate(), ErrInvalidConfig, "meta beyond memberlist.MetaMaxSize")
-	assert.Equal(t, "ps", RoleServer.String())
-	assert.Equal(t, "worker", RoleWorker.String())
-	assert.Equal(t, "coordinator", RoleCoordinator.String())
-	assert.Equal(t, "failed", MemberFailed.String())
+	assert.ErrorIs(t, Config{Self: big, Secret: testSecret}.Validate(), elastic.ErrInvalidConfig, "meta beyond memberlist.MetaMaxSize")
+	assert.Equal(t, "ps", elastic.RoleServer.String())
+	assert.Equal(t, "worker", elastic.RoleWorker.String())
+	assert.Equal(t, "coordinator", elastic.RoleCoordinator.String())
+	assert.Equal(t, "failed", elastic.MemberFailed.String())
 }
 
 func FuzzDecodeMemberMeta(f *testing.F) {
-	f.Add(memberMeta{Member: Member{Role: RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.1:7070", Host: "h"}}.append(nil))
-	f.Add(memberMeta{Member: Member{Role: RoleWorker, ID: "w", Incarnation: 9, Addr: "a", Host: "h"}, leaving: true}.append(nil))
+	f.Add(memberMeta{Member: elastic.Member{Role: elastic.RoleServer, ID: "ps-0", Incarnation: 1, Addr: "127.0.0.1:7070", Host: "h"}}.append(nil))
+	f.Add(memberMeta{Member: elastic.Member{Role: elastic.RoleWorker, ID: "w", Incarnation: 9, Addr: "a", Host: "h"}, leaving: true}.append(nil))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMemberMeta(b)
@@ -377,6 +379,6 @@ func FuzzDecodeMemberMeta(f *testing.F) {
 		}
 		assert.Equal(t, b, m.append(nil), "one encoding per member")
 		assert.NotZero(t, m.Incarnation)
-		assert.True(t, m.Role.valid())
+		assert.True(t, validRole(m.Role))
 	})
 }
