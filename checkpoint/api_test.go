@@ -132,8 +132,8 @@ func assertJoined(t *testing.T) {
 }
 
 // leaving reports whether goroutine stack g is of a goroutine that has finished its function:
-// its top frame (past the runtime's preemption frames, when it was stopped there) is at a line
-// of source that is only a closing brace (with the parentheses of a function literal's call), is the wrapper the compiler makes for a go statement
+// its top frame (past the runtime's preemption frames, when it was stopped there) is its deferred
+// WaitGroup.Done, or is at a line of source that is only a closing brace (with the parentheses of a function literal's call), is the wrapper the compiler makes for a go statement
 // past its start (the wrapper runs on once the function it calls has returned), or is the
 // runtime's exit.
 func leaving(g string) bool {
@@ -141,10 +141,18 @@ func leaving(g string) bool {
 	for len(lines) >= 2 && strings.HasPrefix(lines[0], "runtime.asyncPreempt") {
 		lines = lines[2:] // a function line and its location line
 	}
+	// A goroutine stopped inside its deferred WaitGroup.Done (the counter Close waited for has
+	// reached zero, so its decrement is done) is leaving as well.
+	for len(lines) >= 2 && (strings.HasPrefix(lines[0], "sync/atomic.") || strings.HasPrefix(lines[0], "sync.(*WaitGroup).Add(")) {
+		lines = lines[2:]
+	}
 	if len(lines) < 2 {
 		return false
 	}
 	fn := lines[0]
+	if strings.HasPrefix(fn, "sync.(*WaitGroup).Done(") {
+		return true
+	}
 	loc := strings.TrimSpace(lines[1]) // "/path/file.go:28 +0x21d"
 	off := ""
 	if i := strings.LastIndex(loc, " +0x"); i >= 0 {
@@ -486,7 +494,11 @@ github.com/elasticps/elasticps/checkpoint.New.gowrap1()
 	/src/checkpoint/checkpointer.go:219
 runtime.goexit({})
 	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1`
+	inDone := "goroutine 17 [runnable]:\nsync/atomic.(*Uint64).Add(...)\n\t/usr/local/go/src/sync/atomic/type.go:195\n" +
+		"sync.(*WaitGroup).Add(0xc000100000, 0xffffffffffffffff)\n\t/usr/local/go/src/sync/waitgroup.go:104 +0x129\n" +
+		"sync.(*WaitGroup).Done(...)\n\t/usr/local/go/src/sync/waitgroup.go:156\n" + strings.SplitN(working, "\n", 2)[1]
 	assert.True(t, leaving(preemptedInWrapper))
+	assert.True(t, leaving(inDone), "a goroutine in its deferred WaitGroup.Done is on its way out")
 	assert.False(t, leaving(notStarted), "a goroutine not yet run is not on its way out")
 	assert.True(t, leaving(exiting))
 	assert.False(t, leaving(working))
