@@ -191,7 +191,7 @@ func testChaos(t *testing.T, policy elastic.RecoveryPolicy, seed uint64) {
 			c := job.Coordinator()
 			table, err := c.OwnerTable(ctx, 0)
 			require.NoError(t, err)
-			before := c.Stats().ServerFailures
+			before := c.Status().ServerFailures
 			if policy == elastic.Partial {
 				// A batch pushed before the failure and reported after the recovery would be
 				// lost uncounted (the package doc says so): the server dies when no batch is
@@ -202,7 +202,7 @@ func testChaos(t *testing.T, policy elastic.RecoveryPolicy, seed uint64) {
 			h.gate.open()
 			if e.wait {
 				tick := time.NewTicker(5 * time.Millisecond)
-				for c.Stats().ServerFailures == before {
+				for c.Status().ServerFailures == before {
 					select {
 					case <-tick.C:
 					case <-ctx.Done():

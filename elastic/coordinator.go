@@ -45,7 +45,7 @@ type Coordinator struct {
 	core    *core
 	ledger  *ledger
 	changed chan struct{} // closed and replaced whenever the barrier or membership changes
-	stats   Stats
+	stats   counters
 	servers []ParameterServer       // those the owner table names (replaced by recoveries)
 	srvs    map[string]*serverEntry // by node id: health and failures
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
@@ -123,9 +123,8 @@ type CheckpointEvent struct {
 	Err error
 }
 
-// Stats are the coordinator's figures.
-type Stats struct {
-	Step          uint64        // batches applied and reported
+// counters are the coordinator's figures a Status reports.
+type counters struct {
 	Snapshots     int           // snapshots taken
 	Committed     int           // commits written
 	Failed        int           // snapshots or commits that failed
@@ -141,9 +140,7 @@ type Stats struct {
 	ServerFailures int
 	Recoveries     int
 	LastRecovery   RecoveryEvent
-	// LostRecords sums RecoveryEvent.LostRecords over the recoveries: under Partial, the
-	// positions whose updates to the restored slots were lost. Zero means none was lost.
-	LostRecords int64
+	LostRecords    int64 // RecoveryEvent.LostRecords summed over the recoveries
 }
 
 type commitJob struct {
@@ -272,15 +269,6 @@ func (c *Coordinator) OwnerTable(ctx context.Context, minVersion uint64) (*ps.Ow
 }
 
 var _ ps.Resolver = (*Coordinator)(nil)
-
-// Stats returns the figures so far.
-func (c *Coordinator) Stats() Stats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.stats
-	st.Step = c.core.step
-	return st
-}
 
 // applyLocked hands actions to the executor and wakes the waiting workers. Call with c.mu
 // held; it never blocks.
@@ -808,7 +796,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation, BatchSize: c.batch}
 	servers, gen := slices.Clone(c.servers), c.recGen
-	at := SnapshotProgress{Committed: c.committedDone}
+	committed := c.committedDone
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {
 		err = errors.New("no checkpoint storage")
@@ -822,7 +810,6 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		at.Accepted = done
 		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
@@ -839,7 +826,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
 		for i, s := range servers {
 			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step, at)
+				info, err := s.Snapshot(gctx, step, committed, job.done)
 				if err != nil {
 					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
 				}

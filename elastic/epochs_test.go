@@ -73,17 +73,17 @@ func TestJoinAgainFencesTheFirstEpoch(t *testing.T) {
 	assert.Equal(t, before, serverRows(j.servers), "a fenced push changed rows")
 
 	assert.ErrorIs(t, c.Begin(ctx, "w", first), elastic.ErrNotMember)
-	step := c.Stats().Step
+	step := c.Status().Step
 
 	// The second epoch begins a batch; an End under the first counts nothing and leaves the
 	// batch in hand to the second.
 	require.NoError(t, c.Begin(ctx, "w", second))
 	require.NoError(t, c.End(ctx, "w", first, true))
-	assert.Equal(t, step, c.Stats().Step, "an End under the first epoch counted a step")
+	assert.Equal(t, step, c.Status().Step, "an End under the first epoch counted a step")
 	cli.SetEpoch(second)
 	require.NoError(t, cli.Push(ctx, "emb", ids, g, 1))
 	require.NoError(t, c.End(ctx, "w", second, true))
-	assert.Equal(t, step+1, c.Stats().Step, "the second epoch's batch counts")
+	assert.Equal(t, step+1, c.Status().Step, "the second epoch's batch counts")
 	assert.NotEqual(t, before, serverRows(j.servers))
 }
 
@@ -129,7 +129,7 @@ func TestDuplicateLiveWorkerIsRefused(t *testing.T) {
 	}
 	batch()
 	assert.Equal(t, []string{"w"}, j.coord.Members())
-	assert.Zero(t, j.coord.Stats().Fenced, "no epoch was fenced")
+	assert.Zero(t, j.coord.Status().Fenced, "no epoch was fenced")
 	table, err := j.coord.OwnerTable(ctx, 0)
 	require.NoError(t, err)
 	ids, g := probeBatch(table, "")
@@ -154,7 +154,7 @@ func TestRestartedWorkerGetsItsNameBack(t *testing.T) {
 
 	again := j.workerOn("w-restarted", "w")
 	require.NoError(t, again.sess.Step(ctx, trainStep), "the restarted worker trains once the dead one is failed")
-	assert.Equal(t, 1, j.coord.Stats().Evicted, "the dead membership was failed")
+	assert.Equal(t, 1, j.coord.Status().Evicted, "the dead membership was failed")
 	assert.Equal(t, []string{"w"}, j.coord.Members())
 	for range 3 {
 		require.NoError(t, again.sess.Step(ctx, trainStep))
@@ -291,5 +291,5 @@ func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 	}
 	assert.NotContains(t, steps, held, "the snapshot taken before the recovery was committed after it")
 	assert.Contains(t, steps, first)
-	assert.Equal(t, first, c.Stats().LastCommitted)
+	assert.Equal(t, first, c.Status().LastCommit)
 }

@@ -89,7 +89,7 @@ func Example() {
 		return r
 	}
 	before := row(job)
-	fmt.Printf("trained %d batches; committed step %d\n", job.Coordinator().Stats().Step, step)
+	fmt.Printf("trained %d batches; committed step %d\n", job.Coordinator().Status().Step, step)
 	job.Close()
 
 	// The same job on one server: every slot is restored onto it.

@@ -376,10 +376,10 @@ func TestWorkerFailuresKeepEveryBatchExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 	assertEveryEpochOnce(t, j.coord)
 	assert.Equal(t, faultExpected(), serverRows(j.servers), "every row holds every record once per epoch")
-	st := j.coord.Stats()
+	st := j.coord.Status()
 	assert.GreaterOrEqual(t, st.Evicted, 2, "both faulty workers were failed")
 	assert.LessOrEqual(t, st.Evicted, 3, "and no healthy one (the cut-off one may be failed again while it rejoins)")
-	t.Logf("%d steps, %d checkpoints committed, %d epochs fenced, %d workers failed", st.Step, st.Committed, st.Fenced, st.Evicted)
+	t.Logf("%d steps, %d checkpoints committed, %d epochs fenced, %d workers failed", st.Step, st.Commits, st.Fenced, st.Evicted)
 
 	// The final checkpoint restores onto one server exactly.
 	j.close()
@@ -456,5 +456,5 @@ func testLateEviction(t *testing.T, handBack bool) {
 		assert.Equal(t, first.Shard.Index, failed[0].Shard.Index)
 		assert.Equal(t, int64(32), failed[0].Offset)
 	}
-	assert.Equal(t, 1, j.coord.Stats().Evicted)
+	assert.Equal(t, 1, j.coord.Status().Evicted)
 }

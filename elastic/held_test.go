@@ -100,7 +100,7 @@ func TestPartialRecoveryDoesNotCountHeldBatchesLost(t *testing.T) {
 	}
 	slices.Sort(wantSlots)
 	wantSlots = slices.Compact(wantSlots)
-	assert.Contains(t, ev.Held, elastic.HeldSpan{Span: elastic.Span{Epoch: int(held.Epoch), From: from, To: to}, Table: "emb", Slots: wantSlots},
+	assert.Contains(t, ev.Held, elastic.Span{Epoch: int(held.Epoch), From: from, To: to, Table: "emb", Slots: wantSlots},
 		"the batch is held on the restored slots it updated")
 	var n int64
 	for _, sp := range ev.Lost {

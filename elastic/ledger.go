@@ -239,8 +239,8 @@ func (l *ledger) since(old *ledger) ([]Span, int64) {
 // sinceHeld returns the positions marked in l and not in old, but those of the batches held
 // (old's checkpoint holds them applied), as spans in epoch and position order, and their
 // count; and, apart, the positions marked in l and not in old that belong to a held batch, a
-// HeldSpan for each held batch and table, in epoch, position and table order.
-func (l *ledger) sinceHeld(old *ledger, held []heldBatch) ([]Span, int64, []HeldSpan) {
+// Span for each held batch and table, in epoch, position and table order.
+func (l *ledger) sinceHeld(old *ledger, held []heldBatch) ([]Span, int64, []Span) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old.mu.Lock()
@@ -264,7 +264,7 @@ func (l *ledger) sinceHeld(old *ledger, held []heldBatch) ([]Span, int64, []Held
 	isSet := func(words []uint64, p int64) bool {
 		return p >= 0 && p/64 < int64(len(words)) && words[p/64]&(1<<(p%64)) != 0
 	}
-	var kept []HeldSpan
+	var kept []Span
 	var clear []Span
 	for _, h := range held {
 		from, to, ok := l.globalLocked(h.pos)
@@ -273,8 +273,9 @@ func (l *ledger) sinceHeld(old *ledger, held []heldBatch) ([]Span, int64, []Held
 			continue // nothing of its shard (epoch) was marked: it was not trained since
 		}
 		for _, sp := range spansOf(int(h.pos.Epoch), words, from, to, isSet) {
-			kept = append(kept, HeldSpan{Span: sp, Table: h.table, Slots: h.slots})
 			clear = append(clear, sp)
+			sp.Table, sp.Slots = h.table, h.slots
+			kept = append(kept, sp)
 		}
 	}
 	for _, sp := range clear {

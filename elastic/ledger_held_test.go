@@ -29,17 +29,17 @@ func TestLedgerSinceHeldConvertsShardPositions(t *testing.T) {
 		{table: "emb", pos: ps.Position{Epoch: 2, Shard: 0, Start: 0, End: 32}, slots: []int{2}},  // epoch not begun
 	}
 	lost, n, kept := l.sinceHeld(old, held)
-	assert.Equal(t, []Span{{0, 192, 224}, {0, 256, 288}, {1, 0, 32}}, lost)
+	assert.Equal(t, []Span{{Epoch: 0, From: 192, To: 224}, {Epoch: 0, From: 256, To: 288}, {Epoch: 1, From: 0, To: 32}}, lost)
 	assert.Equal(t, int64(96), n)
-	assert.Equal(t, []HeldSpan{
-		{Span: Span{0, 224, 256}, Table: "dense", Slots: []int{5}},
-		{Span: Span{0, 224, 256}, Table: "emb", Slots: []int{3, 7}},
-		{Span: Span{1, 32, 40}, Table: "emb", Slots: []int{2}},
+	assert.Equal(t, []Span{
+		{Epoch: 0, From: 224, To: 256, Table: "dense", Slots: []int{5}},
+		{Epoch: 0, From: 224, To: 256, Table: "emb", Slots: []int{3, 7}},
+		{Epoch: 1, From: 32, To: 40, Table: "emb", Slots: []int{2}},
 	}, kept)
 
 	// Without held batches, everything marked since is lost, as before.
 	lost, n, kept = l.sinceHeld(old, nil)
-	assert.Equal(t, []Span{{0, 192, 288}, {1, 0, 40}}, lost)
+	assert.Equal(t, []Span{{Epoch: 0, From: 192, To: 288}, {Epoch: 1, From: 0, To: 40}}, lost)
 	assert.Equal(t, int64(136), n)
 	assert.Empty(t, kept)
 }

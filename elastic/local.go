@@ -104,7 +104,7 @@ func (l *LocalServer) owned(t *ps.OwnerTable) []int {
 
 // Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
 // tensors and the batches it applied (for those slots).
-func (l *LocalServer) Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error) {
+func (l *LocalServer) Snapshot(ctx context.Context, step uint64, committed, accepted Progress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
 		return checkpoint.SnapshotInfo{}, ErrNoCheckpoints
 	}
@@ -127,9 +127,9 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, at SnapshotProg
 		}
 	}
 	set := t.SlotsOf(l.srv.ID())
-	l.srv.SettleApplied(func(epoch uint32) bool { return epoch < at.Committed.Epoch })
-	l.srv.PruneApplied(func(p ps.Position) bool { return !at.Committed.Done(p) })
-	l.srv.FoldApplied(at.Accepted.through)
+	l.srv.SettleApplied(func(epoch uint32) bool { return epoch < committed.Epoch })
+	l.srv.PruneApplied(func(p ps.Position) bool { return !committed.Done(p) })
+	l.srv.FoldApplied(accepted.through)
 	applied := l.srv.AppliedState(set.Has)
 	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(blobApplied, applied))
 	if err == nil {

@@ -99,7 +99,7 @@ func TestTakeoverAboveAnUncommittedSnapshot(t *testing.T) {
 	require.Error(t, err, "the commit record is not written")
 	store.Clear()
 	require.NoError(t, job.Coordinator().WaitCommits(ctx))
-	require.Equal(t, committed, job.Coordinator().Stats().LastCommitted)
+	require.Equal(t, committed, job.Coordinator().Status().LastCommit)
 
 	step, err := job.RestartCoordinator(ctx)
 	require.NoError(t, err)

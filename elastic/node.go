@@ -26,9 +26,12 @@ type ParameterServer interface {
 	// Snapshot copies the server's state (rows of the slots it owns, dense tensors, the batches
 	// it applied) into its flash checkpoint as step. Training is paused at a barrier meanwhile;
 	// persisting to storage goes on in the background. First the server brings its record of
-	// applied batches up to at (see SnapshotProgress), so that what it saves is bounded by what
-	// is in flight.
-	Snapshot(ctx context.Context, step uint64, at SnapshotProgress) (checkpoint.SnapshotInfo, error)
+	// applied batches up to where the data stands, so that what it saves is bounded by what is
+	// in flight: committed is how far the data was done at the job's newest commit (its batches
+	// can never be replayed: the server forgets them), accepted how far the dispatcher has
+	// accepted it at this barrier (every batch it covers is applied on every server: the server
+	// folds it into its watermarks).
+	Snapshot(ctx context.Context, step uint64, committed, accepted Progress) (checkpoint.SnapshotInfo, error)
 	// WaitPersisted waits until the snapshot of step is in storage and returns its manifest.
 	WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error)
 	// Verify checks that the commit of step can be loaded for the slots t gives this server.
@@ -106,17 +109,6 @@ type Progress struct {
 	Epoch uint32
 	// Offsets are, per shard of the current epoch, the record offset up to which it is done.
 	Offsets map[ps.DataShard]int64
-}
-
-// SnapshotProgress is where the data stands at a checkpoint barrier, as a server's snapshot
-// needs it.
-type SnapshotProgress struct {
-	// Committed is how far the data was done at the job's newest commit. Its batches can never
-	// be replayed: the servers forget them.
-	Committed Progress
-	// Accepted is how far the dispatcher has accepted the data at this barrier. Every batch it
-	// covers is applied on every server: the servers fold it into their watermarks.
-	Accepted Progress
 }
 
 // Done reports whether the batch at p can never be replayed.

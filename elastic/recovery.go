@@ -40,50 +40,73 @@ func (p RecoveryPolicy) String() string {
 	return fmt.Sprintf("RecoveryPolicy(%d)", uint8(p))
 }
 
-// RecoveryEvent reports one recovery from parameter-server failures.
+// MarshalText returns p's String: a policy is "rollback" or "partial" in a Status's JSON.
+func (p RecoveryPolicy) MarshalText() ([]byte, error) {
+	if p != Rollback && p != Partial {
+		return nil, fmt.Errorf("%w: recovery policy %d", ErrInvalidConfig, uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText parses what MarshalText returns.
+func (p *RecoveryPolicy) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "rollback":
+		*p = Rollback
+	case "partial":
+		*p = Partial
+	default:
+		return fmt.Errorf("%w: recovery policy %q (rollback or partial)", ErrInvalidConfig, b)
+	}
+	return nil
+}
+
+// RecoveryEvent reports one recovery from parameter-server failures. In a Status's JSON, the
+// spans (Lost, Held), the skipped commits and Err are left out: they can be long, and their
+// counts and the log tell the story.
 type RecoveryEvent struct {
-	Policy RecoveryPolicy
+	Policy RecoveryPolicy `json:"policy"`
 	// Failed are the servers that failed, with why.
-	Failed map[string]string
+	Failed map[string]string `json:"failed"`
 	// Replaced are the failed servers a new incarnation took over; the slots of the others
 	// went to the survivors.
-	Replaced []string
+	Replaced []string `json:"replaced,omitempty"`
 	// Step is the commit restored (0: none yet, so restored slots start afresh).
-	Step uint64
+	Step uint64 `json:"step"`
 	// TableVersion is the owner table published at the end.
-	TableVersion uint64
+	TableVersion uint64 `json:"table_version"`
 	// Detected is when the first failure was noticed; Replacement how long the wait for
 	// replacements took; Duration the time from Detected until training could go on.
-	Detected    time.Time
-	Replacement time.Duration
-	Duration    time.Duration
+	Detected    time.Time     `json:"detected"`
+	Replacement time.Duration `json:"replacement_ns"`
+	Duration    time.Duration `json:"duration_ns"`
 	// Partial only: the dataset positions trained since the commit and before the restored
 	// slots were published, whose updates to those slots are lost (they count as trained);
 	// LostRecords counts them and TrainedRecords is every position trained so far. The
 	// positions of batches the commit already holds applied to the restored slots are not
 	// among them but in Held: a batch applied before the commit and reported after it (after
 	// a coordinator's takeover, or by a worker that died between its pushes and its report).
-	Lost           []Span
-	LostRecords    int64
-	TrainedRecords int64
+	Lost           []Span `json:"-"`
+	LostRecords    int64  `json:"lost_records,omitempty"`
+	TrainedRecords int64  `json:"trained_records,omitempty"`
 	// Held are the positions trained since the commit (as Lost) whose batch the commit holds
-	// applied to some of the restored slots, one HeldSpan per run of positions and table (a
+	// applied to some of the restored slots, one Span per run of positions and table (a
 	// batch, or positions below a shard's watermark, which the commit holds on every slot):
 	// their updates of those slots are in the restored rows. Every push of a batch to a server holds all of
 	// the batch's rows there, so a batch held on a server's slots lost nothing on them; only a
 	// step function that pushed a part of a table's ids in one try and the rest in a later
 	// try (after the commit) lost its updates of the other restored slots, which no server
 	// can tell apart: a caller that knows the batch's ids can, with Slots.
-	Held []HeldSpan
+	Held []Span `json:"-"`
 	// Rollback only: Skipped are the commits newer than Step that could not be restored (a
 	// chunk that fails its checksum, an object missing), newest first, each with the reason,
 	// which names the object that failed. Each was moved aside (checkpoint's Quarantine):
 	// Quarantined[i] is where Skipped[i] went, "" when moving it failed (logged; the commit is
 	// then deleted). Step is the newest commit restored in their place.
-	Skipped     []checkpoint.SkippedCommit
-	Quarantined []string
+	Skipped     []checkpoint.SkippedCommit `json:"-"`
+	Quarantined []string                   `json:"quarantined,omitempty"`
 	// Err is set when the attempt failed (it is tried again).
-	Err error
+	Err error `json:"-"`
 }
 
 // LostShare is the share of the trained records whose effect on the restored slots was lost.
@@ -94,18 +117,14 @@ func (e RecoveryEvent) LostShare() float64 {
 	return float64(e.LostRecords) / float64(e.TrainedRecords)
 }
 
-// Span is the dataset positions [From, To) of a data epoch.
+// Span is the dataset positions [From, To) of a data epoch. In RecoveryEvent.Held it is the
+// positions of one batch that the restored commit holds applied to Slots (restored slots,
+// ascending) of Table; elsewhere Table and Slots are unset.
 type Span struct {
 	Epoch    int
 	From, To int64
-}
-
-// HeldSpan is positions of one batch that a restored commit holds applied to Slots (restored
-// slots, ascending) of Table.
-type HeldSpan struct {
-	Span
-	Table string
-	Slots []int
+	Table    string
+	Slots    []int
 }
 
 // serverEntry is what the coordinator knows of a parameter server's health.

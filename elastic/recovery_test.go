@@ -129,7 +129,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 		n++
 		// The coordinator's own figure: OnCheckpoint hears of a snapshot only after its
 		// barrier came down, when this batch may have begun right after it.
-		if st := j.coord.Stats(); n >= 10 && !killed && st.LastCommitted > 0 && st.Step > st.LastSnapshot+3 {
+		if st := j.coord.Status(); n >= 10 && !killed && st.LastCommit > 0 && st.Step > st.LastSnapshot+3 {
 			killed = true
 			t.Logf("killing ps-1 at step %d, last snapshot %d", st.Step, st.LastSnapshot)
 			j.kill(1)
@@ -157,7 +157,7 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	_, err = j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
 
-	st := j.coord.Stats()
+	st := j.coord.Status()
 	require.Equal(t, 1, st.Recoveries, "one recovery")
 	ev := st.LastRecovery
 	require.NoError(t, ev.Err)
@@ -180,13 +180,13 @@ func testServerFailure(t *testing.T, tc faultRecoveryCase) {
 	switch tc.policy {
 	case elastic.Rollback:
 		assert.Zero(t, ev.LostRecords)
-		assert.Zero(t, j.coord.Stats().LostRecords)
+		assert.Zero(t, j.coord.Status().LostRecords)
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch")
 	case elastic.Partial:
 		require.Positive(t, ev.LostRecords, "training went on between the commit and the failure")
 		counted := withoutLost(want, ev.Lost, failedSlots)
 		assert.Equal(t, ev.LostRecords, counted)
-		assert.Equal(t, ev.LostRecords, j.coord.Stats().LostRecords, "the job's count of lost updates")
+		assert.Equal(t, ev.LostRecords, j.coord.Status().LostRecords, "the job's count of lost updates")
 		assert.Equal(t, ev.LostRecords, j.coord.Status().LostRecords, "the status's")
 		assert.Equal(t, want, serverRows(live), "every row holds every record once per epoch, but the lost ones on the failed slots")
 	}
@@ -308,7 +308,7 @@ func TestPartialRecoveryVoidsBatchesInFlight(t *testing.T) {
 	wg.Go(func() {
 		errs[1] = killer.run(ctx, func(ctx context.Context, b *elastic.Batch) error {
 			n++
-			if st := j.coord.Stats(); killed || n < 10 || st.LastCommitted == 0 || st.Step <= st.LastSnapshot+3 {
+			if st := j.coord.Status(); killed || n < 10 || st.LastCommit == 0 || st.Step <= st.LastSnapshot+3 {
 				return trainStep(ctx, b)
 			}
 			// Every push of the batch lands, ps-1's too; then ps-1 dies, a new incarnation
@@ -334,7 +334,7 @@ func TestPartialRecoveryVoidsBatchesInFlight(t *testing.T) {
 	require.True(t, killed)
 	_, err = j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
-	st := j.coord.Stats()
+	st := j.coord.Status()
 	require.Equal(t, 1, st.Recoveries)
 	ev := st.LastRecovery
 	t.Logf("batch %v reported after the recovery from step %d; lost %d records", voided, ev.Step, ev.LostRecords)

@@ -56,7 +56,7 @@ func TestLiveRepartitionWhileTraining(t *testing.T) {
 	require.NoError(t, scaler.Wait(ctx))
 	_, err := c.Checkpoint(ctx)
 	require.NoError(t, err)
-	assert.Greater(t, c.Stats().Committed, 3, "checkpoints went on around the moves")
+	assert.Greater(t, c.Status().Commits, 3, "checkpoints went on around the moves")
 	assertEveryEpochOnce(t, c)
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
 	table, err := c.OwnerTable(ctx, 0)

@@ -58,7 +58,7 @@ func TestReplacementUsesSharedMemoryOnlyOnItsPredecessorsHost(t *testing.T) {
 			require.NoError(t, err)
 			ls, err := elastic.NewLocalServer(stale, "elsewhere:1", checkpoint.Config{Job: "faults", Storage: checkpoint.NewMemStorage(), ShmDir: hosts["b"], FullEvery: 3})
 			require.NoError(t, err)
-			_, err = ls.Snapshot(ctx, step, elastic.SnapshotProgress{})
+			_, err = ls.Snapshot(ctx, step, elastic.Progress{}, elastic.Progress{})
 			require.NoError(t, err)
 			_, err = ls.WaitPersisted(ctx, step)
 			require.NoError(t, err)

@@ -13,8 +13,10 @@ import (
 	"time"
 )
 
-// Status is a running job as its coordinator sees it: what an operator's status command prints
-// and what a cluster scheduler reads. It encodes to JSON as is.
+// Status is a running job as its coordinator sees it, with the coordinator's figures since it
+// started: what an operator's status command prints, what a cluster scheduler and an autoscaler
+// read (Usage adds the servers' counters), and what a program checks at the end of its run. It
+// encodes to JSON as is.
 type Status struct {
 	Job string `json:"job"`
 	// Incarnation is the coordinator's: it counts the coordinators the job has had (restarts,
@@ -32,12 +34,26 @@ type Status struct {
 	TableVersion uint64         `json:"table_version"`
 	Servers      []ServerStatus `json:"servers"`
 	Workers      []WorkerStatus `json:"workers"`
-	Data         DataStatus     `json:"data"`
-	// Step counts the batches applied and reported; LastCommit is the step of the newest commit.
-	Step       uint64 `json:"step"`
-	LastCommit uint64 `json:"last_commit"`
-	Snapshots  int    `json:"snapshots"`
-	Commits    int    `json:"commits"`
+	// The data: Epoch is the current data epoch (from 0) of Epochs; EpochRecords the records of
+	// the current epoch, EpochDone those trained and EpochGivenUp those of shards that failed too
+	// often; Finished is set once every epoch is done.
+	Epoch        int   `json:"epoch"`
+	Epochs       int   `json:"epochs"`
+	EpochRecords int64 `json:"epoch_records"`
+	EpochDone    int64 `json:"epoch_done"`
+	EpochGivenUp int64 `json:"epoch_given_up,omitempty"`
+	Finished     bool  `json:"finished,omitempty"`
+	// Step counts the batches applied and reported; LastCommit is the step of the newest commit,
+	// LastSnapshot of the newest snapshot taken (committed or not yet).
+	Step         uint64 `json:"step"`
+	LastCommit   uint64 `json:"last_commit"`
+	LastSnapshot uint64 `json:"last_snapshot"`
+	Snapshots    int    `json:"snapshots"`
+	Commits      int    `json:"commits"`
+	// TotalBlocked is the time training was paused at checkpoint barriers, summed; MaxBlocked
+	// the longest pause.
+	TotalBlocked time.Duration `json:"total_blocked_ns"`
+	MaxBlocked   time.Duration `json:"max_blocked_ns"`
 	// CheckpointFailures counts snapshots and commits that failed, the newest with LastError.
 	CheckpointFailures int    `json:"checkpoint_failures"`
 	LastError          string `json:"last_error,omitempty"`
@@ -46,11 +62,11 @@ type Status struct {
 	Evicted int `json:"evicted"`
 	// ServerFailures counts the parameter-server failures noticed, Recoveries the recoveries
 	// that succeeded; LastRecovery describes the newest.
-	ServerFailures int             `json:"server_failures"`
-	Recoveries     int             `json:"recoveries"`
-	LastRecovery   *RecoveryStatus `json:"last_recovery,omitempty"`
-	// LostRecords counts, over every recovery, the positions whose updates to the restored
-	// slots were lost (Partial; Stats.LostRecords).
+	ServerFailures int            `json:"server_failures"`
+	Recoveries     int            `json:"recoveries"`
+	LastRecovery   *RecoveryEvent `json:"last_recovery,omitempty"`
+	// LostRecords sums RecoveryEvent.LostRecords over the recoveries: under Partial, the
+	// positions whose updates to the restored slots were lost. Zero means none was lost.
 	LostRecords int64 `json:"lost_records"`
 	// Repartition describes the newest change of the server count, under way or done.
 	Repartition *RepartitionStatus `json:"repartition,omitempty"`
@@ -70,6 +86,15 @@ type ServerStatus struct {
 	// answer for more than two HealthEvery): it may be dead, and is failed once it has not
 	// answered for ServerTimeout, or at once when a worker reports that it cannot reach it.
 	Silent bool `json:"silent,omitempty"`
+	// Usage only (zero in a Status): the server's counters (ps.Server.Stats), or UsageError
+	// when it could not be read. Uptime is how long its process has run (it starts again at a
+	// restart); Busy the time it spent serving rows, summed over its slots (serving is
+	// in-memory work, so this is close to its CPU time); MemoryBytes the memory its tables hold
+	// (rows and optimizer state), the part of its memory that grows with the model.
+	Uptime      time.Duration `json:"uptime_ns,omitempty"`
+	Busy        time.Duration `json:"busy_ns,omitempty"`
+	MemoryBytes int64         `json:"memory_bytes,omitempty"`
+	UsageError  string        `json:"usage_error,omitempty"`
 }
 
 // WorkerStatus is one worker of a Status.
@@ -80,29 +105,10 @@ type WorkerStatus struct {
 	// Unheard is how long ago the coordinator last heard from it (time paused at barriers
 	// does not count).
 	Unheard time.Duration `json:"unheard_ns"`
-}
-
-// DataStatus is the data progress of a Status.
-type DataStatus struct {
-	Epoch    int   `json:"epoch"`  // the current data epoch, from 0
-	Epochs   int   `json:"epochs"` // configured epochs
-	Records  int64 `json:"records"`
-	Done     int64 `json:"done"`   // records of the current epoch trained
-	Failed   int64 `json:"failed"` // records of the current epoch given up (shards that failed too often)
-	Finished bool  `json:"finished"`
-}
-
-// RecoveryStatus summarises a RecoveryEvent.
-type RecoveryStatus struct {
-	Policy string `json:"policy"`
-	// Failed maps each failed server's id to why it was failed.
-	Failed       map[string]string `json:"failed"`
-	Replaced     []string          `json:"replaced,omitempty"`
-	Step         uint64            `json:"step"` // the commit restored
-	TableVersion uint64            `json:"table_version"`
-	Duration     time.Duration     `json:"duration_ns"`
-	LostRecords  int64             `json:"lost_records,omitempty"`
-	LostShare    float64           `json:"lost_share,omitempty"`
+	// Steps counts its batches applied and reported (Begin to End), which took Busy in all;
+	// the time a checkpoint barrier holds the workers does not count.
+	Steps uint64        `json:"steps"`
+	Busy  time.Duration `json:"busy_ns"`
 }
 
 // Status returns the job's status now.
@@ -111,14 +117,15 @@ func (c *Coordinator) Status() Status {
 	c.svc.mu.Lock()
 	pr := c.disp.Progress()
 	c.svc.mu.Unlock()
+	steps := c.steps.all()
 	st := Status{Job: c.cfg.Job, Recovery: c.cfg.Recovery.String()}
 	if t := c.holder.Get(); t != nil {
 		st.TableVersion = t.Version
 	}
-	st.Data = DataStatus{Epoch: pr.Epoch, Epochs: pr.Epochs, Finished: pr.Finished}
+	st.Epoch, st.Epochs, st.Finished = pr.Epoch, pr.Epochs, pr.Finished
 	for _, e := range pr.EpochRecords {
 		if e.Epoch == pr.Epoch {
-			st.Data.Records, st.Data.Done, st.Data.Failed = e.Records, e.Done, e.Failed
+			st.EpochRecords, st.EpochDone, st.EpochGivenUp = e.Records, e.Done, e.Failed
 		}
 	}
 
@@ -157,11 +164,14 @@ func (c *Coordinator) Status() Status {
 	cnow := c.clock.now()
 	for _, id := range k.sortedMembers() {
 		m := k.members[id]
-		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen))})
+		ws := steps[id]
+		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen)),
+			Steps: ws.steps, Busy: ws.busy})
 	}
 	st.Repartition = c.Repartition()
 	s := c.stats
-	st.LastCommit, st.Snapshots, st.Commits, st.CheckpointFailures = s.LastCommitted, s.Snapshots, s.Committed, s.Failed
+	st.LastCommit, st.LastSnapshot, st.Snapshots, st.Commits, st.CheckpointFailures = s.LastCommitted, s.LastSnapshot, s.Snapshots, s.Committed, s.Failed
+	st.TotalBlocked, st.MaxBlocked = s.TotalBlocked, s.MaxBlocked
 	if s.LastErr != nil {
 		st.LastError = s.LastErr.Error()
 	}
@@ -169,8 +179,7 @@ func (c *Coordinator) Status() Status {
 	st.LostRecords = s.LostRecords
 	if s.Recoveries > 0 {
 		r := s.LastRecovery
-		st.LastRecovery = &RecoveryStatus{Policy: r.Policy.String(), Failed: r.Failed, Replaced: r.Replaced, Step: r.Step,
-			TableVersion: r.TableVersion, Duration: r.Duration, LostRecords: r.LostRecords, LostShare: r.LostShare()}
+		st.LastRecovery = &r
 	}
 	return st
 }
@@ -191,11 +200,11 @@ func (st Status) WriteText(w io.Writer) error {
 	if st.Plan != (Plan{}) {
 		fmt.Fprintf(&b, "plan: %s\n", st.Plan)
 	}
-	fmt.Fprintf(&b, "data: epoch %d of %d, %d of %d records trained", st.Data.Epoch+1, st.Data.Epochs, st.Data.Done, st.Data.Records)
-	if st.Data.Failed > 0 {
-		fmt.Fprintf(&b, ", %d given up", st.Data.Failed)
+	fmt.Fprintf(&b, "data: epoch %d of %d, %d of %d records trained", st.Epoch+1, st.Epochs, st.EpochDone, st.EpochRecords)
+	if st.EpochGivenUp > 0 {
+		fmt.Fprintf(&b, ", %d given up", st.EpochGivenUp)
 	}
-	if st.Data.Finished {
+	if st.Finished {
 		b.WriteString(", finished")
 	}
 	fmt.Fprintf(&b, "\nsteps: %d; checkpoints: %d taken, %d committed (newest at step %d), %d failed\n",
@@ -216,7 +225,7 @@ func (st Status) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "last recovery: %s of %s from the commit of step %d in %v, owner table %d", r.Policy, strings.Join(failed, ", "), r.Step, r.Duration.Round(time.Millisecond), r.TableVersion)
 		if r.LostRecords > 0 {
-			fmt.Fprintf(&b, ", %d records' updates lost (%.3f%%)", r.LostRecords, 100*r.LostShare)
+			fmt.Fprintf(&b, ", %d records' updates lost (%.3f%%)", r.LostRecords, 100*r.LostShare())
 		}
 		b.WriteString("\n")
 	}

@@ -91,9 +91,9 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	require.Len(t, st.Workers, 1)
 	assert.Equal(t, "w0", st.Workers[0].ID)
 	assert.Equal(t, local.Workers[0].Epoch, st.Workers[0].Epoch)
-	assert.Equal(t, int64(12*32), st.Data.Done, "12 batches of 32 records")
-	assert.Equal(t, int64(faultRecords), st.Data.Records)
-	assert.Equal(t, faultEpochs, st.Data.Epochs)
+	assert.Equal(t, int64(12*32), st.EpochDone, "12 batches of 32 records")
+	assert.Equal(t, int64(faultRecords), st.EpochRecords)
+	assert.Equal(t, faultEpochs, st.Epochs)
 
 	// The scheduler's call, from another process.
 	require.NoError(t, ctl.SetParallelism(ctx, 4, 3))
@@ -117,7 +117,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 
 	// A server dies; its slots go to the survivors (no replacement comes).
 	j.kill(2)
-	for j.coord.Stats().Recoveries == 0 {
+	for j.coord.Status().Recoveries == 0 {
 		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
 	}
 	// A batch in flight at the publication was voided, its worker failed: it joins again at
@@ -130,7 +130,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	assert.Equal(t, 1, st.ServerFailures)
 	assert.Equal(t, 1, st.Recoveries)
 	require.NotNil(t, st.LastRecovery)
-	assert.Equal(t, "partial", st.LastRecovery.Policy)
+	assert.Equal(t, elastic.Partial, st.LastRecovery.Policy)
 	assert.Contains(t, st.LastRecovery.Failed, "ps-2")
 	assert.Equal(t, step, st.LastRecovery.Step)
 	assert.Equal(t, uint64(2), st.TableVersion)
@@ -207,7 +207,7 @@ func TestWorkersReportAnUnreachableServer(t *testing.T) {
 	_, err := j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
 	j.kill(2)
-	for j.coord.Stats().Recoveries == 0 {
+	for j.coord.Status().Recoveries == 0 {
 		require.NoError(t, w.sess.Step(ctx, trainStep), "the worker trains through the recovery")
 	}
 	// A batch in flight at the publication was voided, its worker failed: it joins again at
@@ -215,7 +215,7 @@ func TestWorkersReportAnUnreachableServer(t *testing.T) {
 	for !slices.Contains(j.coord.Members(), "w0") {
 		require.NoError(t, w.sess.Step(ctx, trainStep))
 	}
-	rec := j.coord.Stats().LastRecovery
+	rec := j.coord.Status().LastRecovery
 	require.Contains(t, rec.Failed, "ps-2")
 	assert.Contains(t, rec.Failed["ps-2"], "a worker cannot reach it")
 	assert.Empty(t, rec.Replaced, "its slots went to the survivors")

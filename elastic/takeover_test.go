@@ -106,7 +106,7 @@ func TestCoordinatorRestartTakesOverARunningJob(t *testing.T) {
 	require.NoError(t, err)
 	restarts = append(restarts, step)
 	// Second: a few batches after a commit, two thirds through.
-	for trained() < 2*total/3 || job.Coordinator().Stats().LastCommitted == 0 {
+	for trained() < 2*total/3 || job.Coordinator().Status().LastCommit == 0 {
 		select {
 		case <-snapshots:
 		case <-ctx.Done():
@@ -307,7 +307,7 @@ func TestCoordinatorProcessRestart(t *testing.T) {
 			})
 		})
 	}
-	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
+	for c.Status().LastCommit == 0 || c.Status().Step < c.Status().LastCommit+5 {
 		time.Sleep(time.Millisecond)
 	}
 	j.stopC()
@@ -355,7 +355,7 @@ func TestTakeoverFencesTheEarlierCoordinator(t *testing.T) {
 		}
 	}
 	require.NoError(t, first.WaitCommits(ctx))
-	committed := first.Stats().LastCommitted
+	committed := first.Status().LastCommit
 	require.Positive(t, committed)
 
 	second, step, stop2, err := j.coordinator(ctx, "coord2", true)
@@ -369,8 +369,8 @@ func TestTakeoverFencesTheEarlierCoordinator(t *testing.T) {
 	require.ErrorIs(t, err, elastic.ErrSuperseded, "its workers learn it")
 	require.ErrorIs(t, w.cli.Push(ctx, "emb", []uint64{1}, make([]float32, faultDim), 1, ps.At(ps.Position{Shard: 1 << 20, Start: 0, End: 1})), ps.ErrFenced)
 
-	cm := second.Stats()
-	assert.Equal(t, committed, cm.LastCommitted)
+	cm := second.Status()
+	assert.Equal(t, committed, cm.LastCommit)
 	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "remote", Storage: store})
 	require.NoError(t, err)
 	commits, err := m.Commits(ctx)
@@ -414,7 +414,7 @@ func halfPublishedMove(ctx context.Context, t *testing.T) (*remoteJob, *ps.Owner
 		w := j.remoteWorker(fmt.Sprintf("w%d", i))
 		wg.Go(func() { errs[i] = w.run(ctx, trainStep) })
 	}
-	for c.Stats().LastCommitted == 0 || c.Stats().Step < c.Stats().LastCommitted+5 {
+	for c.Status().LastCommit == 0 || c.Status().Step < c.Status().LastCommit+5 {
 		time.Sleep(time.Millisecond)
 	}
 	before, err := c.OwnerTable(ctx, 0)

@@ -3,70 +3,52 @@ package elastic
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
 
-// Usage is what the job's processes use, as counters since each started: what an autoscaler
-// samples, taking differences between two readings.
-type Usage struct {
-	Servers []ServerUsage
-	Workers []WorkerUsage
-}
-
-// ServerUsage is one parameter server's counters (ps.Server.Stats).
-type ServerUsage struct {
-	ID string
-	// Uptime is how long its process has run; it starts again at a restart.
-	Uptime time.Duration
-	// Busy is the time it spent serving rows since it started, summed over its slots: serving
-	// is in-memory work, so this is close to its CPU time.
-	Busy time.Duration
-	// MemoryBytes is the memory its tables hold (rows and optimizer state): the part of its
-	// memory that grows with the model.
-	MemoryBytes int64
-	// Err says why the server could not be read (the other fields are zero).
-	Err error
-}
-
-// WorkerUsage is one worker's batches as the coordinator saw them: Steps batches applied and
-// reported (Begin to End), which took Busy in all; the time a checkpoint barrier holds the
-// workers does not count.
-type WorkerUsage struct {
-	ID    string
-	Steps uint64
-	Busy  time.Duration
-}
-
-// Usage reads every server of the owner table (one call each, like Rebalance's measurement)
-// and the workers' batch times. A server that does not answer has Err set; Usage fails only
-// when ctx ends or the coordinator cannot make its migration client (Config.Secret unset).
-func (c *Coordinator) Usage(ctx context.Context) (Usage, error) {
+// Usage is Status with every server's counters read (ServerStatus's Uptime, Busy and
+// MemoryBytes): what an autoscaler samples, taking differences between two readings. It reads
+// every server of the owner table (one call each, like Rebalance's measurement); a server that
+// does not answer, and one the owner table does not hold (failed, or not serving yet), has
+// UsageError set. Usage fails only when ctx ends or the coordinator cannot
+// make its migration client (Config.Secret unset).
+func (c *Coordinator) Usage(ctx context.Context) (Status, error) {
 	m, err := c.migratorFor()
 	if err != nil {
-		return Usage{}, err
+		return Status{}, err
 	}
-	var u Usage
+	st := c.Status()
+	read := make([]bool, len(st.Servers))
 	for _, n := range c.holder.Get().Nodes {
-		st, err := m.ServerStats(ctx, n.Addr)
+		stats, err := m.ServerStats(ctx, n.Addr)
 		if ctx.Err() != nil {
-			return Usage{}, ctx.Err()
+			return Status{}, ctx.Err()
 		}
-		su := ServerUsage{ID: n.ID, Err: err}
-		if err == nil {
-			su.Uptime = st.Uptime
-			for _, s := range st.Slots {
-				su.Busy += time.Duration(s.BusyNanos)
-			}
-			for _, t := range st.Tables {
-				su.MemoryBytes += t.MemoryBytes
-			}
+		i := slices.IndexFunc(st.Servers, func(s ServerStatus) bool { return s.ID == n.ID })
+		if i < 0 {
+			continue // a server that joined after the Status: the next reading has it
 		}
-		u.Servers = append(u.Servers, su)
+		s := &st.Servers[i]
+		read[i] = true
+		if err != nil {
+			s.UsageError = err.Error()
+			continue
+		}
+		s.Uptime = stats.Uptime
+		for _, sl := range stats.Slots {
+			s.Busy += time.Duration(sl.BusyNanos)
+		}
+		for _, t := range stats.Tables {
+			s.MemoryBytes += t.MemoryBytes
+		}
 	}
-	u.Workers = c.steps.usage()
-	return u, nil
+	for i := range st.Servers {
+		if !read[i] {
+			st.Servers[i].UsageError = "not in the owner table"
+		}
+	}
+	return st, nil
 }
 
 // stepTimes times each worker's batches, from Begin to End.
@@ -109,13 +91,13 @@ func (s *stepTimes) end(worker string, now time.Time, ok bool) {
 	w.began = time.Time{}
 }
 
-func (s *stepTimes) usage() []WorkerUsage {
+// all returns a copy of every worker's figures, by id.
+func (s *stepTimes) all() map[string]workerSteps {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]WorkerUsage, 0, len(s.w))
+	out := make(map[string]workerSteps, len(s.w))
 	for id, w := range s.w {
-		out = append(out, WorkerUsage{ID: id, Steps: w.steps, Busy: w.busy})
+		out[id] = *w
 	}
-	slices.SortFunc(out, func(a, b WorkerUsage) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }

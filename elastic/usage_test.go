@@ -2,10 +2,13 @@ package elastic_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,13 +25,32 @@ func TestUsage(t *testing.T) {
 	require.Len(t, u.Servers, 2)
 	assert.Empty(t, u.Workers)
 	for _, s := range u.Servers {
-		require.NoError(t, s.Err)
+		require.Empty(t, s.UsageError)
 		assert.Zero(t, s.Busy, "%s before any batch", s.ID)
 	}
 
-	scaler, _ := trainers(t, job, nil)
+	// Both workers train, then each holds its batch once 40 have begun: the reading is of
+	// two members, with no batch ending meanwhile.
+	var begun, holding atomic.Int64
+	held, release := make(chan struct{}), make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll() // before the scaler's cleanup waits for the workers
+	scaler, _ := trainers(t, job, func(ctx context.Context, b *elastic.Batch) error {
+		if begun.Add(1) > 40 {
+			if holding.Add(1) == 2 {
+				close(held)
+			}
+			<-release
+			return trainStep(ctx, b)
+		}
+		return trainStep(ctx, b)
+	})
 	require.NoError(t, c.SetParallelism(ctx, 2, 2))
-	require.NoError(t, scaler.Wait(ctx))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the workers did not both reach their held batch")
+	}
 	u, err = c.Usage(ctx)
 	require.NoError(t, err)
 	require.Len(t, u.Workers, 2)
@@ -36,11 +58,12 @@ func TestUsage(t *testing.T) {
 	for _, w := range u.Workers {
 		assert.Positive(t, w.Steps, w.ID)
 		assert.Positive(t, w.Busy, w.ID)
+		assert.True(t, w.InBatch, w.ID)
 		steps += w.Steps
 	}
-	assert.Equal(t, c.Status().Step, steps)
+	assert.Equal(t, u.Step, steps, "every step applied and reported is a worker's")
 	for _, s := range u.Servers {
-		require.NoError(t, s.Err)
+		require.Empty(t, s.UsageError)
 		assert.Positive(t, s.Busy, s.ID)
 		assert.Positive(t, s.MemoryBytes, s.ID)
 		assert.Greater(t, s.Uptime, s.Busy, s.ID)
@@ -48,4 +71,6 @@ func TestUsage(t *testing.T) {
 		require.True(t, ok)
 		assert.Equal(t, tab.MemoryBytes(), s.MemoryBytes, s.ID)
 	}
+	releaseAll()
+	require.NoError(t, scaler.Wait(ctx))
 }

@@ -263,7 +263,7 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	var refs []checkpoint.ManifestRef
 	for _, srv := range c.Servers {
 		l := local(srv)
-		_, err := l.Snapshot(ctx, commit, elastic.SnapshotProgress{})
+		_, err := l.Snapshot(ctx, commit, elastic.Progress{}, elastic.Progress{})
 		require.NoError(t, err)
 		ref, err := l.WaitPersisted(ctx, commit)
 		require.NoError(t, err)

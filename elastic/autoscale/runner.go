@@ -79,8 +79,8 @@ type Runner struct {
 type reading struct {
 	at      time.Time
 	records int64
-	servers map[string]elastic.ServerUsage
-	workers map[string]elastic.WorkerUsage
+	servers map[string]elastic.ServerStatus
+	workers map[string]elastic.WorkerStatus
 }
 
 // NewRunner returns a Runner for cfg.
@@ -170,16 +170,15 @@ func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
 // call (the first has no throughput, CPU shares or step times).
 func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 	c := r.cfg.Coordinator
-	st := c.Status()
-	u, err := c.Usage(ctx)
+	st, err := c.Usage(ctx)
 	if err != nil {
 		return Observation{}, fmt.Errorf("autoscale: usage: %w", err)
 	}
 	now := r.cfg.Now()
 	cur := &reading{
 		at:      now,
-		records: int64(st.Data.Epoch)*st.Data.Records + st.Data.Done,
-		servers: map[string]elastic.ServerUsage{}, workers: map[string]elastic.WorkerUsage{},
+		records: int64(st.Epoch)*st.EpochRecords + st.EpochDone,
+		servers: map[string]elastic.ServerStatus{}, workers: map[string]elastic.WorkerStatus{},
 	}
 	obs := Observation{At: now, Shape: r.shape(st)}
 	failed := false
@@ -195,8 +194,8 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 	if prev != nil && now.After(prev.at) && cur.records >= prev.records {
 		obs.Throughput = float64(cur.records-prev.records) / now.Sub(prev.at).Seconds()
 	}
-	for _, s := range u.Servers {
-		if s.Err != nil {
+	for _, s := range st.Servers {
+		if s.Failed || s.UsageError != "" {
 			continue
 		}
 		cur.servers[s.ID] = s
@@ -206,15 +205,8 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 		}
 		obs.Servers = append(obs.Servers, sl)
 	}
-	active := map[string]bool{}
 	for _, w := range st.Workers {
-		active[w.ID] = true
-	}
-	for _, w := range u.Workers {
 		cur.workers[w.ID] = w
-		if !active[w.ID] {
-			continue
-		}
 		wl := WorkerLoad{ID: w.ID}
 		if p, ok := prev.worker(w.ID); ok && w.Steps > p.Steps {
 			wl.StepTime = (w.Busy - p.Busy) / time.Duration(w.Steps-p.Steps)
@@ -227,17 +219,17 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 	return obs, nil
 }
 
-func (p *reading) server(id string) (elastic.ServerUsage, bool) {
+func (p *reading) server(id string) (elastic.ServerStatus, bool) {
 	if p == nil {
-		return elastic.ServerUsage{}, false
+		return elastic.ServerStatus{}, false
 	}
 	s, ok := p.servers[id]
 	return s, ok
 }
 
-func (p *reading) worker(id string) (elastic.WorkerUsage, bool) {
+func (p *reading) worker(id string) (elastic.WorkerStatus, bool) {
 	if p == nil {
-		return elastic.WorkerUsage{}, false
+		return elastic.WorkerStatus{}, false
 	}
 	w, ok := p.workers[id]
 	return w, ok

@@ -59,13 +59,13 @@ func TestGossipIsAHintTheCoordinatorConfirms(t *testing.T) {
 	// ps-0's gossip dies, its server answers: gossip alone evicts nobody.
 	require.NoError(t, sm[0].crash())
 	rec.wait(t, elastic.MemberFailed, elastic.ServerID(0), locals[0].Incarnation())
-	assert.Zero(t, coord.Stats().ServerFailures, "a server that answers is kept")
+	assert.Zero(t, coord.Status().ServerFailures, "a server that answers is kept")
 
 	// ps-1's process is gone: it is failed at gossip's word, confirmed by a failed health call.
 	require.NoError(t, locals[1].Close())
 	require.NoError(t, sm[1].crash())
 	rec.wait(t, elastic.MemberFailed, elastic.ServerID(1), locals[1].Incarnation())
-	st := coord.Stats()
+	st := coord.Status()
 	assert.Equal(t, 1, st.ServerFailures)
 	servers := coord.Status().Servers
 	require.Len(t, servers, 2)
@@ -99,5 +99,5 @@ func TestGossipFailsASilentWorker(t *testing.T) {
 	coord.Observe(elastic.MemberEvent{Kind: elastic.MemberFailed, Member: elastic.Member{Role: elastic.RoleWorker, ID: "w2", Incarnation: 1}})
 	require.NoError(t, coord.Settle(ctx))
 	assert.Equal(t, []string{"w1"}, coord.Members())
-	assert.Equal(t, 1, coord.Stats().Fenced)
+	assert.Equal(t, 1, coord.Status().Fenced)
 }

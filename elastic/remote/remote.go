@@ -149,7 +149,7 @@ func ServeServer(reg Registrar, l *elastic.LocalServer) error {
 			if err != nil {
 				return err
 			}
-			info, err := l.Snapshot(ctx, m.step, elastic.SnapshotProgress{Committed: committed, Accepted: accepted})
+			info, err := l.Snapshot(ctx, m.step, committed, accepted)
 			if err != nil {
 				return err
 			}
@@ -415,10 +415,10 @@ func (s *Server) Fence(ctx context.Context, floor uint64, epochs []uint64) error
 }
 
 // Snapshot implements ParameterServer.
-func (s *Server) Snapshot(ctx context.Context, step uint64, at elastic.SnapshotProgress) (checkpoint.SnapshotInfo, error) {
+func (s *Server) Snapshot(ctx context.Context, step uint64, committed, accepted elastic.Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
 	msg := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step,
-		done: progressBytes(at.Committed), acc: progressBytes(at.Accepted)}
+		done: progressBytes(committed), acc: progressBytes(accepted)}
 	err := s.call(ctx, methodSnapshot, msg.append(nil), func(d *dec) {
 		info.Bytes, info.Full = int64(d.u64()), d.u8() == 1
 	})

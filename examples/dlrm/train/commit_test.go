@@ -107,15 +107,15 @@ func TestFinalCheckpointFailureIsAnError(t *testing.T) {
 }
 
 func TestCheckCommitted(t *testing.T) {
-	assert.NoError(t, checkCommitted(elastic.Stats{Step: 8, LastCommitted: 8}, nil))
-	err := checkCommitted(elastic.Stats{Step: 8, LastCommitted: 6}, nil)
+	assert.NoError(t, checkCommitted(elastic.Status{Step: 8, LastCommit: 8}, nil))
+	err := checkCommitted(elastic.Status{Step: 8, LastCommit: 6}, nil)
 	require.ErrorIs(t, err, ErrNotCommitted)
 	assert.Contains(t, err.Error(), "a resume would restore step 6")
 	boom := errors.New("disk full")
-	err = checkCommitted(elastic.Stats{Step: 8, LastCommitted: 8}, boom)
+	err = checkCommitted(elastic.Status{Step: 8, LastCommit: 8}, boom)
 	require.ErrorIs(t, err, boom)
 	require.ErrorIs(t, err, ErrNotCommitted)
-	err = checkCommitted(elastic.Stats{Step: 5}, boom)
+	err = checkCommitted(elastic.Status{Step: 5}, boom)
 	assert.Contains(t, err.Error(), "a resume would find no checkpoint")
 }
 

@@ -148,7 +148,7 @@ func (s *Summary) checkTraining(coord *elastic.Coordinator) {
 	for _, e := range s.Epochs {
 		s.ExactlyOnce = s.ExactlyOnce && e.OK()
 	}
-	st := coord.Stats()
+	st := coord.Status()
 	s.Recoveries, s.LostRecords = st.Recoveries, st.LostRecords
 }
 

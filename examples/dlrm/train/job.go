@@ -188,18 +188,18 @@ var ErrNotCommitted = errors.New("train: the last trained steps are not committe
 // checkCommitted returns nil when the newest commit holds every step trained, else an error
 // wrapping ErrNotCommitted (and finishErr, the final checkpoint's failure, if any) that says
 // which step a resume restores.
-func checkCommitted(st elastic.Stats, finishErr error) error {
-	if finishErr == nil && st.LastCommitted >= st.Step {
+func checkCommitted(st elastic.Status, finishErr error) error {
+	if finishErr == nil && st.LastCommit >= st.Step {
 		return nil
 	}
-	restores := fmt.Sprintf("a resume would restore step %d", st.LastCommitted)
-	if st.LastCommitted == 0 {
+	restores := fmt.Sprintf("a resume would restore step %d", st.LastCommit)
+	if st.LastCommit == 0 {
 		restores = "a resume would find no checkpoint"
 	}
 	if finishErr != nil {
 		return fmt.Errorf("%w: %w; training reached step %d and %s", ErrNotCommitted, finishErr, st.Step, restores)
 	}
-	return fmt.Errorf("%w: training reached step %d but the newest commit is of step %d; %s", ErrNotCommitted, st.Step, st.LastCommitted, restores)
+	return fmt.Errorf("%w: training reached step %d but the newest commit is of step %d; %s", ErrNotCommitted, st.Step, st.LastCommit, restores)
 }
 
 // prepareShm chooses the shared-memory directory of the run's servers (node "" for an embedded

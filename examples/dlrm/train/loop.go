@@ -150,7 +150,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	if reason == "" {
 		reason = "every epoch done"
-		if !r.job.Coordinator().Status().Data.Finished {
+		if !r.job.Coordinator().Status().Finished {
 			reason = "every worker ended before the data was done"
 		}
 	}
@@ -178,7 +178,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	defer cancel()
 	ferr := r.job.Coordinator().Finish(fctx, !cfg.NoFinalCheckpoint, 0)
 	if !cfg.NoFinalCheckpoint {
-		ferr = checkCommitted(r.job.Coordinator().Stats(), ferr)
+		ferr = checkCommitted(r.job.Coordinator().Status(), ferr)
 	}
 	if ferr != nil && failure == nil {
 		failure = ferr

@@ -538,7 +538,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	failure := coord.Finish(fctx, !cfg.NoFinalCheckpoint, workerSilence)
 	cancel()
 	if !cfg.NoFinalCheckpoint {
-		failure = checkCommitted(coord.Stats(), failure)
+		failure = checkCommitted(coord.Status(), failure)
 	}
 	sum.Checkpoints = r.ck.get()
 	sum.Checkpoints.Dir = cfg.CheckpointDir
@@ -546,7 +546,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	sum.Elapsed = time.Since(r.start)
 	sum.TotalSamples = accepted()
 	sum.Samples = sum.TotalSamples - r.baseSamp
-	sum.Steps = int64(coord.Stats().Step)
+	sum.Steps = int64(coord.Status().Step)
 	if sec := sum.Elapsed.Seconds(); sec > 0 {
 		sum.SamplesPerSec = float64(sum.Samples) / sec
 	}

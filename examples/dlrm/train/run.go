@@ -101,7 +101,7 @@ func (r *run) steps() int64 {
 	if r.job == nil {
 		return 0
 	}
-	return int64(r.job.Coordinator().Stats().Step)
+	return int64(r.job.Coordinator().Status().Step)
 }
 
 // Run trains a DLRM on an embedded cluster — a coordinator (package elastic) with its data-shard
