@@ -15,6 +15,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/elasticps/elasticps/shard/shardnet"
@@ -37,7 +38,7 @@ type loopJob struct {
 
 	mu      sync.Mutex
 	servers []*ps.Server
-	locals  []*elastic.LocalServer
+	locals  []*server.Server
 	wg      sync.WaitGroup
 	closers []func()
 }
@@ -47,7 +48,7 @@ func startLoopJob(t *testing.T, n int) *loopJob {
 	store, err := checkpoint.NewFSStorage(dir)
 	require.NoError(t, err)
 	j := &loopJob{t: t, secret: []byte("a secret of the loopback tests.."), dir: dir, store: store,
-		addrs: make([]string, n), servers: make([]*ps.Server, n), locals: make([]*elastic.LocalServer, n)}
+		addrs: make([]string, n), servers: make([]*ps.Server, n), locals: make([]*server.Server, n)}
 	for i := range n {
 		require.NoError(t, j.startServer(i))
 	}
@@ -72,7 +73,7 @@ func (j *loopJob) startServer(i int) error {
 		srv.Close()
 		return err
 	}
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "loop", Storage: j.store, ShmDir: j.t.TempDir(), FullEvery: 1})
+	ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "loop", Storage: j.store, ShmDir: j.t.TempDir(), FullEvery: 1})
 	if err == nil {
 		err = remote.ServeServer(srv, ls)
 	}

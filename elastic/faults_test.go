@@ -14,6 +14,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
@@ -105,7 +106,7 @@ type faultJob struct {
 	store   checkpoint.Storage
 	shm     string
 	servers []*ps.Server
-	locals  []*elastic.LocalServer
+	locals  []*server.Server
 	coord   *elastic.Coordinator
 	addr    string // the coordinator's
 	wg      sync.WaitGroup
@@ -132,7 +133,7 @@ func startFaultJobWith(t *testing.T, n int, store checkpoint.Storage, shm string
 		require.NoError(t, err)
 		l, err := j.net.Host(id).Listen(id + ":1")
 		require.NoError(t, err)
-		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: store, ShmDir: shm, FullEvery: 3})
+		ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: store, ShmDir: shm, FullEvery: 3})
 		require.NoError(t, err)
 		j.serve(func() { srv.Serve(l) })
 		j.servers, j.locals = append(j.servers, srv), append(j.locals, ls)

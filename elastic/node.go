@@ -9,6 +9,11 @@ import (
 	"github.com/elasticps/elasticps/ps"
 )
 
+// AppliedBlob names the blob of a server's applied positions (ps.Server.AppliedState) in its part
+// of a checkpoint: a server saves it with every snapshot, and the coordinator reads the commit's
+// at a Partial recovery.
+const AppliedBlob = "ps.applied"
+
 // ParameterServer is a parameter server as the coordinator drives it. LocalServer implements it
 // for a ps.Server in the coordinator's process.
 //
@@ -120,9 +125,10 @@ func (d Progress) Done(p ps.Position) bool {
 	return ok && p.End <= off
 }
 
-// through returns the offset through which shard k of the current epoch is accepted (0: none,
-// or an earlier epoch: a finished epoch may hold shards given up part of the way).
-func (d Progress) through(k ps.DataShard) int64 {
+// Through returns the offset through which shard k of the current epoch is done (0: none, or
+// an earlier epoch: a finished epoch may hold shards given up part of the way): what a server
+// folds into its watermarks (ps.Server.FoldApplied).
+func (d Progress) Through(k ps.DataShard) int64 {
 	if k.Epoch != d.Epoch {
 		return 0
 	}

@@ -668,7 +668,7 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 			restored[s] = true
 		}
 	}
-	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == blobApplied })
+	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == AppliedBlob })
 	if err != nil {
 		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
 	}

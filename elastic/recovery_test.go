@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
@@ -59,7 +60,7 @@ func (j *faultJob) restart(i int) error {
 	if err != nil {
 		return err
 	}
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
+	ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
 	if err != nil {
 		return err
 	}
@@ -210,12 +211,12 @@ func TestRemoteServerRefusesCallsForAnEarlierIncarnation(t *testing.T) {
 	net := memnet.New(memnet.Config{})
 	secret := []byte("a secret of the incarnation test")
 	ctx := context.Background()
-	start := func() (*ps.Server, *elastic.LocalServer) {
+	start := func() (*ps.Server, *server.Server) {
 		srv, err := ps.NewServer(ps.ServerConfig{ID: "ps-0", Secret: secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
 		require.NoError(t, err)
 		l, err := net.Host("ps-0").Listen("ps-0:1")
 		require.NoError(t, err)
-		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{})
+		ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{})
 		require.NoError(t, err)
 		require.NoError(t, remote.ServeServer(srv, ls))
 		go srv.Serve(l)

@@ -11,6 +11,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/ps/pstest"
@@ -281,7 +282,7 @@ func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	require.NoError(t, err)
 	l, err := j.net.Host(id).Listen(id + ":1")
 	require.NoError(t, err)
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
+	ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: j.shm, FullEvery: 3})
 	require.NoError(t, err)
 	require.NoError(t, remote.ServeServer(srv, ls))
 	j.serve(func() { srv.Serve(l) })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +57,7 @@ func TestReplacementUsesSharedMemoryOnlyOnItsPredecessorsHost(t *testing.T) {
 			defer stale.Close()
 			_, err = stale.SetOwnerTable(table)
 			require.NoError(t, err)
-			ls, err := elastic.NewLocalServer(stale, "elsewhere:1", checkpoint.Config{Job: "faults", Storage: checkpoint.NewMemStorage(), ShmDir: hosts["b"], FullEvery: 3})
+			ls, err := server.New(stale, "elsewhere:1", checkpoint.Config{Job: "faults", Storage: checkpoint.NewMemStorage(), ShmDir: hosts["b"], FullEvery: 3})
 			require.NoError(t, err)
 			_, err = ls.Snapshot(ctx, step, elastic.Progress{}, elastic.Progress{})
 			require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestReplacementUsesSharedMemoryOnlyOnItsPredecessorsHost(t *testing.T) {
 
 // restartOn starts a new incarnation of server i with the shared-memory directory shm (its
 // host's) and hands it to the coordinator.
-func (j *faultJob) restartOn(i int, shm string) (*elastic.LocalServer, error) {
+func (j *faultJob) restartOn(i int, shm string) (*server.Server, error) {
 	id := j.servers[i].ID()
 	j.net.Restart(id)
 	srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: j.secret, Slots: faultSlots, Tables: []ps.TableSpec{faultTable}, Transport: j.net.Host(id)})
@@ -97,7 +98,7 @@ func (j *faultJob) restartOn(i int, shm string) (*elastic.LocalServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: shm, FullEvery: 3})
+	ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "faults", Storage: j.store, ShmDir: shm, FullEvery: 3})
 	if err != nil {
 		return nil, fmt.Errorf("restart %s: %w", id, err)
 	}

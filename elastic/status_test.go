@@ -13,6 +13,7 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,7 +167,7 @@ func TestJobRunning(t *testing.T) {
 	running, err = elastic.JobRunning(ctx, fresh)
 	require.NoError(t, err)
 	assert.False(t, running)
-	require.NoError(t, fresh[1].(*elastic.LocalServer).Close())
+	require.NoError(t, fresh[1].(*server.Server).Close())
 	_, err = elastic.JobRunning(ctx, fresh)
 	assert.ErrorIs(t, err, elastic.ErrClosed, "one server does not answer and the other holds nothing")
 	running, err = elastic.JobRunning(ctx, []elastic.ParameterServer{servers[0], fresh[1]})
@@ -181,7 +182,7 @@ func startFaultJobServersOnly(t *testing.T, n int) []elastic.ParameterServer {
 		srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(i), Secret: []byte("a secret of the fault tests....."), Slots: faultSlots, Tables: []ps.TableSpec{faultTable}})
 		require.NoError(t, err)
 		t.Cleanup(func() { srv.Close() })
-		l, err := elastic.NewLocalServer(srv, fmt.Sprintf("fresh-%d:1", i), checkpoint.Config{})
+		l, err := server.New(srv, fmt.Sprintf("fresh-%d:1", i), checkpoint.Config{})
 		require.NoError(t, err)
 		out = append(out, l)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/transport/memnet"
 	"github.com/elasticps/elasticps/ps"
@@ -153,7 +154,7 @@ func startRemoteJob(t *testing.T, n int, store checkpoint.Storage, tune func(*el
 		require.NoError(t, err)
 		l, err := j.net.Host(id).Listen(id + ":1")
 		require.NoError(t, err)
-		ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: "remote", Storage: store, ShmDir: j.shm, FullEvery: 3})
+		ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: "remote", Storage: store, ShmDir: j.shm, FullEvery: 3})
 		require.NoError(t, err)
 		require.NoError(t, remote.ServeServer(srv, ls))
 		j.serve(func() { srv.Serve(l) })
@@ -490,7 +491,7 @@ func assertTrainedWhole(ctx context.Context, t *testing.T, j *remoteJob, c *elas
 // other servers have begun theirs.
 type failsRollback struct {
 	elastic.ParameterServer
-	others []*elastic.LocalServer
+	others []*server.Server
 }
 
 func (f failsRollback) InstallTable(context.Context, *ps.OwnerTable) error {

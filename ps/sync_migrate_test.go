@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/ps/pstest"
@@ -248,8 +249,8 @@ func TestSyncMigrateSourceDies(t *testing.T) {
 	// One group at a time, ps-0's first: the first handover is ps-0's.
 	m := c.Migrator(ps.MigratorConfig{GroupSlots: 1000, Concurrency: 1})
 	store, shm := checkpoint.NewMemStorage(), t.TempDir()
-	local := func(srv *ps.Server) *elastic.LocalServer {
-		l, err := elastic.NewLocalServer(srv, c.Node(srv.ID()).Addr, checkpoint.Config{Job: "sync", Storage: store, ShmDir: shm})
+	local := func(srv *ps.Server) *server.Server {
+		l, err := server.New(srv, c.Node(srv.ID()).Addr, checkpoint.Config{Job: "sync", Storage: store, ShmDir: shm})
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
 		return l

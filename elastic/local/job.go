@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
@@ -50,7 +51,7 @@ type Config struct {
 type Job struct {
 	// Servers are the job's parameter servers, ps-i at index i. RestartServer replaces
 	// Servers[i]; read the slice while no server restarts.
-	Servers []*elastic.LocalServer
+	Servers []*server.Server
 
 	secret []byte
 	log    *slog.Logger
@@ -129,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 
 // newServer makes parameter server id, listening at addr, with its checkpointer; serve starts
 // it.
-func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *elastic.LocalServer, error) {
+func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *server.Server, error) {
 	sc := j.server
 	sc.ID = id
 	srv, err := ps.NewServer(sc)
@@ -141,7 +142,7 @@ func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *elastic.Loc
 		srv.Close()
 		return nil, nil, nil, err
 	}
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), j.ck)
+	ls, err := server.New(srv, l.Addr().String(), j.ck)
 	if err != nil {
 		l.Close()
 		srv.Close()
@@ -339,7 +340,7 @@ func (j *Job) StopServers(ctx context.Context, ids []string) error {
 		return fmt.Errorf("%w: stop %d of %d servers", elastic.ErrInvalidConfig, len(ids), len(j.Servers))
 	}
 	for _, id := range ids {
-		i := slices.IndexFunc(j.Servers, func(s *elastic.LocalServer) bool { return s.Node().ID == id })
+		i := slices.IndexFunc(j.Servers, func(s *server.Server) bool { return s.Node().ID == id })
 		if i < k {
 			return fmt.Errorf("%w: server %q is not among the highest-numbered %d", elastic.ErrInvalidConfig, id, len(ids))
 		}

@@ -3,11 +3,13 @@ package membership
 import (
 	"context"
 	"fmt"
-	"github.com/elasticps/elasticps/elastic"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/embedding"
@@ -26,13 +28,13 @@ var gossipTable = ps.TableSpec{Name: "emb", Config: embedding.Config{Dim: 2, Opt
 // gossip stops) is failed as soon as gossip says so.
 func TestGossipIsAHintTheCoordinatorConfirms(t *testing.T) {
 	ctx := context.Background()
-	var locals []*elastic.LocalServer
+	var locals []*server.Server
 	var nodes []elastic.ParameterServer
 	for i := range 2 {
 		srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(i), Secret: testSecret, Slots: 64, Tables: []ps.TableSpec{gossipTable}})
 		require.NoError(t, err)
 		t.Cleanup(func() { srv.Close() })
-		l, err := elastic.NewLocalServer(srv, fmt.Sprintf("127.0.0.%d:9000", 3+i), checkpoint.Config{})
+		l, err := server.New(srv, fmt.Sprintf("127.0.0.%d:9000", 3+i), checkpoint.Config{})
 		require.NoError(t, err)
 		locals, nodes = append(locals, l), append(nodes, l)
 	}
@@ -79,7 +81,7 @@ func TestGossipFailsASilentWorker(t *testing.T) {
 	srv, err := ps.NewServer(ps.ServerConfig{ID: elastic.ServerID(0), Secret: testSecret, Slots: 8, Tables: []ps.TableSpec{gossipTable}})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
-	l, err := elastic.NewLocalServer(srv, "127.0.0.1:1", checkpoint.Config{})
+	l, err := server.New(srv, "127.0.0.1:1", checkpoint.Config{})
 	require.NoError(t, err)
 	var now atomic.Int64 // the wall clock, in seconds
 	now.Store(1_700_000_000)

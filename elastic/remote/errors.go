@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/shard"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -148,7 +149,7 @@ var errorCodes = []struct {
 	{codeNeedsResume, elastic.ErrNeedsResume},
 	{codePushedTwice, elastic.ErrPushedTwice},
 	{codeBatchFailed, elastic.ErrBatchFailed},
-	{codeNoCheckpoints, elastic.ErrNoCheckpoints},
+	{codeNoCheckpoints, server.ErrNoCheckpoints},
 	{codeDuplicateWorker, elastic.ErrDuplicateWorker},
 	{codeExistingCommits, elastic.ErrExistingCommits},
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/shard"
 
 	"github.com/elasticps/elasticps/checkpoint"
@@ -59,7 +60,7 @@ var sentinels = map[string]error{
 	"elastic.ErrPushedTwice":    elastic.ErrPushedTwice,
 	"elastic.ErrBatchFailed":    elastic.ErrBatchFailed,
 	"elastic.ErrNoScaler":       elastic.ErrNoScaler,
-	"elastic.ErrNoCheckpoints":  elastic.ErrNoCheckpoints,
+	"server.ErrNoCheckpoints":   server.ErrNoCheckpoints,
 	"shard.ErrNoMoreWork":       shard.ErrNoMoreWork,
 	"shard.ErrWait":             shard.ErrWait,
 	"shard.ErrStaleLease":       shard.ErrStaleLease,
@@ -153,7 +154,7 @@ func declaredSentinels(t *testing.T, dir, pkg string) []string {
 // matching it, and no other. An error wrapping several keeps them all.
 func TestEverySentinelCrossesTheWire(t *testing.T) {
 	var declared []string
-	for _, p := range []struct{ dir, pkg string }{{"../../checkpoint", "checkpoint"}, {"..", "elastic"}, {"../../ps", "ps"}, {"../../shard", "shard"}} {
+	for _, p := range []struct{ dir, pkg string }{{"../../checkpoint", "checkpoint"}, {"..", "elastic"}, {"../../ps", "ps"}, {"../../shard", "shard"}, {"../server", "server"}} {
 		declared = append(declared, declaredSentinels(t, p.dir, p.pkg)...)
 	}
 	require.Contains(t, declared, "checkpoint.ErrCorrupt", "the parse finds the sentinels")

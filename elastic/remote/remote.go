@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/server"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/internal/rpc"
@@ -71,7 +72,7 @@ func register(reg Registrar, hs map[uint16]rpc.Handler) error {
 
 // ServeServer registers the server agent of l on reg (the server's own *ps.Server): the
 // coordinator's Server drives it from another process.
-func ServeServer(reg Registrar, l *elastic.LocalServer) error {
+func ServeServer(reg Registrar, l *server.Server) error {
 	table := func(b []byte) (*ps.OwnerTable, error) {
 		t, rest, err := ps.DecodeOwnerTable(b)
 		if err != nil || len(rest) != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/membership"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -258,7 +259,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 		return err
 	}
 	// A damaged storage copy of a commit restored from shared memory is logged as a warning.
-	ls, err := elastic.NewLocalServer(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
+	ls, err := server.New(srv, l.Addr().String(), checkpoint.Config{Job: jobName, Storage: st,
 		ShmDir: shm.dir, FullEvery: cfg.FullEvery, Logger: rc.Logger})
 	if err != nil {
 		l.Close()

@@ -1,9 +1,10 @@
-package elastic
+package server
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/elasticps/elasticps/elastic"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,12 +14,9 @@ import (
 	"github.com/elasticps/elasticps/ps"
 )
 
-// blobApplied names the blob of a server's applied positions in its checkpoint.
-const blobApplied = "ps.applied"
-
-// LocalServer is a ps.Server in the coordinator's process, with its flash checkpointer: the
+// Server is a ps.Server in the coordinator's process, with its flash checkpointer: the
 // in-process ParameterServer.
-type LocalServer struct {
+type Server struct {
 	srv    *ps.Server
 	addr   string
 	ck     *checkpoint.Checkpointer
@@ -35,16 +33,16 @@ type LocalServer struct {
 	restoring uint64
 }
 
-var _ ParameterServer = (*LocalServer)(nil)
+var _ elastic.ParameterServer = (*Server)(nil)
 
-// NewLocalServer wraps srv, serving at addr, and opens its checkpointer with ck (Job, Storage,
+// New wraps srv, serving at addr, and opens its checkpointer with ck (Job, Storage,
 // ShmDir, FullEvery, ...; Node, Slots and Tables are the server's). With ck.Storage nil the
 // server takes no checkpoints. Close closes the checkpointer, not the server.
-func NewLocalServer(srv *ps.Server, addr string, ck checkpoint.Config) (*LocalServer, error) {
+func New(srv *ps.Server, addr string, ck checkpoint.Config) (*Server, error) {
 	if srv == nil {
-		return nil, fmt.Errorf("%w: nil server", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil server", elastic.ErrInvalidConfig)
 	}
-	l := &LocalServer{srv: srv, addr: addr, inc: rand.Uint64() | 1}
+	l := &Server{srv: srv, addr: addr, inc: rand.Uint64() | 1}
 	if ck.Storage == nil {
 		return l, nil
 	}
@@ -61,13 +59,13 @@ func NewLocalServer(srv *ps.Server, addr string, ck checkpoint.Config) (*LocalSe
 }
 
 // Server returns the wrapped server.
-func (l *LocalServer) Server() *ps.Server { return l.srv }
+func (l *Server) Server() *ps.Server { return l.srv }
 
 // Node implements ParameterServer.
-func (l *LocalServer) Node() ps.Node { return ps.Node{ID: l.srv.ID(), Addr: l.addr} }
+func (l *Server) Node() ps.Node { return ps.Node{ID: l.srv.ID(), Addr: l.addr} }
 
 // InstallTable implements ParameterServer.
-func (l *LocalServer) InstallTable(_ context.Context, t *ps.OwnerTable) error {
+func (l *Server) InstallTable(_ context.Context, t *ps.OwnerTable) error {
 	if _, err := l.srv.SetOwnerTable(t); err != nil {
 		return err
 	}
@@ -80,7 +78,7 @@ func (l *LocalServer) InstallTable(_ context.Context, t *ps.OwnerTable) error {
 }
 
 // Fence implements ParameterServer.
-func (l *LocalServer) Fence(_ context.Context, floor uint64, epochs []uint64) error {
+func (l *Server) Fence(_ context.Context, floor uint64, epochs []uint64) error {
 	if floor > 0 {
 		l.srv.SetEpochFloor(floor)
 	}
@@ -90,12 +88,12 @@ func (l *LocalServer) Fence(_ context.Context, floor uint64, epochs []uint64) er
 	return nil
 }
 
-// ErrNoCheckpoints is returned by a LocalServer's checkpoint methods when it was made without
+// ErrNoCheckpoints is returned by a Server's checkpoint methods when it was made without
 // checkpoint storage.
 var ErrNoCheckpoints = errors.New("elastic: server has no checkpoint storage")
 
 // owned returns the slots t gives this server.
-func (l *LocalServer) owned(t *ps.OwnerTable) []int {
+func (l *Server) owned(t *ps.OwnerTable) []int {
 	if t == nil {
 		return nil
 	}
@@ -104,7 +102,7 @@ func (l *LocalServer) owned(t *ps.OwnerTable) []int {
 
 // Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
 // tensors and the batches it applied (for those slots).
-func (l *LocalServer) Snapshot(ctx context.Context, step uint64, committed, accepted Progress) (checkpoint.SnapshotInfo, error) {
+func (l *Server) Snapshot(ctx context.Context, step uint64, committed, accepted elastic.Progress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
 		return checkpoint.SnapshotInfo{}, ErrNoCheckpoints
 	}
@@ -123,15 +121,15 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, committed, acce
 	for _, name := range l.srv.TableNames() {
 		if _, ok := l.tables[name]; !ok {
 			// Saving the rest would lose it silently on a restore.
-			return checkpoint.SnapshotInfo{}, fmt.Errorf("%w: server %s hosts %q, created after its checkpointer; declare it in ps.ServerConfig.Tables (TableSpec.Dense for a dense tensor) to checkpoint it", ErrInvalidConfig, l.srv.ID(), name)
+			return checkpoint.SnapshotInfo{}, fmt.Errorf("%w: server %s hosts %q, created after its checkpointer; declare it in ps.ServerConfig.Tables (TableSpec.Dense for a dense tensor) to checkpoint it", elastic.ErrInvalidConfig, l.srv.ID(), name)
 		}
 	}
 	set := t.SlotsOf(l.srv.ID())
 	l.srv.SettleApplied(func(epoch uint32) bool { return epoch < committed.Epoch })
 	l.srv.PruneApplied(func(p ps.Position) bool { return !committed.Done(p) })
-	l.srv.FoldApplied(accepted.through)
+	l.srv.FoldApplied(accepted.Through)
 	applied := l.srv.AppliedState(set.Has)
-	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(blobApplied, applied))
+	info, err := l.ck.Snapshot(ctx, step, checkpoint.SnapshotSlots(set.Members()), checkpoint.SnapshotBlob(elastic.AppliedBlob, applied))
 	if err == nil {
 		l.mu.Lock()
 		l.last = info
@@ -142,7 +140,7 @@ func (l *LocalServer) Snapshot(ctx context.Context, step uint64, committed, acce
 }
 
 // WaitPersisted implements ParameterServer.
-func (l *LocalServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
+func (l *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	if l.ck == nil {
 		return checkpoint.ManifestRef{}, ErrNoCheckpoints
 	}
@@ -150,7 +148,7 @@ func (l *LocalServer) WaitPersisted(ctx context.Context, step uint64) (checkpoin
 }
 
 // Verify implements ParameterServer.
-func (l *LocalServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+func (l *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
 		return ErrNoCheckpoints
 	}
@@ -159,15 +157,15 @@ func (l *LocalServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable)
 
 // Load implements ParameterServer: the rows of the slots t gives this server, and the applied
 // positions of every server of the checkpoint for those slots.
-func (l *LocalServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
+func (l *Server) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
 		return ErrNoCheckpoints
 	}
 	if name, ok := updatedTable(l.srv); ok {
-		return fmt.Errorf("%w: server %s, table %s", ErrNotFresh, l.srv.ID(), name)
+		return fmt.Errorf("%w: server %s, table %s", elastic.ErrNotFresh, l.srv.ID(), name)
 	}
 	res, err := l.ck.Load(ctx, step, checkpoint.RestoreSlots(l.owned(t)),
-		checkpoint.RestoreBlobs(func(_, name string) bool { return name == blobApplied }))
+		checkpoint.RestoreBlobs(func(_, name string) bool { return name == elastic.AppliedBlob }))
 	if err != nil {
 		return err
 	}
@@ -178,7 +176,7 @@ func (l *LocalServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) e
 	l.mu.Unlock()
 	var applied [][]byte
 	for _, b := range res.Blobs {
-		if b.Name == blobApplied {
+		if b.Name == elastic.AppliedBlob {
 			applied = append(applied, b.Data)
 		}
 	}
@@ -209,7 +207,7 @@ func updatedTable(srv *ps.Server) (string, bool) {
 
 // Restored reports the server's last Load (nil before one): where its rows came from and how
 // many were loaded.
-func (l *LocalServer) Restored() *checkpoint.Restored {
+func (l *Server) Restored() *checkpoint.Restored {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.restored
@@ -217,7 +215,7 @@ func (l *LocalServer) Restored() *checkpoint.Restored {
 
 // Reserve pre-faults shared memory for snapshots of about bytes, so the first snapshots do not
 // pay for page faults while training waits.
-func (l *LocalServer) Reserve(ctx context.Context, bytes int64) error {
+func (l *Server) Reserve(ctx context.Context, bytes int64) error {
 	if l.ck == nil {
 		return ErrNoCheckpoints
 	}
@@ -225,23 +223,23 @@ func (l *LocalServer) Reserve(ctx context.Context, bytes int64) error {
 }
 
 // CheckpointStats returns the checkpointer's counters (zero without checkpoints).
-func (l *LocalServer) CheckpointStats() checkpoint.Stats {
+func (l *Server) CheckpointStats() checkpoint.Stats {
 	if l.ck == nil {
 		return checkpoint.Stats{}
 	}
 	return l.ck.Stats()
 }
 
-// Incarnation identifies this LocalServer among the restarts of its server.
-func (l *LocalServer) Incarnation() uint64 { return l.inc }
+// Incarnation identifies this Server among the restarts of its server.
+func (l *Server) Incarnation() uint64 { return l.inc }
 
 // Health implements ParameterServer; after Close it answers ErrClosed.
-func (l *LocalServer) Health(context.Context) (ServerHealth, error) {
+func (l *Server) Health(context.Context) (elastic.ServerHealth, error) {
 	if l.closed.Load() {
-		return ServerHealth{}, ErrClosed
+		return elastic.ServerHealth{}, elastic.ErrClosed
 	}
 	l.mu.Lock()
-	h := ServerHealth{Incarnation: l.inc, Leader: l.leader, Snapshot: l.newest, Restoring: l.restoring}
+	h := elastic.ServerHealth{Incarnation: l.inc, Leader: l.leader, Snapshot: l.newest, Restoring: l.restoring}
 	l.mu.Unlock()
 	if t := l.srv.OwnerTable(); t != nil {
 		h.TableVersion = t.Version
@@ -252,11 +250,11 @@ func (l *LocalServer) Health(context.Context) (ServerHealth, error) {
 // Lead implements ParameterServer. In one process the coordinators of a job follow one another
 // (each closed before the next starts), so only the remote calls (ServeServer) are checked
 // against the leader; Lead itself is checked everywhere.
-func (l *LocalServer) Lead(_ context.Context, inc uint64) error {
+func (l *Server) Lead(_ context.Context, inc uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if inc < l.leader {
-		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, not %d", ErrSuperseded, l.srv.ID(), l.leader, inc)
+		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, not %d", elastic.ErrSuperseded, l.srv.ID(), l.leader, inc)
 	}
 	if inc > l.leader {
 		l.srv.AbortMigrations() // an earlier coordinator's migrations will not be finished
@@ -268,25 +266,25 @@ func (l *LocalServer) Lead(_ context.Context, inc uint64) error {
 // Obeys refuses a call of coordinator incarnation coord when a later one leads the server (0: a
 // call that does not say, such as Health, or a coordinator that has not led yet). A transport
 // that serves the server to other processes (package remote) checks every call with it.
-func (l *LocalServer) Obeys(coord uint64) error {
+func (l *Server) Obeys(coord uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if coord != 0 && coord < l.leader || coord == 0 && l.leader != 0 {
-		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, the call is from %d", ErrSuperseded, l.srv.ID(), l.leader, coord)
+		return fmt.Errorf("%w: server %s follows coordinator incarnation %d, the call is from %d", elastic.ErrSuperseded, l.srv.ID(), l.leader, coord)
 	}
 	return nil
 }
 
 // Table implements ParameterServer.
-func (l *LocalServer) Table(context.Context) (*ps.OwnerTable, error) {
+func (l *Server) Table(context.Context) (*ps.OwnerTable, error) {
 	if l.closed.Load() {
-		return nil, ErrClosed
+		return nil, elastic.ErrClosed
 	}
 	return l.srv.OwnerTable(), nil
 }
 
-// Admit implements ParameterServer: calls on a LocalServer always reach its own incarnation.
-func (l *LocalServer) Admit(uint64) {}
+// Admit implements ParameterServer: calls on a Server always reach its own incarnation.
+func (l *Server) Admit(uint64) {}
 
 // Restore implements ParameterServer. The rows come from shared memory only where this
 // server's region (ShmDir, on its host) holds the very segments the commit names for each node:
@@ -294,15 +292,15 @@ func (l *LocalServer) Admit(uint64) {}
 // of the process that took the commit. A replacement on another host, even one with a region
 // of the same job, node and step left by an earlier process, reads storage; it needs no host id
 // for that (the gossiped Member.Host is for placing a replacement where the region is).
-func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode RestoreMode) error {
+func (l *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	if t == nil {
-		return fmt.Errorf("%w: nil owner table", ErrInvalidConfig)
+		return fmt.Errorf("%w: nil owner table", elastic.ErrInvalidConfig)
 	}
 	if step > 0 && l.ck == nil {
 		return ErrNoCheckpoints
 	}
 	want := t.SlotsOf(l.srv.ID())
-	if mode == RestoreForget {
+	if mode == elastic.RestoreForget {
 		var lost []int
 		for sl := range t.Slots {
 			if !want.Has(sl) {
@@ -314,9 +312,9 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	}
 	var target func(slot int) bool
 	switch mode {
-	case RestoreAll:
+	case elastic.RestoreAll:
 		target = func(int) bool { return true }
-	case RestoreNew:
+	case elastic.RestoreNew:
 		cur := l.srv.OwnerTable()
 		if cur == nil {
 			target = want.Has
@@ -325,7 +323,7 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 			target = func(s int) bool { return want.Has(s) && !have.Has(s) }
 		}
 	default:
-		return fmt.Errorf("%w: restore mode %d", ErrInvalidConfig, mode)
+		return fmt.Errorf("%w: restore mode %d", elastic.ErrInvalidConfig, mode)
 	}
 	var slots []int
 	for _, s := range want.Members() {
@@ -342,13 +340,13 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	l.newest = max(l.newest, step)
 	l.mu.Unlock()
 	if step == 0 {
-		if mode == RestoreNew {
+		if mode == elastic.RestoreNew {
 			return l.srv.RestoreApplied(nil, target) // they start afresh: nothing applied
 		}
 		return nil
 	}
 	res, err := l.ck.Load(ctx, step, checkpoint.RestoreSlots(slots),
-		checkpoint.RestoreBlobs(func(_, name string) bool { return name == blobApplied }))
+		checkpoint.RestoreBlobs(func(_, name string) bool { return name == elastic.AppliedBlob }))
 	if err != nil {
 		return err
 	}
@@ -357,11 +355,11 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	l.mu.Unlock()
 	var applied [][]byte
 	for _, b := range res.Blobs {
-		if b.Name == blobApplied {
+		if b.Name == elastic.AppliedBlob {
 			applied = append(applied, b.Data)
 		}
 	}
-	if mode == RestoreNew {
+	if mode == elastic.RestoreNew {
 		// The job goes on from where it is, not from the commit: the restored slots hold
 		// less than what is done of the data says.
 		return l.srv.RestoreApplied(applied, target)
@@ -370,7 +368,7 @@ func (l *LocalServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 }
 
 // Close closes the checkpointer; Health answers ErrClosed from then on. Idempotent.
-func (l *LocalServer) Close() error {
+func (l *Server) Close() error {
 	l.closed.Store(true)
 	if l.ck == nil {
 		return nil
