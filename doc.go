@@ -5,9 +5,10 @@
 //
 // This package holds only documentation; the library is in its sub-packages. The coordinator
 // (package elastic) drives a job's barrier, checkpoints, commits, resume and fencing, recovers
-// from the failure of a worker, a parameter server or itself, and runs the job's processes
-// through scalers, with gossip membership; live repartition of slots while training runs and
-// automatic resource recommendation are not built yet.
+// from the failure of a worker, a parameter server or itself, changes the number of servers
+// while training runs (live repartition: only the slots whose owner changes move), and runs
+// the job's processes through scalers; package elastic/autoscale recommends and applies the
+// job's resources from what it measures.
 //
 // # The flow of a training job
 //
@@ -77,12 +78,21 @@
 //
 // # Packages
 //
-//	embedding   pointer-free embedding tables with optimizers, admission and eviction
-//	ps          parameter servers and clients, owner tables, synchronous mode, per-slot stats
-//	shard       the data-shard dispatcher, its worker-side reader and data parsers
-//	checkpoint  flash checkpoints: shared memory, storage, two-phase commit, restore
-//	elastic     the coordinator, worker sessions, fence epochs, local and remote nodes
+//	embedding           pointer-free embedding tables with optimizers, admission and eviction
+//	ps                  parameter servers and clients, owner tables, live migration, per-slot stats
+//	shard               the data-shard dispatcher, its worker-side reader and data parsers
+//	checkpoint          flash checkpoints: shared memory, storage, two-phase commit, restore
+//	elastic             the protocol: the coordinator, worker sessions, fence epochs, recovery,
+//	                    live repartition, status; the interfaces of servers and scalers
+//	elastic/server      a parameter server's side of the protocol (checkpoints, fences, restores)
+//	elastic/remote      the protocol across processes: serve a server or the coordinator, reach them
+//	elastic/local       a whole job in one process, and a scaler of goroutine workers
+//	elastic/process     a scaler that runs the job's processes on this host (os/exec)
+//	elastic/membership  gossip membership of a job's processes (hashicorp/memberlist)
+//	elastic/autoscale   resource recommendation and the runner that applies it
+//	elastic/elastictest a job on the in-memory network, fault injection, a fake clock, the
+//	                    scaler conformance test
 //
-// The design and the invariants every package defends are described in the repository's design
-// notes; the benchmarks live in examples/bench.
+// Each package's doc.go is its manual; the benchmarks live in examples/bench, the DLRM trainer in
+// examples/dlrm and the trace-driven cluster simulator in examples/clustersim.
 package elasticps

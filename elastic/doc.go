@@ -1,9 +1,30 @@
 // Package elastic holds the control logic of an elastic training job, so that any Go training
 // program gets it by import: the Coordinator owns, for one job, the owner table, the data-shard
 // dispatcher, the workers' fence epochs, the checkpoint barrier and schedule, the commits and
-// resume; a worker trains through a Session. The same protocol runs in one process (StartLocal,
-// LocalServer, the Coordinator called directly) and across processes (ServeServer and
-// RemoteServer, ServeControl and RemoteControl, on each process's one authenticated RPC port).
+// resume; a worker trains through a Session. The same protocol runs in one process and across
+// processes, on each process's one authenticated RPC port.
+//
+// # What lives where
+//
+// This package is the protocol and its vocabulary: Coordinator and Config; Session, Batch and
+// the Control a session calls; the ParameterServer a coordinator drives and the Scaler and
+// ServerScaler that run processes; Plan and Resources; Status (with Usage's counters),
+// RecoveryEvent, CheckpointEvent and the errors; Member and MemberEvent, what Observe consumes.
+// It imports only ps, shard and checkpoint. Each backend is a package of its own that imports it:
+//
+//	elastic/server       server.Server: a parameter server's side (a ps.Server with its checkpointer)
+//	elastic/remote       ServeServer and ServeControl; remote.Server and remote.Control reach them
+//	elastic/local        local.Start: a whole job in one process; local.Scaler: goroutine workers
+//	elastic/process      process.Scaler: the job's processes on this host, os/exec
+//	elastic/membership   membership.Gossip: who is alive, on hashicorp/memberlist
+//	elastic/autoscale    what resources the job needs, and a runner that applies them
+//	elastic/elastictest  a job on the in-memory network, fault injection, a fake clock, and the
+//	                     conformance test every Scaler passes
+//
+// In this package: coordinator.go (the Coordinator's state and its driver), core.go (the
+// I/O-free barrier core), session.go (the worker side), recovery.go (server failures),
+// resume.go (resume and takeover), repartition.go (a change of the server count), ledger.go
+// and service.go (the exactly-once ledger beside the dispatcher), status.go and usage.go.
 //
 // # A job
 //
@@ -68,7 +89,7 @@
 //
 // # A parameter server fails
 //
-// Every server has an incarnation, new each time its process (or LocalServer) starts. The
+// Every server has an incarnation, new each time its process (or server.Server) starts. The
 // coordinator asks each server for its health every HealthEvery; one that has not answered for
 // ServerTimeout, one that answers as another incarnation (it restarted), one that cannot be
 // fenced, and one reported by ServerFailed or replaced by ReplaceServer is failed; so is one a
@@ -109,7 +130,7 @@
 //
 // Meanwhile a Session retries a batch whose function failed for want of a server until
 // ApplyTimeout, and one fenced by a rollback gives the batch up and joins again: no worker
-// fails. Stats.LastRecovery and Config.OnRecovery report each recovery.
+// fails. Status.LastRecovery and Config.OnRecovery report each recovery.
 //
 // A commit that turns out damaged when a rollback, a resume or a takeover restores it (a chunk
 // that fails its checksum on any server, an object missing) is moved aside (checkpoint's
@@ -120,7 +141,7 @@
 //
 // # The coordinator fails
 //
-// A coordinator that restarts (LocalJob.RestartCoordinator in process, a new process started
+// A coordinator that restarts (local.Job.RestartCoordinator in process, a new process started
 // by a scaler or by hand) calls Resume while the servers still train: it claims the job in
 // storage (an exclusive create of its incarnation, so two coordinators never both commit),
 // leads the servers as the new incarnation (they refuse the earlier coordinator's calls from
@@ -134,9 +155,10 @@
 //
 // # Membership
 //
-// A Membership gossips the job's processes (hashicorp/memberlist, encrypted with a key derived
-// from the cluster secret): each one's role, node id, incarnation, RPC address and host. Give
-// the coordinator's process's events to Coordinator.Observe: gossip is a hint that makes the
+// Gossip (package membership: hashicorp/memberlist, encrypted with a key derived from the
+// cluster secret) tells each process the job's processes: each one's role, node id,
+// incarnation, RPC address and host. Give the coordinator's process's events to
+// Coordinator.Observe: gossip is a hint that makes the
 // coordinator look at once, never a verdict: a server it declares failed is failed only if it
 // does not answer a health call as the incarnation admitted, and a worker only if it has not
 // been heard from for HealthEvery. Health checks, silence and lease expiry work without it.
@@ -144,31 +166,30 @@
 // # Scaling and status
 //
 // A Scaler turns a Plan (how many servers and workers) into running processes and restarts
-// those that crash: LocalScaler runs a LocalJob's workers as goroutines, ProcessScaler runs a
-// binary once per role and node id. Coordinator.SetParallelism hands it a new plan (workers
+// those that crash: local.Scaler runs an in-process job's workers as goroutines, process.Scaler
+// runs a binary once per role and node id. Coordinator.SetParallelism hands it a new plan (workers
 // join while the others train; those beyond the plan leave, their shards going back at their
 // reported offsets). A new number of servers is reached while training goes on (live
-// repartition): a ServerScaler (LocalScaler, or ProcessScaler given ProcessConfig.Server)
+// repartition): a ServerScaler (local.Scaler, or process.Scaler given process.Config.Server)
 // starts the new servers, the coordinator moves onto them, or off the highest-numbered ones,
-// only the slots whose owner changes (ps.Migrator: each group of slots is copied while its owner serves it, then handed
-// over under a short fence and a new owner table; bench repartition reports how short), and the drained servers are
-// stopped. Every owner table change (a group handed over, a recovery) and every snapshot hold
+// only the slots whose owner changes (ps.Migrator: each group of slots is copied while its
+// owner serves it, then handed over under a short fence and a new owner table; bench
+// repartition reports how short), and the drained servers are stopped. Every owner table change (a group handed over, a recovery) and every snapshot hold
 // one lock, so a commit never mixes tables and no snapshot keeps slots fenced; a recovery moves
 // only the failed servers' slots; a move that failed part of the way is finished by the next
 // plan. A scheduler that starts and stops servers itself tells the coordinator
-// (Coordinator.AddServers and RemoveServers; RemoteControl's from another process).
+// (Coordinator.AddServers and RemoveServers; remote.Control's from another process).
 // Coordinator.Rebalance moves the hottest slots off a server whose share of the load
 // (measured from the servers' per-slot counters) is too high, the same way.
 // Coordinator.Status tells the phase, the plan, the owner table version, every server and
-// worker with its incarnation or epoch and last contact, the data progress, the commits and
-// the last recovery; RemoteControl.Status, SetParallelism and SetPlan reach them from another
-// process.
+// worker with its incarnation or epoch, last contact and batches, the data progress, the
+// checkpoint and recovery figures; Usage adds every server's counters. remote.Control reaches
+// them from another process.
 //
 // # Concurrency and ownership
 //
-// Coordinator, LocalServer, RemoteServer, RemoteControl, LocalJob, Membership and the scalers are
-// safe for concurrent use;
-// a Session is used by one goroutine at a time (Close from any). Config.JobState, CheckJob and
+// A Coordinator is safe for concurrent use (so are the backends: see each package); a Session
+// is used by one goroutine at a time (Close from any). Config.JobState, CheckJob and
 // OnCheckpoint are called from the coordinator's goroutines, OnCheckpoint one call at a time.
 // Close is idempotent and joins every goroutine; closing a Coordinator does not close its
 // servers. A Batch belongs to the step's function until it returns.
