@@ -248,6 +248,13 @@ func (j *Job) Session(name string, rc shard.ReaderConfig) (*elastic.Session, err
 
 // SessionOn is Session on host: a second process under a name another one uses, say.
 func (j *Job) SessionOn(host, name string, rc shard.ReaderConfig) (*elastic.Session, error) {
+	// Made under the lock (nothing here waits for the network), so that Close closes what it
+	// makes: a session made after Close would wait for a coordinator that is gone to leave.
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil, elastic.ErrClosed
+	}
 	h := j.net.Host(host)
 	log := j.cfg.Logger
 	cli, err := ps.NewClient(ps.ClientConfig{Secret: Secret(), Transport: h, Resolver: j.coord, Logger: log})
@@ -265,27 +272,19 @@ func (j *Job) SessionOn(host, name string, rc shard.ReaderConfig) (*elastic.Sess
 		cli.Close()
 		return nil, err
 	}
-	closeAll := func() {
-		ctl.Close()
-		svc.Close()
-		cli.Close()
-	}
 	rc.Service = svc
 	sess, err := elastic.NewSession(elastic.SessionConfig{Worker: name, Control: ctl, Client: cli, Reader: rc, Logger: log})
 	if err != nil {
-		closeAll()
+		ctl.Close()
+		svc.Close()
+		cli.Close()
 		return nil, err
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.closed {
-		sess.Close()
-		closeAll()
-		return nil, elastic.ErrClosed
 	}
 	j.sessions = append(j.sessions, func() {
 		sess.Close()
-		closeAll()
+		ctl.Close()
+		svc.Close()
+		cli.Close()
 	})
 	return sess, nil
 }
