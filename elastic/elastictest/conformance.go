@@ -313,7 +313,9 @@ func (c *contract) crash(id string, before Procs) (Procs, bool) {
 	}
 	old := before[id]
 	if _, err := c.u.Await(c.ctx, func(p Procs) bool { return p[id] != "" && p[id] != old }); err != nil {
-		c.errorf("%s crashed (process %s) and was not started again: %v", id, old, err)
+		c.ctx = context.WithoutCancel(c.ctx)
+		now, _ := c.procs()
+		c.errorf("%s crashed (process %s) and was not started again (%v); what runs: %v", id, old, err, now)
 		return nil, false
 	}
 	servers, workers := 0, 0
