@@ -117,6 +117,18 @@ func NewRecorder(cfg RecorderConfig) *Recorder {
 	return r
 }
 
+// ScalerOnly returns the recorder as a plain elastic.Scaler, one that does not start servers: a
+// coordinator given it refuses to change the server count (errors.ErrUnsupported) without
+// calling it. Its calls are the recorder's.
+func (r *Recorder) ScalerOnly() elastic.Scaler { return scalerOnly{r} }
+
+// scalerOnly hides the Recorder's ServerScaler methods.
+type scalerOnly struct{ r *Recorder }
+
+func (s scalerOnly) Scale(ctx context.Context, plan elastic.Plan) error { return s.r.Scale(ctx, plan) }
+func (s scalerOnly) Plan() elastic.Plan                                 { return s.r.Plan() }
+func (s scalerOnly) Close() error                                       { return s.r.Close() }
+
 // Fail makes every later call of op fail with err, changing nothing, until Fail(op, nil).
 func (r *Recorder) Fail(op Op, err error) {
 	r.mu.Lock()
