@@ -43,7 +43,7 @@ type ScalerUnderTest struct {
 // parameter servers that runs no worker yet. A scaler made for a job whose servers run already
 // has them running; one that starts the servers itself starts them at its first Scale. Its
 // workers must train (or wait) until stopped, not end by themselves, and it must restart a
-// crashed process at least twice. TestScaler closes the scaler; the harness cleans the rest up
+// crashed process at least once. TestScaler closes the scaler; the harness cleans the rest up
 // (t.Cleanup).
 type ScalerHarness func(t *testing.T, servers int) ScalerUnderTest
 

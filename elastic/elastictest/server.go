@@ -224,6 +224,7 @@ func (s *FaultServer) intercept(ctx context.Context, c Call) (bool, error) {
 	return true, nil
 }
 
+// InstallTable implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodInstallTable, Table: t}); !ok {
 		return err
@@ -231,6 +232,7 @@ func (s *FaultServer) InstallTable(ctx context.Context, t *ps.OwnerTable) error 
 	return s.ParameterServer.InstallTable(ctx, t)
 }
 
+// Fence implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodFence, Floor: floor, Epochs: epochs}); !ok {
 		return err
@@ -238,6 +240,7 @@ func (s *FaultServer) Fence(ctx context.Context, floor uint64, epochs []uint64) 
 	return s.ParameterServer.Fence(ctx, floor, epochs)
 }
 
+// Snapshot implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Snapshot(ctx context.Context, step uint64, at elastic.SnapshotProgress) (checkpoint.SnapshotInfo, error) {
 	if ok, err := s.intercept(ctx, Call{Method: MethodSnapshot, Step: step}); !ok {
 		return checkpoint.SnapshotInfo{}, err
@@ -245,6 +248,7 @@ func (s *FaultServer) Snapshot(ctx context.Context, step uint64, at elastic.Snap
 	return s.ParameterServer.Snapshot(ctx, step, at)
 }
 
+// WaitPersisted implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	if ok, err := s.intercept(ctx, Call{Method: MethodWaitPersisted, Step: step}); !ok {
 		return checkpoint.ManifestRef{}, err
@@ -252,6 +256,7 @@ func (s *FaultServer) WaitPersisted(ctx context.Context, step uint64) (checkpoin
 	return s.ParameterServer.WaitPersisted(ctx, step)
 }
 
+// Verify implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodVerify, Step: step, Table: t}); !ok {
 		return err
@@ -259,6 +264,7 @@ func (s *FaultServer) Verify(ctx context.Context, step uint64, t *ps.OwnerTable)
 	return s.ParameterServer.Verify(ctx, step, t)
 }
 
+// Load implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodLoad, Step: step, Table: t}); !ok {
 		return err
@@ -266,6 +272,7 @@ func (s *FaultServer) Load(ctx context.Context, step uint64, t *ps.OwnerTable) e
 	return s.ParameterServer.Load(ctx, step, t)
 }
 
+// Health implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Health(ctx context.Context) (elastic.ServerHealth, error) {
 	if ok, err := s.intercept(ctx, Call{Method: MethodHealth}); !ok {
 		return elastic.ServerHealth{}, err
@@ -273,6 +280,7 @@ func (s *FaultServer) Health(ctx context.Context) (elastic.ServerHealth, error) 
 	return s.ParameterServer.Health(ctx)
 }
 
+// Admit implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Admit(inc uint64) {
 	if ok, _ := s.intercept(nil, Call{Method: MethodAdmit, Incarnation: inc}); !ok {
 		return
@@ -280,6 +288,7 @@ func (s *FaultServer) Admit(inc uint64) {
 	s.ParameterServer.Admit(inc)
 }
 
+// Restore implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodRestore, Step: step, Table: t, Mode: mode}); !ok {
 		return err
@@ -287,6 +296,7 @@ func (s *FaultServer) Restore(ctx context.Context, step uint64, t *ps.OwnerTable
 	return s.ParameterServer.Restore(ctx, step, t, mode)
 }
 
+// Lead implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Lead(ctx context.Context, inc uint64) error {
 	if ok, err := s.intercept(ctx, Call{Method: MethodLead, Incarnation: inc}); !ok {
 		return err
@@ -294,6 +304,7 @@ func (s *FaultServer) Lead(ctx context.Context, inc uint64) error {
 	return s.ParameterServer.Lead(ctx, inc)
 }
 
+// Table implements elastic.ParameterServer under the server's rules.
 func (s *FaultServer) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	if ok, err := s.intercept(ctx, Call{Method: MethodTable}); !ok {
 		return nil, err
