@@ -2,12 +2,12 @@ package elastic_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
@@ -204,31 +204,6 @@ func TestAddedServerRefusesEpochsFencedBeforeItJoined(t *testing.T) {
 	assert.Equal(t, len(ids), tab.Len())
 }
 
-// persistGate is a parameter server whose WaitPersisted of a step above after waits until
-// release is closed, telling reached the step first: the coordinator's commit of that
-// snapshot waits there.
-type persistGate struct {
-	elastic.ParameterServer
-	after   atomic.Uint64 // 0: no step is held
-	reached chan uint64
-	release chan struct{}
-}
-
-func (g *persistGate) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
-	if a := g.after.Load(); a != 0 && step > a {
-		select {
-		case g.reached <- step:
-		default:
-		}
-		select {
-		case <-g.release:
-		case <-ctx.Done():
-			return checkpoint.ManifestRef{}, ctx.Err()
-		}
-	}
-	return g.ParameterServer.WaitPersisted(ctx, step)
-}
-
 // A snapshot is taken and persisted everywhere, and its commit waits for one server's answer;
 // meanwhile another server dies, and a partial recovery gives its slots, from the commit
 // before, to a new incarnation. The snapshot holds the dead server's slots as they were before
@@ -236,14 +211,15 @@ func (g *persistGate) WaitPersisted(ctx context.Context, step uint64) (checkpoin
 // it and the server that holds up its commit was not touched by the recovery.
 func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 	store := checkpoint.NewMemStorage()
-	gate := &persistGate{reached: make(chan uint64, 1), release: make(chan struct{})}
+	var gate *elastictest.FaultServer // ps-0: its persists of the held snapshot wait
+	release := make(chan struct{})
 	recovered := make(chan elastic.RecoveryEvent, 4)
 	j := startFaultJobWith(t, 2, store, t.TempDir(), func(c *elastic.Config) {
 		c.CheckpointEvery = 0
 		c.Recovery = elastic.Partial
 		c.ServerTimeout = time.Second
 		c.OnRecovery = func(ev elastic.RecoveryEvent) { recovered <- ev }
-		gate.ParameterServer = c.Servers[0]
+		gate = elastictest.NewFaultServer(c.Servers[0])
 		c.Servers[0] = gate
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -256,7 +232,8 @@ func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 	first, err := c.Checkpoint(ctx)
 	require.NoError(t, err)
 
-	gate.after.Store(first)
+	persist := gate.Inject(elastictest.Rule{Method: elastictest.MethodWaitPersisted, Hold: release,
+		Match: func(pc elastictest.Call) bool { return pc.Step > first }})
 	for range 3 {
 		require.NoError(t, w.sess.Step(ctx, trainStep))
 	}
@@ -265,7 +242,9 @@ func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 		_, err := c.Checkpoint(ctx)
 		checkpointed <- err
 	}()
-	held := <-gate.reached // the snapshot is taken; its commit waits for ps-0's answer
+	call, err := persist.Wait(ctx, 1) // the snapshot is taken; its commit waits for ps-0's answer
+	require.NoError(t, err)
+	held := call.Step
 	require.Greater(t, held, first)
 	_, err = j.locals[0].WaitPersisted(ctx, held)
 	require.NoError(t, err)
@@ -278,7 +257,7 @@ func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 	require.NoError(t, ev.Err)
 	assert.Equal(t, first, ev.Step, "the dead server's slots came from the first commit")
 	assert.Contains(t, ev.Replaced, elastic.ServerID(1))
-	close(gate.release)
+	close(release)
 	require.Error(t, <-checkpointed, "the held snapshot was committed after the recovery")
 
 	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "faults", Storage: store})

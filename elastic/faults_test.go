@@ -13,6 +13,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/embedding"
@@ -390,19 +391,6 @@ func TestWorkerFailuresKeepEveryBatchExactlyOnce(t *testing.T) {
 	assert.Equal(t, faultExpected(), serverRows(one.servers))
 }
 
-// heldFences is a parameter server whose Fence waits while the test holds it: the coordinator's
-// actions queue up behind it.
-type heldFences struct {
-	elastic.ParameterServer
-	hold *sync.RWMutex
-}
-
-func (s heldFences) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
-	s.hold.RLock()
-	defer s.hold.RUnlock()
-	return s.ParameterServer.Fence(ctx, floor, epochs)
-}
-
 // A worker failed while the coordinator is busy learns of it, joins again and takes a shard
 // before its eviction is carried out: the eviction takes back only what the worker held when it
 // was failed. The lease of its new membership stays, and no shard counts a failure for it (with
@@ -416,13 +404,15 @@ func TestLateEvictionSparesTheNextMembershipsLeases(t *testing.T) {
 }
 
 func testLateEviction(t *testing.T, handBack bool) {
-	var hold sync.RWMutex
+	var servers []*elastictest.FaultServer // their fences wait while the test holds them
 	j := startFaultJobWith(t, 1, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) {
 		c.Dispatcher.MaxFailures = 1
 		c.CheckpointEvery = 0
 		c.WorkerSilence = -1 // only the test fails the worker
 		for i, s := range c.Servers {
-			c.Servers[i] = heldFences{ParameterServer: s, hold: &hold}
+			f := elastictest.NewFaultServer(s)
+			servers = append(servers, f)
+			c.Servers[i] = f
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -434,7 +424,10 @@ func testLateEviction(t *testing.T, handBack bool) {
 	require.NoError(t, err)
 	require.NoError(t, svc.Report(ctx, "w", first.ID, 32, false))
 
-	hold.Lock()
+	release := make(chan struct{})
+	for _, f := range servers {
+		f.Inject(elastictest.Rule{Method: elastictest.MethodFence, Hold: release})
+	}
 	j.coord.Fail("w", "cut off")
 	require.ErrorIs(t, j.coord.Begin(ctx, "w", epoch), elastic.ErrNotMember)
 	if handBack {
@@ -444,7 +437,7 @@ func testLateEviction(t *testing.T, handBack bool) {
 	require.NoError(t, err)
 	next, err := svc.Acquire(ctx, "w")
 	require.NoError(t, err)
-	hold.Unlock()
+	close(release)
 	require.NoError(t, j.coord.Settle(ctx))
 
 	require.NoError(t, svc.Report(ctx, "w", next.ID, 32, false), "the new membership's lease was taken by the old one's eviction")

@@ -13,15 +13,20 @@ import (
 )
 
 // ServerScaler is a Scaler that also starts and stops parameter servers: what a change of the
-// job's server count needs. The coordinator starts servers before it moves slots onto them, and
-// stops servers once it has moved every slot off them (live repartition).
+// job's server count needs, since Scale never does (see Scaler). The coordinator starts servers
+// before it moves slots onto them, and stops servers once it has moved every slot off them
+// (live repartition).
 type ServerScaler interface {
 	Scaler
-	// StartServers starts n more parameter servers, numbered on from the job's (ps-k, ps-k+1,
-	// ...), serving and without an owner table, and returns them.
+	// StartServers starts n more parameter servers, ps-k .. ps-(k+n-1) after the k of
+	// Plan().Servers, serving and without an owner table, and returns them; Plan().Servers is
+	// k+n from then on. On an error the servers returned have started (the caller stops them).
+	// A scaler that cannot start servers it can reach fails with errors.ErrUnsupported and
+	// starts none.
 	StartServers(ctx context.Context, n int) ([]ParameterServer, error)
-	// StopServers stops the servers with the given ids, which own no slot any more: the
-	// highest-numbered ones.
+	// StopServers stops the servers with the given ids, which own no slot any more, and waits
+	// for them; Plan().Servers drops by len(ids). They must be the highest-numbered: otherwise
+	// the error wraps ErrInvalidConfig and no server stops.
 	StopServers(ctx context.Context, ids []string) error
 }
 

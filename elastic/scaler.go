@@ -51,21 +51,45 @@ func (p Plan) Validate() error {
 	return nil
 }
 
-// A Scaler turns a Plan into running processes, and keeps them running: one whose process
-// dies is started again (a new incarnation under the same node id), up to the scaler's restart
-// limit. Implementations: LocalScaler (a LocalJob's workers as goroutines), ProcessScaler (os/exec
-// of a binary with role flags); a Kubernetes scaler is planned.
+// A Scaler turns a Plan into running processes, and keeps them running. Implementations:
+// local.Scaler (an in-process job's workers as goroutines) and process.Scaler (os/exec of a
+// binary with role flags); a Kubernetes scaler is planned. elastictest.TestScaler checks an
+// implementation against the contract below.
 //
-// Servers are named ps-0 .. ps-(Servers-1) and workers worker-0 .. worker-(Workers-1); a plan
-// with fewer of a role stops the highest-numbered ones. A plan's sizes apply to the processes
-// started from then on (and their restarts); a running process keeps its size.
+// Servers are named ps-0 .. ps-(n-1) and workers worker-0 .. worker-(m-1).
+//
+// Workers: Scale sets their number. It starts worker-i for every i below plan.Workers that it
+// does not run (a name whose earlier process the scaler stopped gets a new process; one that
+// ended by itself, its data done or its restarts used up, is not started again), and stops the
+// workers numbered plan.Workers and above. A worker stopped by its scaler leaves cleanly (its
+// session leaves; its shards go back to the dispatcher at their reported offsets) and is never
+// restarted.
+//
+// Servers: Scale never starts or stops one. The scaler's server count is the job's when the
+// scaler is made for a job whose servers run already (local.Scaler), or is set by its first
+// Scale when the scaler starts them itself (process.Scaler); from then on it changes only
+// through a ServerScaler's StartServers and StopServers, which the coordinator calls around a
+// live repartition before it hands Scale the plan with the new count (Coordinator.SetPlan). A
+// Scale whose plan.Servers differs from Plan().Servers, or whose plan is not valid
+// (Plan.Validate), is refused with an error wrapping ErrInvalidConfig and changes nothing.
+//
+// Restarts: a process the scaler runs that dies (a crash, an abnormal exit) is started again
+// under its node id, as a new incarnation, up to the scaler's restart limit. Each
+// implementation says which roles it restarts.
+//
+// A plan's sizes apply to the processes started from then on (and their restarts); a running
+// process keeps its size.
 type Scaler interface {
-	// Scale starts or stops processes until plan's run. It returns once every process it
-	// started is launched (not necessarily serving or training yet); ctx bounds the wait.
+	// Scale starts and stops workers until plan's run, as the Scaler contract says. It returns
+	// once every process it started is launched (not necessarily serving or training yet) and
+	// every process it stopped has ended; ctx bounds the wait (the stops go on). It fails with
+	// an error wrapping ErrClosed after Close.
 	Scale(ctx context.Context, plan Plan) error
-	// Plan returns the plan the scaler runs now.
+	// Plan returns the plan the scaler runs now: the workers and sizes of the last Scale that
+	// succeeded, and the servers it runs (StartServers and StopServers change their number).
 	Plan() Plan
-	// Close stops every process the scaler started and waits for them. Close is idempotent.
+	// Close stops every worker the scaler runs (each leaves cleanly), and the servers it
+	// started itself, and waits for them. Close is idempotent.
 	Close() error
 }
 

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/elastic/server"
 	"github.com/elasticps/elasticps/ps"
@@ -19,42 +19,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// planRecorder is a Scaler that records the plans it is given.
-type planRecorder struct {
-	mu    sync.Mutex
-	plans []elastic.Plan
-	err   error
-}
-
-func (r *planRecorder) Scale(_ context.Context, p elastic.Plan) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	r.plans = append(r.plans, p)
-	return nil
-}
-
-func (r *planRecorder) Plan() elastic.Plan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.plans) == 0 {
-		return elastic.Plan{}
-	}
-	return r.plans[len(r.plans)-1]
-}
-
-func (r *planRecorder) Close() error { return nil }
-
 // Status, read in the coordinator's process and over the control protocol, tells the same
 // story: servers, workers, data progress, commits, and a server failure and its recovery.
 // SetParallelism reaches the scaler from another process and refuses what it cannot do.
 func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	store := checkpoint.NewMemStorage()
-	scaler := &planRecorder{}
+	scaler := elastictest.NewRecorder(elastictest.RecorderConfig{})
 	j := startFaultJobWith(t, 3, store, t.TempDir(), func(c *elastic.Config) {
-		c.Scaler = scaler
+		c.Scaler = scaler.ScalerOnly()
 		c.Recovery = elastic.Partial
 		c.HealthEvery = 20 * time.Millisecond
 		c.ServerTimeout = 200 * time.Millisecond
@@ -106,9 +78,7 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 	assert.Equal(t, "3 servers (2 CPUs, 8.0 GiB), 4 workers (1 CPUs)", sized.String())
 	assert.ErrorIs(t, ctl.SetParallelism(ctx, 4, 5), errors.ErrUnsupported, "changing the server count needs a scaler that runs servers")
 	assert.ErrorIs(t, ctl.SetParallelism(ctx, -1, 3), elastic.ErrInvalidConfig)
-	scaler.mu.Lock()
-	scaler.err = errors.New("quota exceeded")
-	scaler.mu.Unlock()
+	scaler.Fail(elastictest.OpScale, errors.New("quota exceeded"))
 	err = ctl.SetParallelism(ctx, 9, 3)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "quota exceeded")

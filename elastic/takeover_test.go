@@ -2,6 +2,7 @@ package elastic_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/elastic/server"
@@ -380,19 +382,6 @@ func TestTakeoverFencesTheEarlierCoordinator(t *testing.T) {
 	assert.Equal(t, committed, commits[0].Step, "nothing the first coordinator tried after the takeover is a commit")
 }
 
-// lostInstalls is a server whose owner tables above a version never arrive (0: they all do).
-type lostInstalls struct {
-	elastic.ParameterServer
-	above *atomic.Uint64
-}
-
-func (l lostInstalls) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
-	if a := l.above.Load(); a > 0 && t.Version > a {
-		return fmt.Errorf("owner table %d lost on its way to %s", t.Version, l.Node().ID)
-	}
-	return l.ParameterServer.InstallTable(ctx, t)
-}
-
 // halfPublishedMove starts a job on ps-0..2 (ps-3 serving, not in it) with 3 workers training,
 // and has its coordinator add ps-3 once a commit is behind it; the first group's owner table
 // reaches ps-3 only, the coordinator's move fails, and the coordinator is stopped as a crash
@@ -403,9 +392,11 @@ func halfPublishedMove(ctx context.Context, t *testing.T) (*remoteJob, *ps.Owner
 		c.Secret = []byte("a secret of the takeover tests..")
 		c.Migration.Concurrency = 1 // one group's table at a time: the first one is half given out
 	})
-	var above atomic.Uint64
+	var servers []*elastictest.FaultServer // their owner tables above the move's first never arrive
 	c, _, stop, err := j.coordinatorOf(ctx, "coord", false, 3, func(s elastic.ParameterServer) elastic.ParameterServer {
-		return lostInstalls{ParameterServer: s, above: &above}
+		f := elastictest.NewFaultServer(s)
+		servers = append(servers, f)
+		return f
 	})
 	require.NoError(t, err)
 	j.stopC = stop
@@ -420,7 +411,10 @@ func halfPublishedMove(ctx context.Context, t *testing.T) (*remoteJob, *ps.Owner
 	}
 	before, err := c.OwnerTable(ctx, 0)
 	require.NoError(t, err)
-	above.Store(before.Version)
+	for _, f := range servers {
+		f.Inject(elastictest.Rule{Method: elastictest.MethodInstallTable, Err: errors.New("owner table lost on its way"),
+			Match: func(c elastictest.Call) bool { return c.Table.Version > before.Version }})
+	}
 	ps3, err := j.remoteServer("coord", "ps-3")
 	require.NoError(t, err)
 	t.Cleanup(func() { ps3.Close() })

@@ -339,10 +339,10 @@ func (j *Job) StopServers(ctx context.Context, ids []string) error {
 	if k < 0 {
 		return fmt.Errorf("%w: stop %d of %d servers", elastic.ErrInvalidConfig, len(ids), len(j.Servers))
 	}
-	for _, id := range ids {
+	for n, id := range ids {
 		i := slices.IndexFunc(j.Servers, func(s *server.Server) bool { return s.Node().ID == id })
-		if i < k {
-			return fmt.Errorf("%w: server %q is not among the highest-numbered %d", elastic.ErrInvalidConfig, id, len(ids))
+		if i < k || slices.Contains(ids[:n], id) {
+			return fmt.Errorf("%w: server %q is not among the highest-numbered %d (or named twice)", elastic.ErrInvalidConfig, id, len(ids))
 		}
 	}
 	var errs []error

@@ -32,11 +32,12 @@ type ScalerConfig struct {
 	Logger *slog.Logger
 }
 
-// Scaler is the in-process Scaler: it runs a Job's workers as goroutines, each
+// Scaler is the in-process elastic.Scaler: it runs a Job's workers as goroutines, each
 // training through its own Session until the data is done, and starts a worker whose function
-// failed again, up to MaxRestarts. The job's parameter servers are the Job's: a plan must
-// keep their number (changing it needs live repartition), and a server is restarted with
-// Job.RestartServer. Safe for concurrent use.
+// failed again, up to MaxRestarts. The job's parameter servers are the Job's: Scale keeps their
+// number (Plan().Servers is the job's), StartServers and StopServers change it (the coordinator
+// calls them in a live repartition), and a server that dies (Job.KillServer) is not restarted by
+// the scaler: Job.RestartServer does that. Safe for concurrent use.
 type Scaler struct {
 	cfg ScalerConfig
 	log *slog.Logger
@@ -51,12 +52,15 @@ type Scaler struct {
 
 // localWorker is one worker goroutine of a Scaler.
 type localWorker struct {
-	id       string
-	index    int // i of WorkerID(i)
-	cancel   context.CancelFunc
-	stopped  bool // Scale or Close stopped it
-	done     bool
-	err      error // why it ended, nil when its data was done
+	id      string
+	index   int // i of WorkerID(i)
+	cancel  context.CancelFunc
+	ended   chan struct{} // closed when its goroutine has ended
+	stopped bool          // Scale or Close stopped it
+	done    bool
+	err     error // why it ended, nil when its data was done
+	// Counted over the name's workers (a name stopped and started again keeps its counts).
+	starts   int
 	restarts int
 	steps    uint64
 }
@@ -66,8 +70,11 @@ type StepFunc = func(ctx context.Context, b *elastic.Batch) error
 
 // WorkerStatus is one worker of a Scaler.
 type WorkerStatus struct {
-	ID       string
-	Running  bool
+	ID      string
+	Running bool
+	// Starts counts the sessions the worker's name was started with: its first, its restarts,
+	// and its starts after the scaler stopped it.
+	Starts   int
 	Restarts int
 	// Steps counts the batches it trained, over its restarts.
 	Steps uint64
@@ -99,52 +106,82 @@ func NewScaler(cfg ScalerConfig) (*Scaler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Scaler{cfg: cfg, log: log, workers: map[string]*localWorker{}, changed: make(chan struct{}),
-		plan: elastic.Plan{Servers: len(cfg.Job.Servers)}}, nil
+	return &Scaler{cfg: cfg, log: log, workers: map[string]*localWorker{}, changed: make(chan struct{})}, nil
 }
 
-// Scale implements Scaler: it starts workers worker-0 .. worker-(plan.Workers-1) that do not
-// run, and stops (a clean leave) those beyond. A worker that ended (its data done, or given up)
-// is not started again. plan.Servers must be the job's server count. The sizes are not
-// enforced: every worker is a goroutine of this process.
+// Scale implements elastic.Scaler: it starts workers worker-0 .. worker-(plan.Workers-1) that
+// do not run (a name the scaler stopped gets a new session once its old one has left), stops
+// those beyond (each finishes the batch in hand and leaves cleanly) and returns once they have
+// ended, or ctx ends. A worker that ended by itself (its data done, or given up) is not started
+// again. plan.Servers must be the job's server count (an error wrapping
+// elastic.ErrInvalidConfig otherwise, and nothing changes). The sizes are not enforced: every
+// worker is a goroutine of this process.
 func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 	if err := plan.Validate(); err != nil {
 		return err
 	}
-	if have := s.cfg.Job.serverCount(); plan.Servers != have {
-		return fmt.Errorf("%w: %d parameter servers asked for, the job has %d: change the number through the coordinator (SetParallelism), which moves the slots", elastic.ErrInvalidConfig, plan.Servers, have)
-	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return elastic.ErrClosed
+	}
+	if have := s.cfg.Job.serverCount(); plan.Servers != have {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d parameter servers asked for, the job has %d: change the number through the coordinator (SetParallelism), which moves the slots", elastic.ErrInvalidConfig, plan.Servers, have)
 	}
 	for i := range plan.Workers {
 		id := elastic.WorkerID(i)
-		if _, ok := s.workers[id]; !ok {
-			s.startLocked(id, i)
+		if w, ok := s.workers[id]; !ok || w.stopped {
+			s.startLocked(id, i, w)
 		}
 	}
+	var stopped []*localWorker
 	for _, w := range s.workers {
 		if w.index >= plan.Workers && !w.done {
 			w.stopped = true
 			w.cancel()
+			stopped = append(stopped, w)
 		}
 	}
 	s.plan = plan
+	s.mu.Unlock()
+	for _, w := range stopped {
+		select {
+		case <-w.ended:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
-// startLocked starts the goroutine of worker id, WorkerID(index). s.mu is held.
-func (s *Scaler) startLocked(id string, index int) {
+// startLocked starts the goroutine of worker id, WorkerID(index), after prev (the name's
+// earlier worker, nil if none) has ended. s.mu is held.
+func (s *Scaler) startLocked(id string, index int, prev *localWorker) {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &localWorker{id: id, index: index, cancel: cancel}
+	w := &localWorker{id: id, index: index, cancel: cancel, ended: make(chan struct{}), starts: 1}
+	if prev != nil {
+		w.starts = prev.starts + 1
+	}
 	s.workers[id] = w
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(w.ended)
 		defer cancel()
-		err := s.run(ctx, w)
+		var err error
+		if prev != nil {
+			select {
+			case <-prev.ended: // a name is one live session
+			case <-ctx.Done():
+			}
+			s.mu.Lock()
+			w.restarts, w.steps = w.restarts+prev.restarts, w.steps+prev.steps
+			s.mu.Unlock()
+		}
+		if ctx.Err() == nil {
+			err = s.run(ctx, w)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		w.done, w.err = true, err
@@ -168,6 +205,7 @@ func (s *Scaler) run(ctx context.Context, w *localWorker) error {
 		again := w.restarts < s.cfg.MaxRestarts
 		if again {
 			w.restarts++
+			w.starts++
 		}
 		s.mu.Unlock()
 		if !again {
@@ -220,11 +258,14 @@ func (s *Scaler) StopServers(ctx context.Context, ids []string) error {
 
 var _ elastic.ServerScaler = (*Scaler)(nil)
 
-// Plan implements Scaler.
+// Plan implements elastic.Scaler: the last plan Scale ran, with the job's server count.
 func (s *Scaler) Plan() elastic.Plan {
+	n := s.cfg.Job.serverCount()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.plan
+	p := s.plan
+	p.Servers = n
+	return p
 }
 
 // Workers returns every worker the scaler has started, by id.
@@ -233,7 +274,7 @@ func (s *Scaler) Workers() []WorkerStatus {
 	defer s.mu.Unlock()
 	out := make([]WorkerStatus, 0, len(s.workers))
 	for _, w := range s.workers {
-		out = append(out, WorkerStatus{ID: w.id, Running: !w.done, Restarts: w.restarts, Steps: w.steps, Err: w.err})
+		out = append(out, WorkerStatus{ID: w.id, Running: !w.done, Starts: w.starts, Restarts: w.restarts, Steps: w.steps, Err: w.err})
 	}
 	slices.SortFunc(out, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 	return out

@@ -1,19 +1,5 @@
 package process
 
-// # Processes
-//
-// A Scaler runs the roles of a job as processes of one program on this host (os/exec):
-// the coordinator (if asked), the parameter servers and the workers of a Plan, each started
-// with the arguments Config.Args gives for its role and node id, since the library does
-// not know the program's flags. Each node id has one goroutine that starts its process, waits
-// for it and starts it again after an abnormal exit (a signal or a nonzero status) as the same
-// node id, up to MaxRestarts; a process that exits with status 0 is done. A process that Scale
-// or Close stops gets SIGTERM, then SIGKILL after StopGrace, and is never restarted.
-//
-// A restarted process is a new incarnation of its node: a parameter server comes back empty
-// and the coordinator restores it, a worker joins again, and a restarted coordinator must take
-// the running job over (Coordinator.Resume): Launch.Restart tells Args which start it is.
-
 import (
 	"context"
 	"errors"
@@ -30,7 +16,6 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 )
-
 
 var (
 	// ErrRestartLimit is returned by Scaler.Wait for a process that exited abnormally
@@ -96,7 +81,7 @@ type Config struct {
 	// Server, if set, returns how the coordinator reaches the parameter server process of a
 	// node id (say NewRemoteServer at the address Args gives it), which makes the scaler start
 	// and stop servers for a change of the server count (ServerScaler). Nil: the server count
-	// stays as the first plan made it (StartServers fails with errors.ErrUnsupported).
+	// stays as the first Scale made it (StartServers fails with errors.ErrUnsupported).
 	Server func(id string) (elastic.ParameterServer, error)
 	// Logger receives the scaler's events (starts, abnormal exits, restarts). Nil discards.
 	Logger *slog.Logger
@@ -180,30 +165,38 @@ type Scaler struct {
 	log *slog.Logger
 	wg  sync.WaitGroup // one per node id's goroutine
 
-	mu     sync.Mutex
-	plan   elastic.Plan
-	procs  map[string]*proc // the node ids of the plan (and the coordinator)
-	last   map[string]*proc // the newest proc of every node id ever run
-	closed bool
+	mu      sync.Mutex
+	plan    elastic.Plan
+	servers bool             // the server count is set: by the first Scale, or StartServers
+	procs   map[string]*proc // the node ids of the plan (and the coordinator)
+	last    map[string]*proc // the newest proc of every node id ever run
+	closed  bool
 }
 
 var _ elastic.ServerScaler = (*Scaler)(nil)
 
-// StartServers implements ServerScaler: it starts server processes ps-k .. ps-(k+n-1) after the
-// plan's k and returns them as Config.Server gives them, once each answers (its process
-// may take a moment to listen; ctx bounds the wait).
+// StartServers implements elastic.ServerScaler: it starts server processes ps-k .. ps-(k+n-1)
+// after the plan's k and returns them as Config.Server gives them, once each start was tried
+// (a process may take a moment to listen: the coordinator waits for it to answer). Without
+// Config.Server it fails with errors.ErrUnsupported and starts none.
 func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterServer, error) {
 	if s.cfg.Server == nil {
 		return nil, fmt.Errorf("elastic: the process scaler cannot reach the servers it starts (Config.Server): %w", errors.ErrUnsupported)
 	}
-	plan := s.Plan()
-	k := plan.Servers
-	plan.Servers += n
-	if err := s.Scale(ctx, plan); err != nil {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: start %d servers", elastic.ErrInvalidConfig, n)
+	}
+	var k int
+	err := s.scale(ctx, func(cur elastic.Plan) (elastic.Plan, error) {
+		k = cur.Servers
+		cur.Servers += n
+		return cur, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	var out []elastic.ParameterServer
-	for i := k; i < plan.Servers; i++ {
+	for i := k; i < k+n; i++ {
 		srv, err := s.cfg.Server(elastic.ServerID(i))
 		if err != nil {
 			return out, fmt.Errorf("elastic: server %s: %w", elastic.ServerID(i), err)
@@ -213,22 +206,26 @@ func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterSe
 	return out, nil
 }
 
-// StopServers implements ServerScaler: it stops the server processes of ids, which must be the
-// plan's highest-numbered, and waits for them to exit.
+// StopServers implements elastic.ServerScaler: it stops the server processes of ids, which must
+// be the plan's highest-numbered, and waits for them to exit.
 func (s *Scaler) StopServers(ctx context.Context, ids []string) error {
-	plan := s.Plan()
-	k := max(plan.Servers-len(ids), 0)
-	var highest []string
-	for j := k; j < plan.Servers; j++ {
-		highest = append(highest, elastic.ServerID(j))
-	}
-	for _, id := range ids {
-		if !slices.Contains(highest, id) {
-			return fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d", elastic.ErrInvalidConfig, id, len(ids))
+	return s.scale(ctx, func(cur elastic.Plan) (elastic.Plan, error) {
+		k := cur.Servers - len(ids)
+		for n, id := range ids {
+			ok := k >= 0 && !slices.Contains(ids[:n], id)
+			if ok {
+				ok = false
+				for j := k; j < cur.Servers; j++ {
+					ok = ok || elastic.ServerID(j) == id
+				}
+			}
+			if !ok {
+				return cur, fmt.Errorf("%w: server %q is not among the plan's highest-numbered %d (or named twice)", elastic.ErrInvalidConfig, id, len(ids))
+			}
 		}
-	}
-	plan.Servers = k
-	return s.Scale(ctx, plan)
+		cur.Servers = k
+		return cur, nil
+	})
 }
 
 // proc is one node id's life, from its first start to its end; restarts keep the proc.
@@ -265,20 +262,45 @@ func New(cfg Config) (*Scaler, error) {
 	return &Scaler{cfg: cfg, log: cfg.Logger, procs: map[string]*proc{}, last: map[string]*proc{}}, nil
 }
 
-// Scale implements Scaler: it starts the processes plan has and the scaler does not run (and
-// the coordinator, at the first call, with Config.Coordinator), stops those it runs and
-// plan does not have (the highest-numbered), and returns once every start was tried and every
-// stopped process has exited, or ctx ends (the stops go on). A node id done for good (exited
-// with status 0, or at its restart limit) is not started again while plan keeps it. The error
-// joins the failures to start; ErrClosed after Close.
+// Scale implements elastic.Scaler: it starts the workers plan has and the scaler does not run
+// (and, at the first call, the plan's servers and, with Config.Coordinator, the coordinator),
+// stops the workers it runs and plan does not have (the highest-numbered), and returns once
+// every start was tried and every stopped process has exited, or ctx ends (the stops go on). A
+// node id done for good (exited with status 0, or at its restart limit) is not started again
+// while plan keeps it. After the first call, plan.Servers must be Plan().Servers: the server
+// count changes through StartServers and StopServers (an error wrapping
+// elastic.ErrInvalidConfig otherwise, and nothing changes). The error joins the failures to
+// start; ErrClosed after Close.
 func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 	if err := plan.Validate(); err != nil {
 		return err
 	}
+	return s.scale(ctx, func(cur elastic.Plan) (elastic.Plan, error) {
+		if s.servers && plan.Servers != cur.Servers {
+			return cur, fmt.Errorf("%w: %d parameter servers asked for, the scaler runs %d: change the number through the coordinator (SetParallelism), which moves the slots and calls StartServers or StopServers",
+				elastic.ErrInvalidConfig, plan.Servers, cur.Servers)
+		}
+		return plan, nil
+	})
+}
+
+// scale runs the plan change returns for the current one, as Scale says; change is called
+// with s.mu held, and its error changes nothing.
+func (s *Scaler) scale(ctx context.Context, change func(cur elastic.Plan) (elastic.Plan, error)) error {
 	type want struct {
 		role  elastic.Role
 		index int
 		size  elastic.Resources
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return elastic.ErrClosed
+	}
+	plan, err := change(s.plan)
+	if err != nil {
+		s.mu.Unlock()
+		return err
 	}
 	wanted := map[string]want{}
 	var order []string
@@ -291,12 +313,6 @@ func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 	}
 	for i := range plan.Workers {
 		add(elastic.WorkerID(i), want{elastic.RoleWorker, i, plan.Worker})
-	}
-
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return elastic.ErrClosed
 	}
 	var started, stopped []*proc
 	for id, p := range s.procs {
@@ -318,7 +334,7 @@ func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 		go s.supervise(p)
 		started = append(started, p)
 	}
-	s.plan = plan
+	s.plan, s.servers = plan, true
 	s.mu.Unlock()
 
 	var errs []error

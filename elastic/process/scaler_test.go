@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 	"github.com/elasticps/elasticps/elastic/process"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/ps"
@@ -97,13 +98,14 @@ type procHarness struct {
 	events  map[string]chan process.Event // per node id
 	ready   map[string]int                // "ready" lines per node id: one per start that got ready
 	changed chan struct{}                 // closed and replaced at each "ready" line
+	evented chan struct{}                 // closed and replaced at each event
 }
 
 func newProcHarness(t *testing.T, cfg process.Config, mode func(l process.Launch) string) *procHarness {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	h := &procHarness{t: t, events: map[string]chan process.Event{}, ready: map[string]int{}, changed: make(chan struct{})}
+	h := &procHarness{t: t, events: map[string]chan process.Event{}, ready: map[string]int{}, changed: make(chan struct{}), evented: make(chan struct{})}
 	cfg.Binary = exe
 	cfg.Args = func(l process.Launch) []string {
 		return []string{"-test.run=^$", "-role=" + l.Role.String(), "-id=" + l.ID}
@@ -111,7 +113,13 @@ func newProcHarness(t *testing.T, cfg process.Config, mode func(l process.Launch
 	cfg.Env = func(l process.Launch) []string {
 		return []string{childMode + "=" + mode(l), childRestart + "=" + strconv.Itoa(l.Restart), childGORACE()}
 	}
-	cfg.OnEvent = func(ev process.Event) { h.eventsOf(ev.ID) <- ev }
+	cfg.OnEvent = func(ev process.Event) {
+		h.eventsOf(ev.ID) <- ev
+		h.mu.Lock()
+		close(h.evented)
+		h.evented = make(chan struct{})
+		h.mu.Unlock()
+	}
 	cfg.Output = func(role elastic.Role, id string) (io.Writer, io.Writer) {
 		return &lineWriter{line: func(s string) {
 			if s == "ready" {
@@ -249,30 +257,28 @@ func TestProcessScaleUpAndDown(t *testing.T) {
 	assert.Equal(t, elastic.RoleServer, procs[1].Role)
 	assert.Equal(t, elastic.RoleWorker, procs[3].Role)
 
-	// Down: the highest-numbered go, and Scale returns once they have exited.
-	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}))
-	assert.Equal(t, []string{elastic.CoordinatorID, "ps-0", "worker-0"}, ids(h.s.Processes()))
-	for _, id := range []string{"ps-1", "worker-1"} {
-		assert.ErrorIs(t, h.s.Wait(ctx, id), process.ErrProcessStopped, id)
-	}
-	// Up again: new processes under the old names; the others are left alone.
-	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 3, Workers: 2}))
+	// Down: the highest-numbered worker goes, and Scale returns once it has exited. The server
+	// count is not Scale's to change.
+	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 2, Workers: 1}))
+	assert.Equal(t, []string{elastic.CoordinatorID, "ps-0", "ps-1", "worker-0"}, ids(h.s.Processes()))
+	assert.ErrorIs(t, h.s.Wait(ctx, "worker-1"), process.ErrProcessStopped)
+	assert.ErrorIs(t, h.s.Scale(ctx, elastic.Plan{Servers: 1, Workers: 1}), elastic.ErrInvalidConfig)
+	assert.ErrorIs(t, h.s.Scale(ctx, elastic.Plan{Servers: 3, Workers: 1}), elastic.ErrInvalidConfig)
+	assert.Equal(t, elastic.Plan{Servers: 2, Workers: 1}, h.s.Plan())
+	// Up again: a new process under the old name; the others are left alone.
+	require.NoError(t, h.s.Scale(ctx, elastic.Plan{Servers: 2, Workers: 2}))
 	procs = h.s.Processes()
-	assert.Equal(t, []string{elastic.CoordinatorID, "ps-0", "ps-1", "ps-2", "worker-0", "worker-1"}, ids(procs))
+	assert.Equal(t, []string{elastic.CoordinatorID, "ps-0", "ps-1", "worker-0", "worker-1"}, ids(procs))
 	for _, p := range procs {
-		if p.ID == "ps-1" || p.ID == "worker-1" {
+		if p.ID == "worker-1" {
 			h.waitReady(p.ID, 1) // the second process of the name
+			assert.False(t, pids[p.Pid], "%s is a new process", p.ID)
 		} else {
 			h.waitReady(p.ID, 0)
+			assert.True(t, pids[p.Pid], "%s kept its process", p.ID)
 		}
 		assert.True(t, p.Running, p.ID)
 		assert.Zero(t, p.Restarts, p.ID)
-		if p.ID == "ps-1" || p.ID == "worker-1" {
-			assert.False(t, pids[p.Pid], "%s is a new process", p.ID)
-		}
-		if p.ID == "ps-0" || p.ID == "worker-0" || p.ID == elastic.CoordinatorID {
-			assert.True(t, pids[p.Pid], "%s kept its process", p.ID)
-		}
 	}
 
 	require.NoError(t, h.s.Close())
@@ -547,6 +553,8 @@ func TestProcessScalerStartsAndStopsServers(t *testing.T) {
 		h.waitReady(id, 0) // so that it exits 0 at SIGTERM
 	}
 	assert.ErrorIs(t, h.s.StopServers(ctx, []string{"ps-0"}), elastic.ErrInvalidConfig, "not the highest-numbered")
+	assert.ErrorIs(t, h.s.Scale(ctx, elastic.Plan{Servers: 2, Workers: 1}), elastic.ErrInvalidConfig, "Scale keeps the servers")
+	assert.Equal(t, elastic.Plan{Servers: 3, Workers: 1}, h.s.Plan())
 	require.NoError(t, h.s.StopServers(ctx, []string{"ps-2"}))
 	assert.Equal(t, []string{"ps-0", "ps-1", "worker-0"}, ids(h.s.Processes()))
 	assert.Equal(t, 2, h.s.Plan().Servers)
@@ -554,4 +562,54 @@ func TestProcessScalerStartsAndStopsServers(t *testing.T) {
 	plain := newProcHarness(t, process.Config{}, func(process.Launch) string { return "serve" })
 	_, err = plain.s.StartServers(ctx, 1)
 	assert.ErrorIs(t, err, errors.ErrUnsupported, "a scaler that cannot reach its servers does not start them")
+}
+
+// procs is what runs: the node ids of the scaler's running processes, with their pids.
+func (h *procHarness) procs() elastictest.Procs {
+	out := elastictest.Procs{}
+	for _, p := range h.s.Processes() {
+		if p.Running {
+			out[p.ID] = strconv.Itoa(p.Pid)
+		}
+	}
+	return out
+}
+
+// await waits for cond, looking again at every start and exit of a process.
+func (h *procHarness) await(ctx context.Context, cond func(elastictest.Procs) bool) (elastictest.Procs, error) {
+	for {
+		h.mu.Lock()
+		ch := h.evented
+		h.mu.Unlock()
+		if p := h.procs(); cond(p) {
+			return p, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// crash kills the process of node id with SIGKILL, behind the scaler's back.
+func (h *procHarness) crash(ctx context.Context, id string) error {
+	p, ok := h.info(id)
+	if !ok || !p.Running {
+		return fmt.Errorf("%s does not run", id)
+	}
+	return syscall.Kill(p.Pid, syscall.SIGKILL)
+}
+
+// The process scaler, reaching its servers (Config.Server), meets the Scaler contract; its
+// children serve until stopped.
+func TestProcessScalerContract(t *testing.T) {
+	elastictest.TestScaler(t, func(t *testing.T, servers int) elastictest.ScalerUnderTest {
+		reach := func(id string) (elastic.ParameterServer, error) {
+			return remote.NewServer(ps.Node{ID: id, Addr: "127.0.0.1:1"}, remote.Config{Secret: []byte("a secret of the process tests...")})
+		}
+		h := newProcHarness(t, process.Config{Server: reach, MaxRestarts: 2, StopGrace: 5 * time.Second},
+			func(process.Launch) string { return "serve" })
+		return elastictest.ScalerUnderTest{Scaler: h.s, Await: h.await, Crash: h.crash}
+	})
 }
