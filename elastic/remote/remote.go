@@ -50,6 +50,8 @@ const (
 	methodAddServers     uint16 = 0x4524
 	methodRemoveServers  uint16 = 0x4525
 	methodRebalance      uint16 = 0x4526
+	methodUsage          uint16 = 0x4527
+	methodFail           uint16 = 0x4528
 )
 
 // beginHold bounds how long the coordinator holds one remote Begin; the worker calls again.
@@ -186,8 +188,10 @@ func ServeServer(reg Registrar, l *server.Server) error {
 	})
 }
 
-// ServeControl registers the workers' control calls of c on reg (the coordinator process's RPC
-// server, e.g. the *shardnet.Server of its dispatcher): Control calls them.
+// ServeControl registers the control calls of c on reg (the coordinator process's RPC server,
+// e.g. the *shardnet.Server of its dispatcher): the workers' (Join, Begin, End, Leave, Suspect)
+// and an operator's or autoscaler's (Status, Usage, SetParallelism, SetPlan, AddServers,
+// RemoveServers, Rebalance, Fail). Control calls them.
 func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 	handle := func(f func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
@@ -240,11 +244,26 @@ func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 			if len(req) != 0 {
 				return remoteErr(errMalformed)
 			}
-			b, err := json.Marshal(c.Status())
-			if err == nil {
-				resp.Write(enc(nil).bytes(b))
+			return remoteErr(writeStatus(resp, c.Status()))
+		},
+		methodUsage: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			if len(req) != 0 {
+				return remoteErr(errMalformed)
 			}
-			return remoteErr(err)
+			st, err := c.Usage(ctx)
+			if err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(writeStatus(resp, st))
+		},
+		methodFail: func(_ context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			worker, reason := d.str(), d.str()
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			c.Fail(worker, reason)
+			return nil
 		},
 		methodSetParallelism: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			d := dec{b: req}
@@ -288,19 +307,20 @@ func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 			return remoteErr(c.RemoveServers(ctx, ids...))
 		},
 		methodRebalance: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
-			d := dec{b: req}
-			over, window, maxMoves := math.Float64frombits(d.u64()), time.Duration(d.u64()), d.u64()
-			if err := d.end(); err != nil {
+			m, err := decodeRebalanceMsg(req)
+			if err != nil {
 				return remoteErr(err)
 			}
+			over, window, maxMoves := m.over, m.window, m.maxMoves
 			if window <= 0 || window > time.Hour || maxMoves > 1<<20 || !(over > 1) || math.IsInf(over, 0) {
 				return remoteErr(fmt.Errorf("%w: rebalance over %v in %v, at most %d moves", elastic.ErrInvalidConfig, over, window, maxMoves))
 			}
 			moves, err := c.Rebalance(ctx, over, window, int(maxMoves))
-			if err == nil {
-				resp.Write(enc(nil).u64(uint64(len(moves))))
+			if err != nil {
+				return remoteErr(err)
 			}
-			return remoteErr(err)
+			resp.Write(appendMoves(nil, moves, m.withMoves))
+			return nil
 		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			var p elastic.Plan
@@ -493,9 +513,11 @@ func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mod
 	return s.call(ctx, methodRestore, m.append(nil), nil)
 }
 
-// Control is a coordinator in another process (ServeControl), as a worker's Session uses
-// it. Its calls wait out a coordinator that cannot be reached (not up yet, restarting, a lost
-// connection) by trying again until ctx ends: each is safe to repeat.
+// Control is a coordinator in another process (ServeControl), as a worker's Session uses it
+// (elastic.Control) and as an operator's command or an autoscaler drives it (Status, Usage,
+// SetPlan, Rebalance, ...). The workers' calls wait out a coordinator that cannot be reached
+// (not up yet, restarting, a lost connection) by trying again until ctx ends: each is safe to
+// repeat. The others are made once.
 type Control struct{ remote }
 
 // controlRetry is the wait between attempts to reach the coordinator.
@@ -569,8 +591,20 @@ func (c *Control) Leave(ctx context.Context, worker string, epoch uint64) error 
 // Status returns the job's status (Coordinator.Status) from the coordinator's process. Unlike
 // the workers' calls it does not wait for a coordinator that cannot be reached.
 func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
+	return c.status(ctx, methodStatus)
+}
+
+// Usage returns the job's status with every server's counters (Coordinator.Usage) from the
+// coordinator's process, which reads the servers. Like Status it does not wait for a
+// coordinator that cannot be reached.
+func (c *Control) Usage(ctx context.Context) (elastic.Status, error) {
+	return c.status(ctx, methodUsage)
+}
+
+// status makes a call answered by a Status in JSON.
+func (c *Control) status(ctx context.Context, method uint16) (elastic.Status, error) {
 	var b []byte
-	err := c.call(ctx, methodStatus, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
+	err := c.call(ctx, method, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
 	if err != nil {
 		return elastic.Status{}, err
 	}
@@ -579,6 +613,16 @@ func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
 		return elastic.Status{}, fmt.Errorf("elastic: malformed status: %w", err)
 	}
 	return st, nil
+}
+
+// writeStatus writes st in JSON as the answer of a Status or Usage call.
+func writeStatus(resp *rpc.Buffer, st elastic.Status) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	resp.Write(enc(nil).bytes(b))
+	return nil
 }
 
 // SetParallelism calls Coordinator.SetParallelism in the coordinator's process.
@@ -622,12 +666,30 @@ func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	return c.call(ctx, methodRemoveServers, e, nil)
 }
 
-// Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the number of
-// slots it moved.
-func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) (int, error) {
-	var n uint64
-	err := c.call(ctx, methodRebalance, enc(nil).u64(math.Float64bits(over)).u64(uint64(window)).u64(uint64(maxMoves)), func(d *dec) { n = d.u64() })
-	return int(n), err
+// Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the slots it
+// moved.
+func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) ([]ps.Move, error) {
+	if maxMoves < 0 {
+		return nil, fmt.Errorf("%w: at most %d moves", elastic.ErrInvalidConfig, maxMoves)
+	}
+	var moves []ps.Move
+	req := rebalanceMsg{over: over, window: window, maxMoves: uint64(maxMoves), withMoves: true}.append(nil)
+	err := c.call(ctx, methodRebalance, req, func(d *dec) {
+		moves, d.err = decodeMoves(d.b)
+		d.b = nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return moves, nil
+}
+
+// Fail calls Coordinator.Fail in the coordinator's process: the worker's epoch is fenced and its
+// shards go back to the dispatcher. Like Status it does not wait for a coordinator that cannot
+// be reached. A worker that is not a member (failed already, or never joined) is left alone,
+// so a repeated call changes nothing, unless the worker joined again in between.
+func (c *Control) Fail(ctx context.Context, worker, reason string) error {
+	return c.call(ctx, methodFail, enc(nil).str(worker).str(reason), nil)
 }
 
 // Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not
