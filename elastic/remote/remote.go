@@ -24,7 +24,7 @@ import (
 
 // The control protocol runs on each process's one RPC server ('E' in the high byte of the
 // method): a parameter server's process serves the server agent (ServeServer), the
-// coordinator's process serves the workers' control calls (ServeControl).
+// coordinator's process serves the control calls (ServeControl). An id is never reused.
 const (
 	methodInstall  uint16 = 0x4501
 	methodFence    uint16 = 0x4502
@@ -399,7 +399,7 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 }
 
 // Server is a parameter server in another process, driven through its server agent
-// (ServeServer): the coordinator's ParameterServer for multi-process jobs.
+// (ServeServer): the coordinator's elastic.ParameterServer for multi-process jobs.
 type Server struct {
 	remote
 	node  ps.Node
@@ -422,20 +422,20 @@ func NewServer(node ps.Node, cfg Config) (*Server, error) {
 // Close closes the connections. Idempotent.
 func (s *Server) Close() error { return s.rpc.Close() }
 
-// Node implements ParameterServer.
+// Node implements elastic.ParameterServer.
 func (s *Server) Node() ps.Node { return s.node }
 
-// InstallTable implements ParameterServer.
+// InstallTable implements elastic.ParameterServer.
 func (s *Server) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
 	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Fence implements ParameterServer.
+// Fence implements elastic.ParameterServer.
 func (s *Server) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
 	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), floor: floor, epochs: epochs}.append(nil), nil)
 }
 
-// Snapshot implements ParameterServer.
+// Snapshot implements elastic.ParameterServer.
 func (s *Server) Snapshot(ctx context.Context, step uint64, committed, accepted elastic.Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
 	msg := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step,
@@ -446,7 +446,7 @@ func (s *Server) Snapshot(ctx context.Context, step uint64, committed, accepted 
 	return info, err
 }
 
-// WaitPersisted implements ParameterServer.
+// WaitPersisted implements elastic.ParameterServer.
 func (s *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	var ref checkpoint.ManifestRef
 	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step}.append(nil), func(d *dec) {
@@ -455,17 +455,17 @@ func (s *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.Man
 	return ref, err
 }
 
-// Verify implements ParameterServer.
+// Verify implements elastic.ParameterServer.
 func (s *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Load implements ParameterServer.
+// Load implements elastic.ParameterServer.
 func (s *Server) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Health implements ParameterServer; it is answered by whichever incarnation runs.
+// Health implements elastic.ParameterServer; it is answered by whichever incarnation runs.
 func (s *Server) Health(ctx context.Context) (elastic.ServerHealth, error) {
 	var h elastic.ServerHealth
 	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
@@ -477,7 +477,7 @@ func (s *Server) Health(ctx context.Context) (elastic.ServerHealth, error) {
 	return h, err
 }
 
-// Lead implements ParameterServer: later calls are made as coordinator incarnation inc.
+// Lead implements elastic.ParameterServer: later calls are made as coordinator incarnation inc.
 func (s *Server) Lead(ctx context.Context, inc uint64) error {
 	if err := s.call(ctx, methodLead, serverMsg{inc: s.inc.Load(), coord: inc}.append(nil), nil); err != nil {
 		return err
@@ -486,7 +486,7 @@ func (s *Server) Lead(ctx context.Context, inc uint64) error {
 	return nil
 }
 
-// Table implements ParameterServer.
+// Table implements elastic.ParameterServer.
 func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	var t *ps.OwnerTable
 	err := s.call(ctx, methodTable, serverMsg{inc: s.inc.Load()}.append(nil), func(d *dec) {
@@ -504,10 +504,10 @@ func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	return t, err
 }
 
-// Admit implements ParameterServer.
+// Admit implements elastic.ParameterServer.
 func (s *Server) Admit(inc uint64) { s.inc.Store(inc) }
 
-// Restore implements ParameterServer.
+// Restore implements elastic.ParameterServer.
 func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
 	return s.call(ctx, methodRestore, m.append(nil), nil)
@@ -538,7 +538,7 @@ func (c *Control) retry(ctx context.Context, call func() error) error {
 
 var _ elastic.Control = (*Control)(nil)
 
-// NewControl returns the worker-side client of the coordinator at cfg.Addr.
+// NewControl returns a client of the coordinator at cfg.Addr.
 func NewControl(cfg Config) (*Control, error) {
 	r, err := newRemote(cfg)
 	if err != nil {
@@ -550,7 +550,7 @@ func NewControl(cfg Config) (*Control, error) {
 // Close closes the connection. Idempotent.
 func (c *Control) Close() error { return c.rpc.Close() }
 
-// Join implements Control.
+// Join implements elastic.Control.
 func (c *Control) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if batchSize < 0 {
 		return 0, fmt.Errorf("%w: batch size %d", elastic.ErrInvalidConfig, batchSize)
@@ -562,7 +562,7 @@ func (c *Control) Join(ctx context.Context, worker string, batchSize int) (uint6
 	return epoch, err
 }
 
-// Begin implements Control: it calls again while the coordinator holds it at a barrier.
+// Begin implements elastic.Control: it calls again while the coordinator holds it at a barrier.
 func (c *Control) Begin(ctx context.Context, worker string, epoch uint64) error {
 	for {
 		err := c.retry(ctx, func() error {
@@ -574,27 +574,27 @@ func (c *Control) Begin(ctx context.Context, worker string, epoch uint64) error 
 	}
 }
 
-// End implements Control.
+// End implements elastic.Control.
 func (c *Control) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok}.append(nil), nil)
 	})
 }
 
-// Leave implements Control.
+// Leave implements elastic.Control.
 func (c *Control) Leave(ctx context.Context, worker string, epoch uint64) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodLeave, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
 	})
 }
 
-// Status returns the job's status (Coordinator.Status) from the coordinator's process. Unlike
-// the workers' calls it does not wait for a coordinator that cannot be reached.
+// Status returns the job's status (elastic.Coordinator.Status) from the coordinator's process.
+// Unlike the workers' calls it does not wait for a coordinator that cannot be reached.
 func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
 	return c.status(ctx, methodStatus)
 }
 
-// Usage returns the job's status with every server's counters (Coordinator.Usage) from the
+// Usage returns the job's status with every server's counters (elastic.Coordinator.Usage) from the
 // coordinator's process, which reads the servers. Like Status it does not wait for a
 // coordinator that cannot be reached.
 func (c *Control) Usage(ctx context.Context) (elastic.Status, error) {
@@ -625,7 +625,7 @@ func writeStatus(resp *rpc.Buffer, st elastic.Status) error {
 	return nil
 }
 
-// SetParallelism calls Coordinator.SetParallelism in the coordinator's process.
+// SetParallelism calls elastic.Coordinator.SetParallelism in the coordinator's process.
 func (c *Control) SetParallelism(ctx context.Context, workers, servers int) error {
 	if workers < 0 || servers < 0 {
 		return fmt.Errorf("%w: %d workers, %d servers", elastic.ErrInvalidConfig, workers, servers)
@@ -633,7 +633,7 @@ func (c *Control) SetParallelism(ctx context.Context, workers, servers int) erro
 	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
 }
 
-// SetPlan calls Coordinator.SetPlan in the coordinator's process.
+// SetPlan calls elastic.Coordinator.SetPlan in the coordinator's process.
 func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 	if err := plan.Validate(); err != nil {
 		return err
@@ -645,9 +645,9 @@ func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 	return c.call(ctx, methodSetPlan, b, nil)
 }
 
-// AddServers calls Coordinator.AddServers in the coordinator's process for servers a scheduler
-// started at the given nodes (the coordinator reaches them through its Config.ServerAt); it
-// returns once the slots have moved onto them.
+// AddServers calls elastic.Coordinator.AddServers in the coordinator's process for servers a
+// scheduler started at the given nodes (the coordinator reaches them through its Config.ServerAt);
+// it returns once the slots have moved onto them.
 func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	e := enc(nil).u64(uint64(len(nodes)))
 	for _, n := range nodes {
@@ -656,8 +656,8 @@ func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	return c.call(ctx, methodAddServers, e, nil)
 }
 
-// RemoveServers calls Coordinator.RemoveServers in the coordinator's process; once it returns
-// the servers own nothing and may be stopped.
+// RemoveServers calls elastic.Coordinator.RemoveServers in the coordinator's process; once it
+// returns the servers own nothing and may be stopped.
 func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	e := enc(nil).u64(uint64(len(ids)))
 	for _, id := range ids {
@@ -666,8 +666,8 @@ func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	return c.call(ctx, methodRemoveServers, e, nil)
 }
 
-// Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the slots it
-// moved.
+// Rebalance calls elastic.Coordinator.Rebalance in the coordinator's process and returns the slots
+// it moved.
 func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) ([]ps.Move, error) {
 	if maxMoves < 0 {
 		return nil, fmt.Errorf("%w: at most %d moves", elastic.ErrInvalidConfig, maxMoves)
@@ -684,16 +684,16 @@ func (c *Control) Rebalance(ctx context.Context, over float64, window time.Durat
 	return moves, nil
 }
 
-// Fail calls Coordinator.Fail in the coordinator's process: the worker's epoch is fenced and its
-// shards go back to the dispatcher. Like Status it does not wait for a coordinator that cannot
-// be reached. A worker that is not a member (failed already, or never joined) is left alone,
+// Fail calls elastic.Coordinator.Fail in the coordinator's process: the worker's epoch is fenced
+// and its shards go back to the dispatcher. Like Status it does not wait for a coordinator that
+// cannot be reached. A worker that is not a member (failed already, or never joined) is left alone,
 // so a repeated call changes nothing, unless the worker joined again in between.
 func (c *Control) Fail(ctx context.Context, worker, reason string) error {
 	return c.call(ctx, methodFail, enc(nil).str(worker).str(reason), nil)
 }
 
-// Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not
-// get through is not worth waiting for).
+// Suspect calls elastic.Coordinator.Suspect in the coordinator's process (once: a report that does
+// not get through is not worth waiting for).
 func (c *Control) Suspect(ctx context.Context, server, reason string) error {
 	return c.call(ctx, methodSuspect, enc(nil).str(server).str(reason), nil)
 }
