@@ -8,10 +8,10 @@
 // reattach its shared memory.
 //
 //	g, err := membership.New(ctx, membership.Config{
-//		Self:   elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: inc, Addr: rpcAddr},
-//		Bind:   "0.0.0.0:7946",
-//		Seeds:  seeds,
-//		Secret: secret,
+//		Self:    elastic.Member{Role: elastic.RoleCoordinator, ID: "coordinator", Incarnation: inc, Addr: rpcAddr},
+//		Bind:    "0.0.0.0:7946",
+//		Seeds:   seeds,
+//		Secret:  secret,
 //		OnEvent: coord.Observe,
 //	})
 //	defer g.Close()

@@ -24,8 +24,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// The node meta is an elastic.Member without its Gossip address, and whether it is leaving, in at most
-// memberlist.MetaMaxSize bytes:
+// The node meta is an elastic.Member without its Gossip address, and whether it is leaving, in at
+// most memberlist.MetaMaxSize bytes:
 //
 //	version      u8    metaVersion
 //	flags        u8    metaLeaving or 0
