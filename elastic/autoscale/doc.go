@@ -1,5 +1,6 @@
 // Package autoscale recommends a training job's resources and re-sizes it while it runs: the
-// three stages of DLRover-RM (Wang et al., VLDB 2024) over the elastic coordinator.
+// three stages of DLRover-RM (Wang et al., VLDB 2024) over the elastic coordinator, in its
+// process or from another.
 //
 // # The model
 //
@@ -80,25 +81,39 @@
 //
 // # On a live job
 //
-// A Runner drives a Planner from an elastic.Coordinator: each Tick reads Status and Usage,
-// makes the Observation from the differences since the previous tick (throughput from the
-// records trained, each server's CPU share from its serving time over its uptime and
-// RunnerConfig.ServerCPU or the plan's cores, its table memory against the plan's server
-// memory, each worker's mean batch time), and carries out the decisions: SetParallelism for a
-// Resize; SetParallelism and Coordinator.Rebalance for AddServer, whose Applied.Took is the
-// time from the hot server's detection to the slots moved; SetPlan with the larger size and
-// RunnerConfig.RestartServer (local.Job.RestartServerByID for an in-process job) for RestartServer, the coordinator
-// restoring the server from the newest commit; Coordinator.Fail or RunnerConfig.ReplaceWorker
-// for a straggler; SetPlan for a smaller request. Run ticks every RunnerConfig.Every until its
-// context ends:
+// A Runner drives a Planner from a running job through a Job: the three calls it makes of the
+// job's coordinator (Usage, SetPlan, Rebalance), and Fail, where the Job has one, to replace a
+// worker. *elastic.Coordinator is one, in the coordinator's process; *remote.Control is one from any
+// other process, over the control protocol of the coordinator's RPC port (package
+// elastic/remote; this package does not import it), so an autoscaler may run beside a cluster
+// scheduler rather than inside the training job.
 //
-//	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: job.Coordinator(), Planner: p,
+// Each Tick reads Usage and makes the Observation from the differences since the previous
+// tick (throughput from the records trained, each server's CPU share from its serving time
+// over its uptime and RunnerConfig.ServerCPU or the plan's cores, its table memory against
+// the plan's server memory, each worker's mean batch time), and carries out the decisions:
+// SetPlan for a Plan or a Resize; SetPlan and Rebalance for AddServer, whose Applied.Took is
+// the time from the hot server's detection to the slots moved; SetPlan with the larger size
+// and RunnerConfig.RestartServer (local.Job.RestartServerByID for an in-process job) for
+// RestartServer, the coordinator restoring the server from the newest commit;
+// RunnerConfig.ReplaceWorker, or the Job's Fail, for a straggler; SetPlan for a smaller
+// request. A decision that changes the plan reads Usage first, so that the plan keeps what
+// the decision does not change. Run ticks every RunnerConfig.Every until its context ends:
+//
+//	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: job.Coordinator(), Planner: p,
 //		RestartServer: job.RestartServerByID})
 //	go r.Run(ctx)
 //
+// or, from another process:
+//
+//	ctl, err := remote.NewControl(remote.Config{Addr: coordinatorAddr, Secret: secret})
+//	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: ctl, Planner: p, RestartServer: restart})
+//
 // # Concurrency
 //
-// A Planner's methods are safe for concurrent use; observations must come in time order.
-// Fit, NNLS and Model's methods are pure functions. The slices of an Observation are read
+// A Planner's methods are safe for concurrent use; observations must come in time order. A
+// Runner's Tick, Observe, Apply and Run are called from one goroutine at a time; the Job it
+// drives must be safe for concurrent use with the job's other callers (the coordinator and
+// remote.Control are). Fit, NNLS and Model's methods are pure functions. The slices of an Observation are read
 // during Observe only, and a Decision shares nothing with the planner.
 package autoscale

@@ -22,4 +22,7 @@ var (
 	// ErrNoRestarter is the error of a RestartServer decision when RunnerConfig.RestartServer
 	// is nil: the runner cannot restart a server.
 	ErrNoRestarter = errors.New("autoscale: no way to restart a server (RunnerConfig.RestartServer)")
+	// ErrNoReplacer is the error of a ReplaceWorker decision when RunnerConfig.ReplaceWorker is
+	// nil and the Job has no Fail method: the runner cannot replace a worker.
+	ErrNoReplacer = errors.New("autoscale: no way to replace a worker (RunnerConfig.ReplaceWorker)")
 )

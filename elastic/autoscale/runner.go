@@ -9,14 +9,43 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/ps"
+)
+
+// Job is a running job as a Runner reads and changes it: *elastic.Coordinator in the
+// coordinator's process, or *remote.Control (package elastic/remote) from another process.
+// Every method may block and cross the network; an error means the call did not take effect,
+// except that a Rebalance may have moved some slots before it failed.
+type Job interface {
+	// Usage returns the job's status with every server's counters (elastic.Coordinator.Usage).
+	Usage(ctx context.Context) (elastic.Status, error)
+	// SetPlan hands the job's scaler a new plan: counts and process sizes
+	// (elastic.Coordinator.SetPlan).
+	SetPlan(ctx context.Context, plan elastic.Plan) error
+	// Rebalance moves the hottest slots off the servers whose share of the load, measured over
+	// window, is above over times the average, at most maxMoves of them (0: no limit), and
+	// returns the moves (elastic.Coordinator.Rebalance).
+	Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) ([]ps.Move, error)
+}
+
+var _ Job = (*elastic.Coordinator)(nil)
+
+// A Job that can fail a worker is the default of RunnerConfig.ReplaceWorker: the coordinator's
+// own (no error: it fails a worker it knows of at once), or a remote one's.
+type (
+	workerFailer    interface{ Fail(worker, reason string) }
+	ctxWorkerFailer interface {
+		Fail(ctx context.Context, worker, reason string) error
+	}
 )
 
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
-	// Coordinator is the job's coordinator, with a scaler that changes the server count (a
-	// ServerScaler) for Resize and AddServer decisions, and Config.Secret set (Usage and
-	// Rebalance reach the servers). Required.
-	Coordinator *elastic.Coordinator
+	// Job is the job's coordinator, in this process (*elastic.Coordinator) or reached through
+	// the control protocol (*remote.Control). Its coordinator needs a scaler that changes the
+	// server count (a ServerScaler) for Resize and AddServer decisions, and Config.Secret set
+	// (Usage and Rebalance reach the servers). Required.
+	Job Job
 	// Planner makes the decisions. Required.
 	Planner *Planner
 	// Every is Run's period between observations; default 15 s.
@@ -28,17 +57,19 @@ type RunnerConfig struct {
 	// is its serving time per second over ServerCPU.
 	WorkerCPU, ServerCPU float64
 	// RestartServer restarts server id, whose new size the coordinator's plan already holds
-	// (SetPlan), so that it restores its slots from the newest flash checkpoint: for a local
-	// job, LocalRestart. Nil: RestartServer decisions fail with ErrNoRestarter.
+	// (SetPlan), so that it restores its slots from the newest flash checkpoint: for an
+	// in-process job, local.Job.RestartServerByID. Nil: RestartServer decisions fail with
+	// ErrNoRestarter.
 	RestartServer func(ctx context.Context, id, reason string) error
-	// ReplaceWorker stops worker id so that the scaler starts another in its place. Nil:
-	// Coordinator.Fail (the worker is fenced and its shards go to the others; a scaler that
-	// restarts failed workers starts it again).
+	// ReplaceWorker stops worker id so that the scaler starts another in its place. Nil: the
+	// Job's Fail, which *elastic.Coordinator and *remote.Control have (the worker is fenced and
+	// its shards go to the others; a scaler that restarts failed workers starts it again); for
+	// a Job without one, ReplaceWorker decisions fail with ErrNoReplacer.
 	ReplaceWorker func(ctx context.Context, id, reason string) error
 	// Pending lists the processes a cluster scheduler has not placed yet. Nil: none.
 	Pending func() []Pending
 	// RebalanceOver, RebalanceWindow and RebalanceMoves are the arguments of the
-	// Coordinator.Rebalance an AddServer or Rebalance decision calls: a server's share of
+	// Job.Rebalance an AddServer or Rebalance decision calls: a server's share of
 	// the load above RebalanceOver times the average is moved off (default 1.2), measured
 	// over RebalanceWindow (default 1 s), at most RebalanceMoves slots (default 0: no limit).
 	RebalanceOver   float64
@@ -60,13 +91,13 @@ type Applied struct {
 	Err error
 }
 
-// Runner drives a Planner from a live job: each Tick reads the coordinator's Status and
-// Usage, turns the differences since the previous tick into an Observation (throughput,
-// each server's CPU share and memory against the plan's server memory, each worker's mean
-// step time), and carries out the planner's decisions through the coordinator: SetPlan with the
-// counts and any new process sizes for Resize, SetParallelism and Rebalance for AddServer, SetPlan with the new size and
-// RestartServer for RestartServer, ReplaceWorker, and SetPlan for ShrinkRequest. Tick and
-// Run are called from one goroutine at a time.
+// Runner drives a Planner from a live job: each Tick reads the job's Usage, turns the
+// differences since the previous tick into an Observation (throughput, each server's CPU
+// share and memory against the plan's server memory, each worker's mean step time), and
+// carries out the planner's decisions through the Job: SetPlan with the counts and any new
+// process sizes for Plan and Resize, SetPlan and Rebalance for AddServer, Rebalance for
+// Rebalance, SetPlan with the new size and RestartServer for RestartServer, ReplaceWorker, and
+// SetPlan for ShrinkRequest. Tick and Run are called from one goroutine at a time.
 type Runner struct {
 	cfg RunnerConfig
 	log *slog.Logger
@@ -86,8 +117,8 @@ type reading struct {
 // NewRunner returns a Runner for cfg.
 func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	var errs []error
-	if cfg.Coordinator == nil {
-		errs = append(errs, errors.New("Coordinator is required"))
+	if cfg.Job == nil {
+		errs = append(errs, errors.New("Job is required"))
 	}
 	if cfg.Planner == nil {
 		errs = append(errs, errors.New("Planner is required"))
@@ -118,6 +149,19 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.RebalanceWindow == 0 {
 		cfg.RebalanceWindow = time.Second
+	}
+	if cfg.ReplaceWorker == nil {
+		switch j := cfg.Job.(type) {
+		case ctxWorkerFailer:
+			cfg.ReplaceWorker = func(ctx context.Context, id, reason string) error {
+				return j.Fail(ctx, id, "autoscale: "+reason)
+			}
+		case workerFailer:
+			cfg.ReplaceWorker = func(_ context.Context, id, reason string) error {
+				j.Fail(id, "autoscale: "+reason)
+				return nil
+			}
+		}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -150,8 +194,7 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // Tick takes one observation, hands it to the planner and carries out its decisions, in
-// order; it returns them with their outcomes. It fails only when the coordinator cannot be
-// read.
+// order; it returns them with their outcomes. It fails only when the job cannot be read.
 func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
 	obs, err := r.Observe(ctx)
 	if err != nil {
@@ -169,8 +212,7 @@ func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
 // Observe reads the job and returns its Observation: the differences since the previous
 // call (the first has no throughput, CPU shares or step times).
 func (r *Runner) Observe(ctx context.Context) (Observation, error) {
-	c := r.cfg.Coordinator
-	st, err := c.Usage(ctx)
+	st, err := r.cfg.Job.Usage(ctx)
 	if err != nil {
 		return Observation{}, fmt.Errorf("autoscale: usage: %w", err)
 	}
@@ -255,18 +297,18 @@ func (r *Runner) shape(st elastic.Status) Shape {
 	return s
 }
 
-// plan is the coordinator's plan with the counts of s and the sizes of the current plan.
-func (r *Runner) plan(s Shape) elastic.Plan {
-	p := r.cfg.Coordinator.Status().Plan
+// plan is st's plan with the counts of s and the sizes of st's plan.
+func plan(st elastic.Status, s Shape) elastic.Plan {
+	p := st.Plan
 	p.Workers, p.Servers = s.Workers, s.Servers
 	return p
 }
 
-// sized is the coordinator's plan with d's counts, and d's process sizes where they differ
-// from the job's (a right-size, or servers' memory spread anew), or all of them.
-func (r *Runner) sized(d Decision, all bool) elastic.Plan {
-	p := r.plan(d.Shape)
-	cur := r.shape(r.cfg.Coordinator.Status())
+// sized is st's plan with d's counts, and d's process sizes where they differ from the job's
+// (a right-size, or servers' memory spread anew), or all of them.
+func (r *Runner) sized(st elastic.Status, d Decision, all bool) elastic.Plan {
+	p := plan(st, d.Shape)
+	cur := r.shape(st)
 	if all || d.Shape.Worker != cur.Worker {
 		p.Worker = elastic.Resources{CPUs: d.Shape.Worker.CPU, Memory: d.Shape.Worker.Memory}
 	}
@@ -276,17 +318,27 @@ func (r *Runner) sized(d Decision, all bool) elastic.Plan {
 	return p
 }
 
-// Apply carries out one decision through the coordinator.
+// Apply carries out one decision through the job. A decision that changes the plan reads the
+// job's plan first (Job.Usage), so that it keeps what the decision does not change.
 func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
-	c := r.cfg.Coordinator
+	c := r.cfg.Job
 	start := time.Now()
 	a := Applied{Decision: d}
+	var st elastic.Status
+	switch d.Kind {
+	case Plan, Resize, AddServer, RestartServer, ShrinkRequest:
+		if st, a.Err = c.Usage(ctx); a.Err != nil {
+			a.Err = fmt.Errorf("autoscale: read the plan: %w", a.Err)
+			a.Took = time.Since(start)
+			return a
+		}
+	}
 	switch d.Kind {
 	case Plan, Resize:
-		a.Err = c.SetPlan(ctx, r.sized(d, d.Kind == Plan))
+		a.Err = c.SetPlan(ctx, r.sized(st, d, d.Kind == Plan))
 	case AddServer, Rebalance:
 		if d.Kind == AddServer {
-			a.Err = c.SetPlan(ctx, r.sized(d, false))
+			a.Err = c.SetPlan(ctx, r.sized(st, d, false))
 		}
 		if a.Err == nil {
 			var moves int
@@ -294,7 +346,7 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 			a.Moves = moves
 		}
 	case RestartServer:
-		p := r.plan(d.Shape)
+		p := plan(st, d.Shape)
 		p.Server = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
 		if r.cfg.RestartServer == nil {
 			a.Err = ErrNoRestarter
@@ -302,13 +354,13 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 			a.Err = r.cfg.RestartServer(ctx, d.Target, d.Reason)
 		}
 	case ReplaceWorker:
-		if r.cfg.ReplaceWorker != nil {
-			a.Err = r.cfg.ReplaceWorker(ctx, d.Target, d.Reason)
+		if r.cfg.ReplaceWorker == nil {
+			a.Err = ErrNoReplacer
 		} else {
-			c.Fail(d.Target, "autoscale: "+d.Reason)
+			a.Err = r.cfg.ReplaceWorker(ctx, d.Target, d.Reason)
 		}
 	case ShrinkRequest:
-		p := r.plan(d.Shape)
+		p := plan(st, d.Shape)
 		if d.Role == Server {
 			p.Server = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
 		} else {
@@ -324,6 +376,6 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 
 // rebalance moves load off the servers above RebalanceOver times the average.
 func (r *Runner) rebalance(ctx context.Context) (int, error) {
-	moves, err := r.cfg.Coordinator.Rebalance(ctx, r.cfg.RebalanceOver, r.cfg.RebalanceWindow, r.cfg.RebalanceMoves)
+	moves, err := r.cfg.Job.Rebalance(ctx, r.cfg.RebalanceOver, r.cfg.RebalanceWindow, r.cfg.RebalanceMoves)
 	return len(moves), err
 }

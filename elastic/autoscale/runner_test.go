@@ -117,13 +117,19 @@ func (c *clock) Now() time.Time { return c.now }
 // speed; the runner's clock moves 10 s a tick.
 func TestLiveHotServerAddsServerAndMovesSlots(t *testing.T) {
 	l := startLive(t)
+	hotServerAddsServer(t, l, l.c)
+}
+
+// hotServerAddsServer runs the scenario of TestLiveHotServerAddsServerAndMovesSlots on l with a
+// runner that drives job, l's coordinator or a client of it.
+func hotServerAddsServer(t *testing.T, l *live, job autoscale.Job) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.c.SetParallelism(ctx, 2, 2))
 	p, err := autoscale.NewPlanner(autoscale.Config{MaxServers: 3, HotFor: 20 * time.Second, Settle: 1000})
 	require.NoError(t, err)
 	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: l.c, Planner: p, Now: clk.Now,
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: job, Planner: p, Now: clk.Now,
 		ServerCPU: 1e-6, RebalanceWindow: 300 * time.Millisecond})
 	require.NoError(t, err)
 	before, err := l.c.OwnerTable(ctx, 0)
@@ -153,6 +159,7 @@ func TestLiveHotServerAddsServerAndMovesSlots(t *testing.T) {
 			require.Len(t, obs.Servers, 2)
 			assert.Greater(t, obs.Servers[0].CPU, 0.85, "tick %d: ps-0 serves", tick)
 			assert.Zero(t, obs.Servers[1].CPU, "tick %d: ps-1 serves nothing", tick)
+			assert.Positive(t, obs.Servers[0].Memory, "tick %d: ps-0 holds every row", tick)
 			assert.Positive(t, obs.Throughput)
 			require.Len(t, obs.Workers, 2)
 		}
@@ -171,6 +178,7 @@ func TestLiveHotServerAddsServerAndMovesSlots(t *testing.T) {
 
 	st := l.c.Status()
 	assert.Len(t, st.Servers, 3)
+	assert.Equal(t, elastic.Plan{Workers: 2, Servers: 3}, st.Plan, "the decision's plan reached the coordinator")
 	after, err := l.c.OwnerTable(ctx, 0)
 	require.NoError(t, err)
 	assert.Greater(t, after.Version, before.Version)
@@ -211,7 +219,7 @@ func TestLiveMemoryLimitRestartsServerLarger(t *testing.T) {
 
 	p, err := autoscale.NewPlanner(autoscale.Config{Settle: 1000})
 	require.NoError(t, err)
-	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: l.c, Planner: p, RestartServer: l.job.RestartServerByID})
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: l.c, Planner: p, RestartServer: l.job.RestartServerByID})
 	require.NoError(t, err)
 	applied, err := r.Tick(ctx)
 	require.NoError(t, err)
@@ -245,4 +253,45 @@ func TestLiveMemoryLimitRestartsServerLarger(t *testing.T) {
 	applied, err = r.Tick(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, applied)
+}
+
+// A straggler is replaced through the coordinator's Fail when the runner has no ReplaceWorker
+// of its own, and cannot be through a Job that has no Fail.
+func TestLiveReplaceWorkerFailsIt(t *testing.T) {
+	l := startLive(t)
+	replaceWorkerFailsIt(t, l, l.c)
+
+	p, err := autoscale.NewPlanner(autoscale.Config{})
+	require.NoError(t, err)
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: struct{ autoscale.Job }{l.c}, Planner: p})
+	require.NoError(t, err)
+	a := r.Apply(context.Background(), autoscale.Decision{Kind: autoscale.ReplaceWorker, Role: autoscale.Worker, Target: "w-0", Reason: "a straggler"})
+	assert.ErrorIs(t, a.Err, autoscale.ErrNoReplacer)
+}
+
+// replaceWorkerFailsIt has a runner driving job replace l's one worker: the worker's membership
+// ends before Apply returns.
+func replaceWorkerFailsIt(t *testing.T, l *live, job autoscale.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, l.c.SetParallelism(ctx, 1, 2))
+	l.train(t, ctx, 1)
+	st := l.c.Status()
+	require.Len(t, st.Workers, 1)
+	w := st.Workers[0]
+	evicted := st.Evicted
+
+	p, err := autoscale.NewPlanner(autoscale.Config{})
+	require.NoError(t, err)
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: job, Planner: p})
+	require.NoError(t, err)
+	a := r.Apply(ctx, autoscale.Decision{Kind: autoscale.ReplaceWorker, Role: autoscale.Worker, Target: w.ID, Reason: "a straggler"})
+	require.NoError(t, a.Err)
+	for _, now := range l.c.Status().Workers {
+		require.False(t, now.ID == w.ID && now.Epoch == w.Epoch, "worker %s still a member under epoch %s", w.ID, w.Epoch)
+	}
+	// The scaler's worker joins again and trains; by then its failure has been carried out.
+	for l.c.Status().Evicted == evicted {
+		l.train(t, ctx, 1)
+	}
 }

@@ -1,35 +1,5 @@
 package membership
 
-// # Gossip
-//
-// A Gossip is one process's view of which processes of the job are alive: parameter servers,
-// workers and the coordinator, gossiped with hashicorp/memberlist (SWIM: probes, indirect probes,
-// suspicion, push-pull anti-entropy). Every process gossips its Member (role, node id,
-// incarnation, RPC address, host id) as its node meta. The coordinator uses the view to find
-// nodes (Lookup) and to hear early that one is gone (MemberEvent); a process that shares a host
-// with a parameter server (Member.Host) may reattach its shared memory.
-//
-// The memberlist node name is the node id and the incarnation ("ps-0/1a2b"), so a restarted
-// process is a new member, never a resurrection of the old one: it joins (MemberJoined, with the
-// new incarnation) while the old incarnation is still being declared failed, and the two events
-// may arrive in either order. A consumer compares incarnations.
-//
-// Gossip is a hint, not a verdict. A member under suspicion still counts as alive, and even a
-// MemberFailed never evicts a parameter server by itself: the coordinator confirms by RPC (a
-// server that answers its health check as the same incarnation is kept), and RPC errors and
-// lease expiries are failure signals of their own. Gossip only makes the confirmation come
-// sooner.
-//
-// Gossip is encrypted and authenticated (AES-256-GCM) with a key derived from the cluster secret
-// by HKDF-SHA256, and unencrypted or foreign-key messages are refused both ways: a process
-// without the secret can neither join nor read the view. Nor can it exhaust the process's file
-// descriptors through the gossip port: as on the RPC port, the TCP connections that have not
-// delivered a sealed message yet are bounded in all and per source host, and closed after
-// HandshakeTimeout (membership_gate.go).
-//
-// The memberlist side (the meta encoding, the delegates, the event queue) is in
-// membership_transport.go.
-
 import (
 	"context"
 	"errors"
@@ -63,7 +33,8 @@ func nodeName(m elastic.Member) string { return m.ID + "/" + strconv.FormatUint(
 type Config struct {
 	// Self is this process. Role, ID, Incarnation (not 0) and Addr are required; Host
 	// defaults to os.Hostname(). ID, Addr and Host are at most 255 bytes each, and together
-	// must fit in memberlist's 512 bytes of node meta. Gossip is ignored.
+	// must fit in memberlist's 512 bytes of node meta. Self.Gossip is ignored (it is filled in
+	// from memberlist).
 	Self elastic.Member
 	// Bind is the gossip address, host:port, for both UDP and TCP. Port 0 picks a free port
 	// (LocalAddr tells which). Default "0.0.0.0:7946". Unused with a Transport.
@@ -75,8 +46,8 @@ type Config struct {
 	// Seeds are gossip addresses (host:port) of members to join at start. None: this process
 	// starts a cluster that others join.
 	Seeds []string
-	// Secret is the cluster secret, at least 32 bytes (rpc's minimum). Required. The gossip key is derived from
-	// it; every member of a job must have the same.
+	// Secret is the cluster secret, at least 32 bytes (rpc's minimum). Required. The gossip
+	// key is derived from it; every member of a job must have the same.
 	Secret []byte
 
 	// ProbeInterval is how often a random member is probed. Default 1s. Shorter detects
@@ -119,7 +90,7 @@ type Config struct {
 	// such. Its streams are guarded as the sockets' are (HandshakeTimeout, MaxHandshakes). The
 	// Gossip shuts it down at Close.
 	Transport memberlist.Transport
-	// OnEvent, if set, receives every MemberEvent, in order, from one goroutine. It must not
+	// OnEvent, if set, receives every elastic.MemberEvent, in order, from one goroutine. It must not
 	// block for long: events queue up behind it (without bound, so gossip never waits).
 	OnEvent func(elastic.MemberEvent)
 	// Logger receives the membership's events, and memberlist's own log at debug level. Nil
@@ -240,10 +211,11 @@ func splitHostPort(a string) (string, int, error) {
 	return host, int(port), nil
 }
 
-// Gossip is this process's membership of the job's gossip: it gossips its Member as node
-// meta, and reports the others joining, leaving and failing (MemberEvent). A restarted process
-// is a new member (its node name holds the incarnation), never the old one come back. Events
-// are hints: the coordinator confirms them (Coordinator.Observe). It is safe for concurrent use.
+// Gossip is this process's membership of the job's gossip: it gossips its elastic.Member as
+// node meta, and reports the others joining, leaving and failing (elastic.MemberEvent). A
+// restarted process is a new member (its node name holds the incarnation), never the old one
+// come back. Events are hints: the coordinator confirms them (elastic.Coordinator.Observe).
+// It is safe for concurrent use.
 type Gossip struct {
 	cfg    Config
 	log    *slog.Logger
@@ -389,10 +361,10 @@ func (m *Gossip) Lookup(role elastic.Role, id string) (elastic.Member, bool) {
 // one to give others as a seed (with Bind port 0, it tells the port picked).
 func (m *Gossip) LocalAddr() string { return m.view.localAddr() }
 
-// Leave tells the other members that this process leaves, so that they see MemberLeft rather
-// than, later, MemberFailed, and waits until that is gossiped, for at most
-// Config.LeaveTimeout or until ctx ends. The process is then no member any more but
-// keeps gossiping until Close; it cannot join again (a new incarnation can). Leaving again is
+// Leave tells the other members that this process leaves, so that they see elastic.MemberLeft
+// rather than, later, elastic.MemberFailed, and waits until that is gossiped, for at most
+// Config.LeaveTimeout or until ctx ends. The process is then no member any more but keeps
+// gossiping until Close; it cannot join again (a new incarnation can). Leaving again is
 // harmless.
 func (m *Gossip) Leave(ctx context.Context) error {
 	m.mu.Lock()

@@ -24,8 +24,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// The node meta is a Member without its Gossip address, and whether it is leaving, in at most
-// memberlist.MetaMaxSize bytes:
+// The node meta is an elastic.Member without its Gossip address, and whether it is leaving, in at
+// most memberlist.MetaMaxSize bytes:
 //
 //	version      u8    metaVersion
 //	flags        u8    metaLeaving or 0
@@ -124,7 +124,7 @@ func (c Config) bindAddr() (string, int) {
 func (c Config) memberlistLogger() *log.Logger { return log.New(slogWriter{c.Logger}, "", 0) }
 
 // gossipTransport returns the transport memberlist is to use: c.Transport, or UDP and TCP
-// sockets bound to c.Bind, behind the guard of the gossip port (see membership_gate.go).
+// sockets bound to c.Bind, behind the guard of the gossip port (see gate.go).
 func (c Config) gossipTransport() (*streamGate, error) {
 	inner := c.Transport
 	if inner == nil {

@@ -23,8 +23,8 @@ import (
 //
 // Every sentinel a caller may branch on must be in errorCodes: a damaged commit that comes back
 // from a remote server as a plain failure is not skipped, where the same failure in process is.
-// TestEverySentinelCrossesTheWire checks each exported sentinel of checkpoint, ps and this
-// package. A code is never renumbered or reused: peers of other releases read it.
+// TestEverySentinelCrossesTheWire checks each exported sentinel of checkpoint, elastic, ps,
+// shard and server. A code is never renumbered or reused: peers of other releases read it.
 const (
 	codeMalformed    = rpc.MinAppCode + 0x450
 	codeNotMember    = codeMalformed + 1

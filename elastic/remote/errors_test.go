@@ -181,7 +181,7 @@ func TestEverySentinelCrossesTheWire(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	const methodFail uint16 = 0x45ff
+	const methodFailing uint16 = 0x45ff
 	fail := func(i uint32) error {
 		switch {
 		case i == 1<<20:
@@ -198,7 +198,7 @@ func TestEverySentinelCrossesTheWire(t *testing.T) {
 	srv, err := ps.NewServer(ps.ServerConfig{ID: "ps-0", Secret: secret, Slots: 8, Transport: net.Host("ps-0")})
 	require.NoError(t, err)
 	defer srv.Close()
-	require.NoError(t, srv.Register(methodFail, func(_ context.Context, req []byte, _ *rpc.Buffer) error {
+	require.NoError(t, srv.Register(methodFailing, func(_ context.Context, req []byte, _ *rpc.Buffer) error {
 		return remoteErr(fail(binary.LittleEndian.Uint32(req)))
 	}))
 	l, err := net.Host("ps-0").Listen("ps-0:1")
@@ -208,7 +208,7 @@ func TestEverySentinelCrossesTheWire(t *testing.T) {
 	require.NoError(t, err)
 	defer r.rpc.Close()
 	call := func(i uint32) error {
-		return r.call(context.Background(), methodFail, binary.LittleEndian.AppendUint32(nil, i), nil)
+		return r.call(context.Background(), methodFailing, binary.LittleEndian.AppendUint32(nil, i), nil)
 	}
 
 	for i, name := range names {

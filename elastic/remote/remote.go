@@ -24,7 +24,7 @@ import (
 
 // The control protocol runs on each process's one RPC server ('E' in the high byte of the
 // method): a parameter server's process serves the server agent (ServeServer), the
-// coordinator's process serves the workers' control calls (ServeControl).
+// coordinator's process serves the control calls (ServeControl). An id is never reused.
 const (
 	methodInstall  uint16 = 0x4501
 	methodFence    uint16 = 0x4502
@@ -50,6 +50,8 @@ const (
 	methodAddServers     uint16 = 0x4524
 	methodRemoveServers  uint16 = 0x4525
 	methodRebalance      uint16 = 0x4526
+	methodUsage          uint16 = 0x4527
+	methodFail           uint16 = 0x4528
 )
 
 // beginHold bounds how long the coordinator holds one remote Begin; the worker calls again.
@@ -186,8 +188,10 @@ func ServeServer(reg Registrar, l *server.Server) error {
 	})
 }
 
-// ServeControl registers the workers' control calls of c on reg (the coordinator process's RPC
-// server, e.g. the *shardnet.Server of its dispatcher): Control calls them.
+// ServeControl registers the control calls of c on reg (the coordinator process's RPC server,
+// e.g. the *shardnet.Server of its dispatcher): the workers' (Join, Begin, End, Leave, Suspect)
+// and an operator's or autoscaler's (Status, Usage, SetParallelism, SetPlan, AddServers,
+// RemoveServers, Rebalance, Fail). Control calls them.
 func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 	handle := func(f func(ctx context.Context, m workerMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
@@ -240,11 +244,26 @@ func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 			if len(req) != 0 {
 				return remoteErr(errMalformed)
 			}
-			b, err := json.Marshal(c.Status())
-			if err == nil {
-				resp.Write(enc(nil).bytes(b))
+			return remoteErr(writeStatus(resp, c.Status()))
+		},
+		methodUsage: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
+			if len(req) != 0 {
+				return remoteErr(errMalformed)
 			}
-			return remoteErr(err)
+			st, err := c.Usage(ctx)
+			if err != nil {
+				return remoteErr(err)
+			}
+			return remoteErr(writeStatus(resp, st))
+		},
+		methodFail: func(_ context.Context, req []byte, _ *rpc.Buffer) error {
+			d := dec{b: req}
+			worker, reason := d.str(), d.str()
+			if err := d.end(); err != nil {
+				return remoteErr(err)
+			}
+			c.Fail(worker, reason)
+			return nil
 		},
 		methodSetParallelism: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			d := dec{b: req}
@@ -288,19 +307,20 @@ func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 			return remoteErr(c.RemoveServers(ctx, ids...))
 		},
 		methodRebalance: func(ctx context.Context, req []byte, resp *rpc.Buffer) error {
-			d := dec{b: req}
-			over, window, maxMoves := math.Float64frombits(d.u64()), time.Duration(d.u64()), d.u64()
-			if err := d.end(); err != nil {
+			m, err := decodeRebalanceMsg(req)
+			if err != nil {
 				return remoteErr(err)
 			}
+			over, window, maxMoves := m.over, m.window, m.maxMoves
 			if window <= 0 || window > time.Hour || maxMoves > 1<<20 || !(over > 1) || math.IsInf(over, 0) {
 				return remoteErr(fmt.Errorf("%w: rebalance over %v in %v, at most %d moves", elastic.ErrInvalidConfig, over, window, maxMoves))
 			}
 			moves, err := c.Rebalance(ctx, over, window, int(maxMoves))
-			if err == nil {
-				resp.Write(enc(nil).u64(uint64(len(moves))))
+			if err != nil {
+				return remoteErr(err)
 			}
-			return remoteErr(err)
+			resp.Write(appendMoves(nil, moves, m.withMoves))
+			return nil
 		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
 			var p elastic.Plan
@@ -379,7 +399,7 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 }
 
 // Server is a parameter server in another process, driven through its server agent
-// (ServeServer): the coordinator's ParameterServer for multi-process jobs.
+// (ServeServer): the coordinator's elastic.ParameterServer for multi-process jobs.
 type Server struct {
 	remote
 	node  ps.Node
@@ -402,20 +422,20 @@ func NewServer(node ps.Node, cfg Config) (*Server, error) {
 // Close closes the connections. Idempotent.
 func (s *Server) Close() error { return s.rpc.Close() }
 
-// Node implements ParameterServer.
+// Node implements elastic.ParameterServer.
 func (s *Server) Node() ps.Node { return s.node }
 
-// InstallTable implements ParameterServer.
+// InstallTable implements elastic.ParameterServer.
 func (s *Server) InstallTable(ctx context.Context, t *ps.OwnerTable) error {
 	return s.call(ctx, methodInstall, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Fence implements ParameterServer.
+// Fence implements elastic.ParameterServer.
 func (s *Server) Fence(ctx context.Context, floor uint64, epochs []uint64) error {
 	return s.call(ctx, methodFence, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), floor: floor, epochs: epochs}.append(nil), nil)
 }
 
-// Snapshot implements ParameterServer.
+// Snapshot implements elastic.ParameterServer.
 func (s *Server) Snapshot(ctx context.Context, step uint64, committed, accepted elastic.Progress) (checkpoint.SnapshotInfo, error) {
 	info := checkpoint.SnapshotInfo{Step: step}
 	msg := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step,
@@ -426,7 +446,7 @@ func (s *Server) Snapshot(ctx context.Context, step uint64, committed, accepted 
 	return info, err
 }
 
-// WaitPersisted implements ParameterServer.
+// WaitPersisted implements elastic.ParameterServer.
 func (s *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	var ref checkpoint.ManifestRef
 	err := s.call(ctx, methodPersist, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step}.append(nil), func(d *dec) {
@@ -435,17 +455,17 @@ func (s *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.Man
 	return ref, err
 }
 
-// Verify implements ParameterServer.
+// Verify implements elastic.ParameterServer.
 func (s *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodVerify, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Load implements ParameterServer.
+// Load implements elastic.ParameterServer.
 func (s *Server) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	return s.call(ctx, methodLoad, serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t)}.append(nil), nil)
 }
 
-// Health implements ParameterServer; it is answered by whichever incarnation runs.
+// Health implements elastic.ParameterServer; it is answered by whichever incarnation runs.
 func (s *Server) Health(ctx context.Context) (elastic.ServerHealth, error) {
 	var h elastic.ServerHealth
 	err := s.call(ctx, methodHealth, serverMsg{}.append(nil), func(d *dec) {
@@ -457,7 +477,7 @@ func (s *Server) Health(ctx context.Context) (elastic.ServerHealth, error) {
 	return h, err
 }
 
-// Lead implements ParameterServer: later calls are made as coordinator incarnation inc.
+// Lead implements elastic.ParameterServer: later calls are made as coordinator incarnation inc.
 func (s *Server) Lead(ctx context.Context, inc uint64) error {
 	if err := s.call(ctx, methodLead, serverMsg{inc: s.inc.Load(), coord: inc}.append(nil), nil); err != nil {
 		return err
@@ -466,7 +486,7 @@ func (s *Server) Lead(ctx context.Context, inc uint64) error {
 	return nil
 }
 
-// Table implements ParameterServer.
+// Table implements elastic.ParameterServer.
 func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	var t *ps.OwnerTable
 	err := s.call(ctx, methodTable, serverMsg{inc: s.inc.Load()}.append(nil), func(d *dec) {
@@ -484,18 +504,20 @@ func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 	return t, err
 }
 
-// Admit implements ParameterServer.
+// Admit implements elastic.ParameterServer.
 func (s *Server) Admit(inc uint64) { s.inc.Store(inc) }
 
-// Restore implements ParameterServer.
+// Restore implements elastic.ParameterServer.
 func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
 	return s.call(ctx, methodRestore, m.append(nil), nil)
 }
 
-// Control is a coordinator in another process (ServeControl), as a worker's Session uses
-// it. Its calls wait out a coordinator that cannot be reached (not up yet, restarting, a lost
-// connection) by trying again until ctx ends: each is safe to repeat.
+// Control is a coordinator in another process (ServeControl), as a worker's Session uses it
+// (elastic.Control) and as an operator's command or an autoscaler drives it (Status, Usage,
+// SetPlan, Rebalance, ...). The workers' calls wait out a coordinator that cannot be reached
+// (not up yet, restarting, a lost connection) by trying again until ctx ends: each is safe to
+// repeat. The others are made once.
 type Control struct{ remote }
 
 // controlRetry is the wait between attempts to reach the coordinator.
@@ -516,7 +538,7 @@ func (c *Control) retry(ctx context.Context, call func() error) error {
 
 var _ elastic.Control = (*Control)(nil)
 
-// NewControl returns the worker-side client of the coordinator at cfg.Addr.
+// NewControl returns a client of the coordinator at cfg.Addr.
 func NewControl(cfg Config) (*Control, error) {
 	r, err := newRemote(cfg)
 	if err != nil {
@@ -528,7 +550,7 @@ func NewControl(cfg Config) (*Control, error) {
 // Close closes the connection. Idempotent.
 func (c *Control) Close() error { return c.rpc.Close() }
 
-// Join implements Control.
+// Join implements elastic.Control.
 func (c *Control) Join(ctx context.Context, worker string, batchSize int) (uint64, error) {
 	if batchSize < 0 {
 		return 0, fmt.Errorf("%w: batch size %d", elastic.ErrInvalidConfig, batchSize)
@@ -540,7 +562,7 @@ func (c *Control) Join(ctx context.Context, worker string, batchSize int) (uint6
 	return epoch, err
 }
 
-// Begin implements Control: it calls again while the coordinator holds it at a barrier.
+// Begin implements elastic.Control: it calls again while the coordinator holds it at a barrier.
 func (c *Control) Begin(ctx context.Context, worker string, epoch uint64) error {
 	for {
 		err := c.retry(ctx, func() error {
@@ -552,25 +574,37 @@ func (c *Control) Begin(ctx context.Context, worker string, epoch uint64) error 
 	}
 }
 
-// End implements Control.
+// End implements elastic.Control.
 func (c *Control) End(ctx context.Context, worker string, epoch uint64, ok bool) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodEnd, workerMsg{worker: worker, epoch: epoch, ok: ok}.append(nil), nil)
 	})
 }
 
-// Leave implements Control.
+// Leave implements elastic.Control.
 func (c *Control) Leave(ctx context.Context, worker string, epoch uint64) error {
 	return c.retry(ctx, func() error {
 		return c.call(ctx, methodLeave, workerMsg{worker: worker, epoch: epoch}.append(nil), nil)
 	})
 }
 
-// Status returns the job's status (Coordinator.Status) from the coordinator's process. Unlike
-// the workers' calls it does not wait for a coordinator that cannot be reached.
+// Status returns the job's status (elastic.Coordinator.Status) from the coordinator's process.
+// Unlike the workers' calls it does not wait for a coordinator that cannot be reached.
 func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
+	return c.status(ctx, methodStatus)
+}
+
+// Usage returns the job's status with every server's counters (elastic.Coordinator.Usage) from the
+// coordinator's process, which reads the servers. Like Status it does not wait for a
+// coordinator that cannot be reached.
+func (c *Control) Usage(ctx context.Context) (elastic.Status, error) {
+	return c.status(ctx, methodUsage)
+}
+
+// status makes a call answered by a Status in JSON.
+func (c *Control) status(ctx context.Context, method uint16) (elastic.Status, error) {
 	var b []byte
-	err := c.call(ctx, methodStatus, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
+	err := c.call(ctx, method, nil, func(d *dec) { b = append([]byte(nil), d.bytes()...) })
 	if err != nil {
 		return elastic.Status{}, err
 	}
@@ -581,7 +615,17 @@ func (c *Control) Status(ctx context.Context) (elastic.Status, error) {
 	return st, nil
 }
 
-// SetParallelism calls Coordinator.SetParallelism in the coordinator's process.
+// writeStatus writes st in JSON as the answer of a Status or Usage call.
+func writeStatus(resp *rpc.Buffer, st elastic.Status) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	resp.Write(enc(nil).bytes(b))
+	return nil
+}
+
+// SetParallelism calls elastic.Coordinator.SetParallelism in the coordinator's process.
 func (c *Control) SetParallelism(ctx context.Context, workers, servers int) error {
 	if workers < 0 || servers < 0 {
 		return fmt.Errorf("%w: %d workers, %d servers", elastic.ErrInvalidConfig, workers, servers)
@@ -589,7 +633,7 @@ func (c *Control) SetParallelism(ctx context.Context, workers, servers int) erro
 	return c.call(ctx, methodSetParallelism, enc(nil).u64(uint64(workers)).u64(uint64(servers)), nil)
 }
 
-// SetPlan calls Coordinator.SetPlan in the coordinator's process.
+// SetPlan calls elastic.Coordinator.SetPlan in the coordinator's process.
 func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 	if err := plan.Validate(); err != nil {
 		return err
@@ -601,9 +645,9 @@ func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 	return c.call(ctx, methodSetPlan, b, nil)
 }
 
-// AddServers calls Coordinator.AddServers in the coordinator's process for servers a scheduler
-// started at the given nodes (the coordinator reaches them through its Config.ServerAt); it
-// returns once the slots have moved onto them.
+// AddServers calls elastic.Coordinator.AddServers in the coordinator's process for servers a
+// scheduler started at the given nodes (the coordinator reaches them through its Config.ServerAt);
+// it returns once the slots have moved onto them.
 func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	e := enc(nil).u64(uint64(len(nodes)))
 	for _, n := range nodes {
@@ -612,8 +656,8 @@ func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	return c.call(ctx, methodAddServers, e, nil)
 }
 
-// RemoveServers calls Coordinator.RemoveServers in the coordinator's process; once it returns
-// the servers own nothing and may be stopped.
+// RemoveServers calls elastic.Coordinator.RemoveServers in the coordinator's process; once it
+// returns the servers own nothing and may be stopped.
 func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	e := enc(nil).u64(uint64(len(ids)))
 	for _, id := range ids {
@@ -622,16 +666,34 @@ func (c *Control) RemoveServers(ctx context.Context, ids ...string) error {
 	return c.call(ctx, methodRemoveServers, e, nil)
 }
 
-// Rebalance calls Coordinator.Rebalance in the coordinator's process and returns the number of
-// slots it moved.
-func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) (int, error) {
-	var n uint64
-	err := c.call(ctx, methodRebalance, enc(nil).u64(math.Float64bits(over)).u64(uint64(window)).u64(uint64(maxMoves)), func(d *dec) { n = d.u64() })
-	return int(n), err
+// Rebalance calls elastic.Coordinator.Rebalance in the coordinator's process and returns the slots
+// it moved.
+func (c *Control) Rebalance(ctx context.Context, over float64, window time.Duration, maxMoves int) ([]ps.Move, error) {
+	if maxMoves < 0 {
+		return nil, fmt.Errorf("%w: at most %d moves", elastic.ErrInvalidConfig, maxMoves)
+	}
+	var moves []ps.Move
+	req := rebalanceMsg{over: over, window: window, maxMoves: uint64(maxMoves), withMoves: true}.append(nil)
+	err := c.call(ctx, methodRebalance, req, func(d *dec) {
+		moves, d.err = decodeMoves(d.b)
+		d.b = nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return moves, nil
 }
 
-// Suspect calls Coordinator.Suspect in the coordinator's process (once: a report that does not
-// get through is not worth waiting for).
+// Fail calls elastic.Coordinator.Fail in the coordinator's process: the worker's epoch is fenced
+// and its shards go back to the dispatcher. Like Status it does not wait for a coordinator that
+// cannot be reached. A worker that is not a member (failed already, or never joined) is left alone,
+// so a repeated call changes nothing, unless the worker joined again in between.
+func (c *Control) Fail(ctx context.Context, worker, reason string) error {
+	return c.call(ctx, methodFail, enc(nil).str(worker).str(reason), nil)
+}
+
+// Suspect calls elastic.Coordinator.Suspect in the coordinator's process (once: a report that does
+// not get through is not worth waiting for).
 func (c *Control) Suspect(ctx context.Context, server, reason string) error {
 	return c.call(ctx, methodSuspect, enc(nil).str(server).str(reason), nil)
 }

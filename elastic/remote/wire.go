@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/ps"
 )
 
 // The control protocol's payloads are little-endian fields in a fixed order per method:
@@ -164,6 +167,71 @@ func decodeServerMsg(b []byte) (serverMsg, error) {
 	d := dec{b: b}
 	m := serverMsg{inc: d.u64(), coord: d.u64(), step: d.u64(), floor: d.u64(), epochs: d.u64s(), table: d.bytes(), done: d.bytes(), acc: d.bytes(), mode: d.u8()}
 	return m, d.end()
+}
+
+// rebalanceMsg is the request of Rebalance. withMoves asks for the moves in the answer; a
+// caller of the previous release sends no flag, and reads the count alone.
+type rebalanceMsg struct {
+	over      float64
+	window    time.Duration
+	maxMoves  uint64
+	withMoves bool
+}
+
+func (m rebalanceMsg) append(dst []byte) []byte {
+	e := enc(dst).u64(math.Float64bits(m.over)).u64(uint64(m.window)).u64(m.maxMoves)
+	if m.withMoves {
+		e = e.u8(1)
+	}
+	return e
+}
+
+func decodeRebalanceMsg(b []byte) (rebalanceMsg, error) {
+	d := dec{b: b}
+	m := rebalanceMsg{over: math.Float64frombits(d.u64()), window: time.Duration(d.u64()), maxMoves: d.u64()}
+	if d.err == nil && len(d.b) > 0 {
+		m.withMoves = d.u8() == 1
+	}
+	return m, d.end()
+}
+
+// minMoveSize is the least size of a move in Rebalance's answer: its slot and two empty ids.
+const minMoveSize = 8 + 2 + 2
+
+// appendMoves is Rebalance's answer: the count of moves, then, when withMoves, each move's slot
+// and the ids of the servers it moves from and to.
+func appendMoves(dst []byte, moves []ps.Move, withMoves bool) []byte {
+	e := enc(dst).u64(uint64(len(moves)))
+	if withMoves {
+		for _, m := range moves {
+			e = e.u64(uint64(m.Slot)).str(m.From).str(m.To)
+		}
+	}
+	return e
+}
+
+// decodeMoves decodes appendMoves's answer with the moves; no move is nil.
+func decodeMoves(b []byte) ([]ps.Move, error) {
+	d := dec{b: b}
+	n := d.u64()
+	if d.err != nil || n > uint64(len(d.b)/minMoveSize) { // checked before the slice is made
+		return nil, errMalformed
+	}
+	var moves []ps.Move
+	if n > 0 {
+		moves = make([]ps.Move, 0, n)
+	}
+	for range n {
+		slot, from, to := d.u64(), d.str(), d.str()
+		if slot > math.MaxInt32 {
+			d.err = errMalformed
+		}
+		moves = append(moves, ps.Move{Slot: int(slot), From: from, To: to})
+	}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return moves, nil
 }
 
 // progressBytes is d's encoding (Progress.AppendBinary cannot fail).

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"testing"
+	"time"
 
 	"github.com/elasticps/elasticps/elastic"
 
@@ -79,4 +80,73 @@ func TestProgressRoundTrips(t *testing.T) {
 		_, err := decodeProgress(b[:n])
 		assert.ErrorIs(t, err, errMalformed)
 	}
+}
+
+func TestRebalanceRoundTrips(t *testing.T) {
+	m := rebalanceMsg{over: 1.25, window: 300 * time.Millisecond, maxMoves: 4, withMoves: true}
+	got, err := decodeRebalanceMsg(m.append(nil))
+	require.NoError(t, err)
+	assert.Equal(t, m, got)
+	// A caller of the previous release sends no flag: it gets the count alone.
+	m.withMoves = false
+	b := m.append(nil)
+	assert.Len(t, b, 24)
+	got, err = decodeRebalanceMsg(b)
+	require.NoError(t, err)
+	assert.Equal(t, m, got)
+	assert.Len(t, appendMoves(nil, []ps.Move{{Slot: 3, From: "ps-0", To: "ps-2"}}, false), 8, "the count alone")
+
+	moves := []ps.Move{{Slot: 3, From: "ps-0", To: "ps-2"}, {Slot: 60, From: "ps-1", To: ""}}
+	ans := appendMoves(nil, moves, true)
+	back, err := decodeMoves(ans)
+	require.NoError(t, err)
+	assert.Equal(t, moves, back)
+	none, err := decodeMoves(appendMoves(nil, nil, true))
+	require.NoError(t, err)
+	assert.Nil(t, none)
+
+	// Every truncation and a trailing byte are refused; so is a count of moves the answer
+	// cannot hold, before anything is allocated for them.
+	for n := range len(ans) {
+		_, err := decodeMoves(ans[:n])
+		assert.ErrorIs(t, err, errMalformed, "%d bytes", n)
+	}
+	_, err = decodeMoves(append(ans, 0))
+	assert.ErrorIs(t, err, errMalformed)
+	_, err = decodeMoves(enc(nil).u64(1 << 60))
+	assert.ErrorIs(t, err, errMalformed)
+	_, err = decodeRebalanceMsg(append(m.append(nil), 1, 0))
+	assert.ErrorIs(t, err, errMalformed)
+}
+
+func FuzzDecodeMoves(f *testing.F) {
+	f.Add(appendMoves(nil, []ps.Move{{Slot: 1, From: "a", To: "b"}}, true))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		moves, err := decodeMoves(b)
+		if err != nil {
+			assert.ErrorIs(t, err, errMalformed)
+			return
+		}
+		again, err := decodeMoves(appendMoves(nil, moves, true))
+		require.NoError(t, err)
+		assert.Equal(t, moves, again)
+	})
+}
+
+func FuzzDecodeRebalanceMsg(f *testing.F) {
+	f.Add(rebalanceMsg{over: 1.2, window: time.Second, maxMoves: 3, withMoves: true}.append(nil))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeRebalanceMsg(b)
+		if err != nil {
+			assert.ErrorIs(t, err, errMalformed)
+			return
+		}
+		again, err := decodeRebalanceMsg(m.append(nil))
+		require.NoError(t, err)
+		assert.Equal(t, m.maxMoves, again.maxMoves)
+		assert.Equal(t, m.window, again.window)
+		assert.Equal(t, m.withMoves, again.withMoves)
+	})
 }

@@ -4,18 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/elasticps/elasticps/elastic"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
 	"github.com/elasticps/elasticps/checkpoint"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 )
 
-// Server is a ps.Server in the coordinator's process, with its flash checkpointer: the
-// in-process ParameterServer.
+// Server is a ps.Server with its flash checkpointer, as the coordinator drives it: an
+// elastic.ParameterServer that the coordinator calls directly when it runs in the server's
+// process, and that remote.ServeServer serves to a coordinator in another. It is safe for
+// concurrent use.
 type Server struct {
 	srv    *ps.Server
 	addr   string
@@ -61,10 +63,10 @@ func New(srv *ps.Server, addr string, ck checkpoint.Config) (*Server, error) {
 // Server returns the wrapped server.
 func (l *Server) Server() *ps.Server { return l.srv }
 
-// Node implements ParameterServer.
+// Node implements elastic.ParameterServer.
 func (l *Server) Node() ps.Node { return ps.Node{ID: l.srv.ID(), Addr: l.addr} }
 
-// InstallTable implements ParameterServer.
+// InstallTable implements elastic.ParameterServer.
 func (l *Server) InstallTable(_ context.Context, t *ps.OwnerTable) error {
 	if _, err := l.srv.SetOwnerTable(t); err != nil {
 		return err
@@ -77,7 +79,7 @@ func (l *Server) InstallTable(_ context.Context, t *ps.OwnerTable) error {
 	return nil
 }
 
-// Fence implements ParameterServer.
+// Fence implements elastic.ParameterServer.
 func (l *Server) Fence(_ context.Context, floor uint64, epochs []uint64) error {
 	if floor > 0 {
 		l.srv.SetEpochFloor(floor)
@@ -100,7 +102,7 @@ func (l *Server) owned(t *ps.OwnerTable) []int {
 	return t.SlotsOf(l.srv.ID()).Members()
 }
 
-// Snapshot implements ParameterServer: the rows of the slots the server owns now, its dense
+// Snapshot implements elastic.ParameterServer: the rows of the slots the server owns now, its dense
 // tensors and the batches it applied (for those slots).
 func (l *Server) Snapshot(ctx context.Context, step uint64, committed, accepted elastic.Progress) (checkpoint.SnapshotInfo, error) {
 	if l.ck == nil {
@@ -139,7 +141,7 @@ func (l *Server) Snapshot(ctx context.Context, step uint64, committed, accepted 
 	return info, err
 }
 
-// WaitPersisted implements ParameterServer.
+// WaitPersisted implements elastic.ParameterServer.
 func (l *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.ManifestRef, error) {
 	if l.ck == nil {
 		return checkpoint.ManifestRef{}, ErrNoCheckpoints
@@ -147,7 +149,7 @@ func (l *Server) WaitPersisted(ctx context.Context, step uint64) (checkpoint.Man
 	return l.ck.WaitPersisted(ctx, step)
 }
 
-// Verify implements ParameterServer.
+// Verify implements elastic.ParameterServer.
 func (l *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
 		return ErrNoCheckpoints
@@ -155,8 +157,8 @@ func (l *Server) Verify(ctx context.Context, step uint64, t *ps.OwnerTable) erro
 	return l.ck.Verify(ctx, step, checkpoint.RestoreSlots(l.owned(t)))
 }
 
-// Load implements ParameterServer: the rows of the slots t gives this server, and the applied
-// positions of every server of the checkpoint for those slots.
+// Load implements elastic.ParameterServer: the rows of the slots t gives this server, and the
+// applied positions of every server of the checkpoint for those slots.
 func (l *Server) Load(ctx context.Context, step uint64, t *ps.OwnerTable) error {
 	if l.ck == nil {
 		return ErrNoCheckpoints
@@ -233,7 +235,7 @@ func (l *Server) CheckpointStats() checkpoint.Stats {
 // Incarnation identifies this Server among the restarts of its server.
 func (l *Server) Incarnation() uint64 { return l.inc }
 
-// Health implements ParameterServer; after Close it answers ErrClosed.
+// Health implements elastic.ParameterServer; after Close it answers elastic.ErrClosed.
 func (l *Server) Health(context.Context) (elastic.ServerHealth, error) {
 	if l.closed.Load() {
 		return elastic.ServerHealth{}, elastic.ErrClosed
@@ -247,8 +249,8 @@ func (l *Server) Health(context.Context) (elastic.ServerHealth, error) {
 	return h, nil
 }
 
-// Lead implements ParameterServer. In one process the coordinators of a job follow one another
-// (each closed before the next starts), so only the remote calls (ServeServer) are checked
+// Lead implements elastic.ParameterServer. In one process the coordinators of a job follow one
+// another (each closed before the next starts), so only the remote calls (ServeServer) are checked
 // against the leader; Lead itself is checked everywhere.
 func (l *Server) Lead(_ context.Context, inc uint64) error {
 	l.mu.Lock()
@@ -275,7 +277,7 @@ func (l *Server) Obeys(coord uint64) error {
 	return nil
 }
 
-// Table implements ParameterServer.
+// Table implements elastic.ParameterServer.
 func (l *Server) Table(context.Context) (*ps.OwnerTable, error) {
 	if l.closed.Load() {
 		return nil, elastic.ErrClosed
@@ -283,10 +285,10 @@ func (l *Server) Table(context.Context) (*ps.OwnerTable, error) {
 	return l.srv.OwnerTable(), nil
 }
 
-// Admit implements ParameterServer: calls on a Server always reach its own incarnation.
+// Admit implements elastic.ParameterServer: calls on a Server always reach its own incarnation.
 func (l *Server) Admit(uint64) {}
 
-// Restore implements ParameterServer. The rows come from shared memory only where this
+// Restore implements elastic.ParameterServer. The rows come from shared memory only where this
 // server's region (ShmDir, on its host) holds the very segments the commit names for each node:
 // their ids are random to the process that sealed them, so a region matches only on the host
 // of the process that took the commit. A replacement on another host, even one with a region
@@ -367,7 +369,7 @@ func (l *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mod
 	return l.srv.LoadApplied(applied, target)
 }
 
-// Close closes the checkpointer; Health answers ErrClosed from then on. Idempotent.
+// Close closes the checkpointer; Health answers elastic.ErrClosed from then on. Idempotent.
 func (l *Server) Close() error {
 	l.closed.Store(true)
 	if l.ck == nil {

@@ -107,7 +107,7 @@ func runHotPS(ctx context.Context, slots int) (hotPSResult, error) {
 	}
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	// A server of a hundredth of a core: ps-0's serving makes it hot whatever the machine.
-	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Coordinator: c, Planner: p, Now: func() time.Time { return now },
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: c, Planner: p, Now: func() time.Time { return now },
 		ServerCPU: 0.01, RebalanceWindow: 300 * time.Millisecond})
 	if err != nil {
 		return hotPSResult{}, err

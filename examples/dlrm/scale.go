@@ -54,8 +54,8 @@ func runScale(args []string, stdout, stderr io.Writer) int {
 	case *remove != "":
 		err = ctl.RemoveServers(ctx, strings.Split(*remove, ",")...)
 	default:
-		var n int
-		if n, err = ctl.Rebalance(ctx, *rebalance, *window, 0); err == nil && n == 0 {
+		var moves []ps.Move
+		if moves, err = ctl.Rebalance(ctx, *rebalance, *window, 0); err == nil && len(moves) == 0 {
 			fmt.Fprintf(stdout, "no server carries more than %g times the average load: nothing moved\n", *rebalance)
 			return 0
 		}
