@@ -319,7 +319,7 @@ func ServeControl(reg Registrar, c *elastic.Coordinator) error {
 			if err != nil {
 				return remoteErr(err)
 			}
-			resp.Write(appendMoves(nil, moves, m.withMoves))
+			resp.Write(appendMoves(nil, moves))
 			return nil
 		},
 		methodSetPlan: func(ctx context.Context, req []byte, _ *rpc.Buffer) error {
@@ -673,7 +673,7 @@ func (c *Control) Rebalance(ctx context.Context, over float64, window time.Durat
 		return nil, fmt.Errorf("%w: at most %d moves", elastic.ErrInvalidConfig, maxMoves)
 	}
 	var moves []ps.Move
-	req := rebalanceMsg{over: over, window: window, maxMoves: uint64(maxMoves), withMoves: true}.append(nil)
+	req := rebalanceMsg{over: over, window: window, maxMoves: uint64(maxMoves)}.append(nil)
 	err := c.call(ctx, methodRebalance, req, func(d *dec) {
 		moves, d.err = decodeMoves(d.b)
 		d.b = nil

@@ -169,48 +169,37 @@ func decodeServerMsg(b []byte) (serverMsg, error) {
 	return m, d.end()
 }
 
-// rebalanceMsg is the request of Rebalance. withMoves asks for the moves in the answer; a
-// caller of the previous release sends no flag, and reads the count alone.
+// rebalanceMsg is the request of Rebalance.
 type rebalanceMsg struct {
-	over      float64
-	window    time.Duration
-	maxMoves  uint64
-	withMoves bool
+	over     float64
+	window   time.Duration
+	maxMoves uint64
 }
 
 func (m rebalanceMsg) append(dst []byte) []byte {
-	e := enc(dst).u64(math.Float64bits(m.over)).u64(uint64(m.window)).u64(m.maxMoves)
-	if m.withMoves {
-		e = e.u8(1)
-	}
-	return e
+	return enc(dst).u64(math.Float64bits(m.over)).u64(uint64(m.window)).u64(m.maxMoves)
 }
 
 func decodeRebalanceMsg(b []byte) (rebalanceMsg, error) {
 	d := dec{b: b}
 	m := rebalanceMsg{over: math.Float64frombits(d.u64()), window: time.Duration(d.u64()), maxMoves: d.u64()}
-	if d.err == nil && len(d.b) > 0 {
-		m.withMoves = d.u8() == 1
-	}
 	return m, d.end()
 }
 
 // minMoveSize is the least size of a move in Rebalance's answer: its slot and two empty ids.
 const minMoveSize = 8 + 2 + 2
 
-// appendMoves is Rebalance's answer: the count of moves, then, when withMoves, each move's slot
-// and the ids of the servers it moves from and to.
-func appendMoves(dst []byte, moves []ps.Move, withMoves bool) []byte {
+// appendMoves is Rebalance's answer: the count of moves, then each move's slot and the ids of
+// the servers it moves from and to.
+func appendMoves(dst []byte, moves []ps.Move) []byte {
 	e := enc(dst).u64(uint64(len(moves)))
-	if withMoves {
-		for _, m := range moves {
-			e = e.u64(uint64(m.Slot)).str(m.From).str(m.To)
-		}
+	for _, m := range moves {
+		e = e.u64(uint64(m.Slot)).str(m.From).str(m.To)
 	}
 	return e
 }
 
-// decodeMoves decodes appendMoves's answer with the moves; no move is nil.
+// decodeMoves decodes appendMoves's answer; no move is nil.
 func decodeMoves(b []byte) ([]ps.Move, error) {
 	d := dec{b: b}
 	n := d.u64()

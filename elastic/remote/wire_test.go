@@ -83,25 +83,17 @@ func TestProgressRoundTrips(t *testing.T) {
 }
 
 func TestRebalanceRoundTrips(t *testing.T) {
-	m := rebalanceMsg{over: 1.25, window: 300 * time.Millisecond, maxMoves: 4, withMoves: true}
+	m := rebalanceMsg{over: 1.25, window: 300 * time.Millisecond, maxMoves: 4}
 	got, err := decodeRebalanceMsg(m.append(nil))
 	require.NoError(t, err)
 	assert.Equal(t, m, got)
-	// A caller of the previous release sends no flag: it gets the count alone.
-	m.withMoves = false
-	b := m.append(nil)
-	assert.Len(t, b, 24)
-	got, err = decodeRebalanceMsg(b)
-	require.NoError(t, err)
-	assert.Equal(t, m, got)
-	assert.Len(t, appendMoves(nil, []ps.Move{{Slot: 3, From: "ps-0", To: "ps-2"}}, false), 8, "the count alone")
 
 	moves := []ps.Move{{Slot: 3, From: "ps-0", To: "ps-2"}, {Slot: 60, From: "ps-1", To: ""}}
-	ans := appendMoves(nil, moves, true)
+	ans := appendMoves(nil, moves)
 	back, err := decodeMoves(ans)
 	require.NoError(t, err)
 	assert.Equal(t, moves, back)
-	none, err := decodeMoves(appendMoves(nil, nil, true))
+	none, err := decodeMoves(appendMoves(nil, nil))
 	require.NoError(t, err)
 	assert.Nil(t, none)
 
@@ -120,7 +112,7 @@ func TestRebalanceRoundTrips(t *testing.T) {
 }
 
 func FuzzDecodeMoves(f *testing.F) {
-	f.Add(appendMoves(nil, []ps.Move{{Slot: 1, From: "a", To: "b"}}, true))
+	f.Add(appendMoves(nil, []ps.Move{{Slot: 1, From: "a", To: "b"}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		moves, err := decodeMoves(b)
@@ -128,14 +120,14 @@ func FuzzDecodeMoves(f *testing.F) {
 			assert.ErrorIs(t, err, errMalformed)
 			return
 		}
-		again, err := decodeMoves(appendMoves(nil, moves, true))
+		again, err := decodeMoves(appendMoves(nil, moves))
 		require.NoError(t, err)
 		assert.Equal(t, moves, again)
 	})
 }
 
 func FuzzDecodeRebalanceMsg(f *testing.F) {
-	f.Add(rebalanceMsg{over: 1.2, window: time.Second, maxMoves: 3, withMoves: true}.append(nil))
+	f.Add(rebalanceMsg{over: 1.2, window: time.Second, maxMoves: 3}.append(nil))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeRebalanceMsg(b)
@@ -147,6 +139,5 @@ func FuzzDecodeRebalanceMsg(f *testing.F) {
 		require.NoError(t, err)
 		assert.Equal(t, m.maxMoves, again.maxMoves)
 		assert.Equal(t, m.window, again.window)
-		assert.Equal(t, m.withMoves, again.withMoves)
 	})
 }
