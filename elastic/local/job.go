@@ -187,7 +187,7 @@ func (j *Job) RestartCoordinator(ctx context.Context) (uint64, error) {
 		// A coordinator starts only when every server answers: the new one would fail, and
 		// leave the job without any.
 		j.mu.Unlock()
-		return 0, fmt.Errorf("elastic: restart the coordinator: server %s is down (RestartServer it first)", elastic.ServerID(i))
+		return 0, fmt.Errorf("local: restart the coordinator: server %s is down (RestartServer it first)", elastic.ServerID(i))
 	}
 	old, ready, cfg := j.coord, make(chan struct{}), j.cfg
 	j.ready = ready
@@ -208,7 +208,7 @@ func (j *Job) RestartCoordinator(ctx context.Context) (uint64, error) {
 	j.ready = nil
 	close(ready)
 	if err != nil {
-		return 0, fmt.Errorf("elastic: restart the coordinator: %w", err)
+		return 0, fmt.Errorf("local: restart the coordinator: %w", err)
 	}
 	return step, nil
 }
@@ -232,14 +232,14 @@ func (j *Job) KillServer(i int) error {
 		return fmt.Errorf("%w: the job is closed or its coordinator is restarting", elastic.ErrClosed)
 	case j.down[i]:
 		j.mu.Unlock()
-		return fmt.Errorf("elastic: kill server %s: it is down already", elastic.ServerID(i))
+		return fmt.Errorf("local: kill server %s: it is down already", elastic.ServerID(i))
 	}
 	j.down[i] = true
 	s := j.Servers[i]
 	j.mu.Unlock()
 	err := errors.Join(s.Server().Close(), s.Close())
 	if err != nil {
-		return fmt.Errorf("elastic: kill server %s: %w", elastic.ServerID(i), err)
+		return fmt.Errorf("local: kill server %s: %w", elastic.ServerID(i), err)
 	}
 	return nil
 }
@@ -276,7 +276,7 @@ func (j *Job) RestartServer(ctx context.Context, i int) error {
 		srv, l, ls, err = j.newServer(id, j.listen)
 	}
 	if err != nil {
-		return fmt.Errorf("elastic: restart server %s: %w", id, err)
+		return fmt.Errorf("local: restart server %s: %w", id, err)
 	}
 	for {
 		// The coordinator that takes the new server must be the one whose Config names it:
@@ -286,7 +286,7 @@ func (j *Job) RestartServer(ctx context.Context, i int) error {
 			ls.Close()
 			srv.Close()
 			l.Close()
-			return fmt.Errorf("elastic: restart server %s: %w", id, err)
+			return fmt.Errorf("local: restart server %s: %w", id, err)
 		}
 		j.mu.Lock()
 		if j.closed || j.ready != nil || j.coord != c {
@@ -300,7 +300,7 @@ func (j *Job) RestartServer(ctx context.Context, i int) error {
 		j.serve(srv, l)
 		j.mu.Unlock()
 		if err := c.ReplaceServer(ls); err != nil {
-			return fmt.Errorf("elastic: restart server %s: %w", id, err)
+			return fmt.Errorf("local: restart server %s: %w", id, err)
 		}
 		return nil
 	}
@@ -319,7 +319,7 @@ func (j *Job) StartServers(ctx context.Context, n int) ([]elastic.ParameterServe
 	for range n {
 		srv, l, ls, err := j.newServer(elastic.ServerID(len(j.Servers)), j.listen)
 		if err != nil {
-			return out, fmt.Errorf("elastic: start server %s: %w", elastic.ServerID(len(j.Servers)), err)
+			return out, fmt.Errorf("local: start server %s: %w", elastic.ServerID(len(j.Servers)), err)
 		}
 		j.serve(srv, l)
 		j.Servers = append(j.Servers, ls)

@@ -19,7 +19,7 @@ import (
 
 // ErrNoSeed is returned by New and Gossip.Join when no seed could be joined: none
 // answered, or none accepted this node (a wrong cluster secret looks the same).
-var ErrNoSeed = errors.New("elastic: could not join any seed")
+var ErrNoSeed = errors.New("membership: could not join any seed")
 
 // validRole reports whether r is one of the roles (the zero Role is none).
 func validRole(r elastic.Role) bool { return r >= elastic.RoleServer && r <= elastic.RoleCoordinator }
@@ -264,7 +264,7 @@ func New(ctx context.Context, cfg Config) (*Gossip, error) {
 			m.gate.Shutdown()
 		}
 		m.events.close()
-		return nil, fmt.Errorf("elastic: start gossip: %w", err)
+		return nil, fmt.Errorf("membership: start gossip: %w", err)
 	}
 	if len(cfg.Seeds) > 0 {
 		if _, err := m.Join(ctx, cfg.Seeds...); err != nil {
@@ -377,7 +377,7 @@ func (m *Gossip) Leave(ctx context.Context) error {
 	select {
 	case <-done:
 		if m.leaveErr != nil {
-			return fmt.Errorf("elastic: leave: %w", m.leaveErr)
+			return fmt.Errorf("membership: leave: %w", m.leaveErr)
 		}
 		return nil
 	case <-ctx.Done():
@@ -448,7 +448,7 @@ func (m *Gossip) shutdown(leave bool) error {
 		}
 	}
 	if err := m.ml.Shutdown(); err != nil {
-		return fmt.Errorf("elastic: stop gossip: %w", err)
+		return fmt.Errorf("membership: stop gossip: %w", err)
 	}
 	return nil
 }

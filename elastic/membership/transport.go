@@ -42,7 +42,7 @@ const (
 	maxMetaStr  = 255
 )
 
-var errMalformedMeta = errors.New("elastic: malformed member meta")
+var errMalformedMeta = errors.New("membership: malformed member meta")
 
 // memberMeta is what a member gossips about itself.
 type memberMeta struct {

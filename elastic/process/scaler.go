@@ -21,12 +21,12 @@ var (
 	// ErrRestartLimit is returned by Scaler.Wait for a process that exited abnormally
 	// once more than Config.MaxRestarts allows; the error wraps the last exit's too (an
 	// *exec.ExitError).
-	ErrRestartLimit = errors.New("elastic: the process exited abnormally more often than the restart limit allows")
+	ErrRestartLimit = errors.New("process: the process exited abnormally more often than the restart limit allows")
 	// ErrProcessStopped is returned by Scaler.Wait for a process that Scale or Close
 	// stopped.
-	ErrProcessStopped = errors.New("elastic: the process was stopped by its scaler")
+	ErrProcessStopped = errors.New("process: the process was stopped by its scaler")
 	// ErrNoProcess is returned by Scaler.Wait for a node id the scaler never ran.
-	ErrNoProcess = errors.New("elastic: no such process")
+	ErrNoProcess = errors.New("process: no such process")
 )
 
 // Launch is one start of a process of a Scaler.
@@ -181,7 +181,7 @@ var _ elastic.ServerScaler = (*Scaler)(nil)
 // Config.Server it fails with errors.ErrUnsupported and starts none.
 func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterServer, error) {
 	if s.cfg.Server == nil {
-		return nil, fmt.Errorf("elastic: the process scaler cannot reach the servers it starts (Config.Server): %w", errors.ErrUnsupported)
+		return nil, fmt.Errorf("process: the process scaler cannot reach the servers it starts (Config.Server): %w", errors.ErrUnsupported)
 	}
 	if n < 0 {
 		return nil, fmt.Errorf("%w: start %d servers", elastic.ErrInvalidConfig, n)
@@ -199,7 +199,7 @@ func (s *Scaler) StartServers(ctx context.Context, n int) ([]elastic.ParameterSe
 	for i := k; i < k+n; i++ {
 		srv, err := s.cfg.Server(elastic.ServerID(i))
 		if err != nil {
-			return out, fmt.Errorf("elastic: server %s: %w", elastic.ServerID(i), err)
+			return out, fmt.Errorf("process: server %s: %w", elastic.ServerID(i), err)
 		}
 		out = append(out, srv)
 	}

@@ -105,7 +105,7 @@ const (
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
-var errHeld = errors.New("elastic: held at the barrier")
+var errHeld = errors.New("remote: held at the barrier")
 
 // errorCodes is the table of the errors that cross the control protocol. The first entries
 // come first as they did when they were the only ones (a peer of that release reads Code
@@ -239,5 +239,5 @@ type remoteError struct {
 	sentinels []error
 }
 
-func (e *remoteError) Error() string   { return fmt.Sprintf("elastic: %s: %s", e.addr, e.msg) }
+func (e *remoteError) Error() string   { return fmt.Sprintf("remote: %s: %s", e.addr, e.msg) }
 func (e *remoteError) Unwrap() []error { return e.sentinels }

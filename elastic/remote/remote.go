@@ -66,7 +66,7 @@ type Registrar interface {
 func register(reg Registrar, hs map[uint16]rpc.Handler) error {
 	for m, h := range hs {
 		if err := reg.Register(m, h); err != nil {
-			return fmt.Errorf("elastic: register method %#x: %w", m, err)
+			return fmt.Errorf("remote: register method %#x: %w", m, err)
 		}
 	}
 	return nil
@@ -74,7 +74,7 @@ func register(reg Registrar, hs map[uint16]rpc.Handler) error {
 
 // ServeServer registers the server agent of l on reg (the server's own *ps.Server): the
 // coordinator's Server drives it from another process.
-func ServeServer(reg Registrar, l *server.Server) error {
+func ServeServer(reg Registrar, srv *server.Server) error {
 	table := func(b []byte) (*ps.OwnerTable, error) {
 		t, rest, err := ps.DecodeOwnerTable(b)
 		if err != nil || len(rest) != 0 {
@@ -90,15 +90,15 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			if err != nil {
 				return remoteErr(err)
 			}
-			if m.inc != 0 && m.inc != l.Incarnation() {
-				return remoteErr(fmt.Errorf("%w: server %s is incarnation %x, the call is for %x", elastic.ErrReplaced, l.Node().ID, l.Incarnation(), m.inc))
+			if m.inc != 0 && m.inc != srv.Incarnation() {
+				return remoteErr(fmt.Errorf("%w: server %s is incarnation %x, the call is for %x", elastic.ErrReplaced, srv.Node().ID, srv.Incarnation(), m.inc))
 			}
 			return remoteErr(f(ctx, m, resp))
 		}
 	}
 	handle := func(f func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error) rpc.Handler {
 		return read(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
-			if err := l.Obeys(m.coord); err != nil {
+			if err := srv.Obeys(m.coord); err != nil {
 				return err
 			}
 			return f(ctx, m, resp)
@@ -106,7 +106,7 @@ func ServeServer(reg Registrar, l *server.Server) error {
 	}
 	return register(reg, map[uint16]rpc.Handler{
 		methodHealth: read(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
-			h, err := l.Health(ctx)
+			h, err := srv.Health(ctx)
 			if err == nil {
 				e := enc(nil).u64(h.Incarnation).u64(h.TableVersion).u64(h.Leader).u64(h.Snapshot)
 				if h.Restoring != 0 { // only then: a coordinator of the previous release reads four
@@ -117,10 +117,10 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			return err
 		}),
 		methodLead: read(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
-			return l.Lead(ctx, m.coord)
+			return srv.Lead(ctx, m.coord)
 		}),
 		methodTable: read(func(ctx context.Context, _ serverMsg, resp *rpc.Buffer) error {
-			t, err := l.Table(ctx)
+			t, err := srv.Table(ctx)
 			if err == nil && t != nil {
 				resp.Write(ps.AppendOwnerTable(nil, t))
 			}
@@ -131,17 +131,17 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			if err != nil {
 				return err
 			}
-			return l.Restore(ctx, m.step, t, elastic.RestoreMode(m.mode))
+			return srv.Restore(ctx, m.step, t, elastic.RestoreMode(m.mode))
 		}),
 		methodInstall: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
 			t, err := table(m.table)
 			if err != nil {
 				return err
 			}
-			return l.InstallTable(ctx, t)
+			return srv.InstallTable(ctx, t)
 		}),
 		methodFence: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
-			return l.Fence(ctx, m.floor, m.epochs)
+			return srv.Fence(ctx, m.floor, m.epochs)
 		}),
 		methodSnapshot: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
 			committed, err := decodeProgress(m.done)
@@ -152,7 +152,7 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			if err != nil {
 				return err
 			}
-			info, err := l.Snapshot(ctx, m.step, committed, accepted)
+			info, err := srv.Snapshot(ctx, m.step, committed, accepted)
 			if err != nil {
 				return err
 			}
@@ -164,7 +164,7 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			return nil
 		}),
 		methodPersist: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
-			ref, err := l.WaitPersisted(ctx, m.step)
+			ref, err := srv.WaitPersisted(ctx, m.step)
 			if err != nil {
 				return err
 			}
@@ -176,14 +176,14 @@ func ServeServer(reg Registrar, l *server.Server) error {
 			if err != nil {
 				return err
 			}
-			return l.Verify(ctx, m.step, t)
+			return srv.Verify(ctx, m.step, t)
 		}),
 		methodLoad: handle(func(ctx context.Context, m serverMsg, _ *rpc.Buffer) error {
 			t, err := table(m.table)
 			if err != nil {
 				return err
 			}
-			return l.Load(ctx, m.step, t)
+			return srv.Load(ctx, m.step, t)
 		}),
 	})
 }
@@ -393,7 +393,7 @@ func (r remote) call(ctx context.Context, method uint16, req []byte, read func(d
 		read(&d)
 	}
 	if err := d.end(); err != nil {
-		return fmt.Errorf("elastic: answer of %s to method %#x: %w", r.addr, method, err)
+		return fmt.Errorf("remote: answer of %s to method %#x: %w", r.addr, method, err)
 	}
 	return nil
 }
@@ -610,7 +610,7 @@ func (c *Control) status(ctx context.Context, method uint16) (elastic.Status, er
 	}
 	var st elastic.Status
 	if err := json.Unmarshal(b, &st); err != nil {
-		return elastic.Status{}, fmt.Errorf("elastic: malformed status: %w", err)
+		return elastic.Status{}, fmt.Errorf("remote: malformed status: %w", err)
 	}
 	return st, nil
 }

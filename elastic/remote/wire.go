@@ -28,7 +28,7 @@ const (
 	maxEpochs = 1 << 16
 )
 
-var errMalformed = errors.New("elastic: malformed control message")
+var errMalformed = errors.New("remote: malformed control message")
 
 type enc []byte
 
