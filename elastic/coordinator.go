@@ -810,7 +810,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
+		job = commitJob{step: step, taken: c.clock.now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
@@ -868,7 +868,7 @@ func (c *Coordinator) commitLoop() {
 			return
 		case job := <-c.commits:
 			err := c.commit(job)
-			c.event(CheckpointEvent{Step: job.step, Commit: true, Persist: time.Since(job.taken), Err: err})
+			c.event(CheckpointEvent{Step: job.step, Commit: true, Persist: c.clock.now().Sub(job.taken), Err: err})
 			c.mu.Lock()
 			c.core.commitDone(job.step, err)
 			if err != nil {

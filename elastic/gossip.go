@@ -67,7 +67,7 @@ func (c *Coordinator) probeServer(id, gossip string) {
 	if e.failed || e.ps != s {
 		return // changed meanwhile
 	}
-	c.judgeLocked(e, h, err, time.Now(), gossip)
+	c.judgeLocked(e, h, err, c.clock.now(), gossip)
 }
 
 // judgeLocked acts on one health answer (h, or the call's error err) of e's server, at now;
@@ -107,7 +107,7 @@ func (c *Coordinator) Suspect(ctx context.Context, server, reason string) error 
 		}
 	}
 	e := c.srvs[id]
-	now := time.Now()
+	now := c.clock.now()
 	if e == nil || e.failed || now.Sub(e.probed) < c.cfg.HealthEvery {
 		c.mu.Unlock()
 		return nil

@@ -158,7 +158,7 @@ func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) (map
 		s.Admit(h.Incarnation)
 		found[s.Node().ID] = h
 		c.mu.Lock()
-		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: time.Now()}
+		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: c.clock.now()}
 		c.mu.Unlock()
 	}
 	return found, nil
@@ -208,7 +208,7 @@ func (c *Coordinator) serverFailedLocked(id, reason string) {
 	if e == nil || e.failed || c.closed || c.superseded != nil {
 		return
 	}
-	e.failed, e.reason, e.failedAt = true, reason, time.Now()
+	e.failed, e.reason, e.failedAt = true, reason, c.clock.now()
 	c.stats.ServerFailures++
 	c.log.Warn("parameter server failed", "server", id, "reason", reason, "policy", c.cfg.Recovery)
 	c.applyLocked(c.core.serverFailed(c.clock.now(), id, reason, c.cfg.Recovery == Rollback))
@@ -268,7 +268,7 @@ func (c *Coordinator) checkHealth() {
 		wg.Go(func() { p.h, p.err = p.s.Health(ctx) })
 	}
 	wg.Wait()
-	now := time.Now()
+	now := c.clock.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range probes {
@@ -343,9 +343,14 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	ev := RecoveryEvent{Policy: policy, Failed: map[string]string{}}
 	// Snapshots taken before the failure may still commit (their state is whole); none taken
 	// from now on will, so the newest commit cannot change under the restore.
-	wctx, wcancel := context.WithTimeout(ctx, c.cfg.ServerTimeout)
-	c.await(wctx, func() (bool, error) { return len(c.core.snapshots) == 0, nil })
-	wcancel()
+	for start := c.clock.now(); c.clock.now().Sub(start) < c.cfg.ServerTimeout && ctx.Err() == nil; {
+		wctx, wcancel := context.WithTimeout(ctx, c.cfg.HealthEvery) // then look at the clock again
+		err := c.await(wctx, func() (bool, error) { return len(c.core.snapshots) == 0, nil })
+		wcancel()
+		if err == nil {
+			break
+		}
+	}
 	c.mu.Lock()
 	c.recGen++
 	step := c.core.committed
@@ -365,7 +370,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	}
 
 	// Replacements: a new incarnation at the failed node, for at most ReplaceWait.
-	waitStart := time.Now()
+	waitStart := c.clock.now()
 	replacement := map[string]ParameterServer{}
 	incs := map[string]uint64{}
 	for {
@@ -390,7 +395,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 		if len(replacement) == len(failed) || ctx.Err() != nil {
 			break
 		}
-		if time.Since(failed[0].failedAt) > c.cfg.ReplaceWait {
+		if c.clock.now().Sub(failed[0].failedAt) > c.cfg.ReplaceWait {
 			break
 		}
 		_ = wait.Sleep(ctx, c.cfg.HealthEvery) // an ended ctx is checked below
@@ -398,7 +403,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	if err := ctx.Err(); err != nil {
 		return ev, err
 	}
-	ev.Replacement = time.Since(waitStart)
+	ev.Replacement = c.clock.now().Sub(waitStart)
 
 	// The new server list and owner table; no table of a live repartition goes out meanwhile.
 	c.tableMu.Lock()
@@ -450,7 +455,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 	for _, e := range failed {
 		id := e.ps.Node().ID
 		if r := replacement[id]; r != nil {
-			c.srvs[id] = &serverEntry{ps: r, inc: incs[id], lastOK: time.Now()}
+			c.srvs[id] = &serverEntry{ps: r, inc: incs[id], lastOK: c.clock.now()}
 		} else {
 			delete(c.srvs, id)
 		}
@@ -459,7 +464,7 @@ func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
 		// Another server failed meanwhile: recover it too, from the same commit.
 		return ev, fmt.Errorf("parameter servers %v failed during the recovery", c.failedLocked())
 	}
-	ev.Duration = time.Since(ev.Detected)
+	ev.Duration = c.clock.now().Sub(ev.Detected)
 	c.applyLocked(c.core.recovered(c.clock.now()))
 	return ev, nil
 }

@@ -176,12 +176,12 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 		return fmt.Errorf("elastic: parameter servers %v failed and are not recovered yet: try again after the recovery", failed)
 	}
 	have, n := len(servers), len(servers)+len(added)-len(drain)
-	start := time.Now()
+	start := c.clock.now()
 	c.setRepartition(RepartitionStatus{Running: true, From: have, To: n})
 	defer func() {
 		c.repStatus.Lock()
 		c.repStatus.s.Running = false
-		c.repStatus.s.Duration = time.Since(start)
+		c.repStatus.s.Duration = c.clock.now().Sub(start)
 		if err != nil {
 			c.repStatus.s.Err = err.Error()
 		}
@@ -271,7 +271,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	}
 	p := m.Progress()
 	c.log.Info("parameter servers changed", "from", have, "to", n, "slots_moved", p.SlotsDone, "rows", p.BaseRows,
-		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", time.Since(start).Round(time.Millisecond))
+		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", c.clock.now().Sub(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -331,12 +331,8 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 	if err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(window)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		return nil, ctx.Err()
+	if err := c.after(ctx, window); err != nil {
+		return nil, err
 	}
 	after, err := stats()
 	if err != nil {
@@ -355,12 +351,12 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 		return nil, err
 	}
 	n := len(cur.Nodes)
-	start := time.Now()
+	start := c.clock.now()
 	c.setRepartition(RepartitionStatus{Running: true, From: n, To: n})
 	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	c.noteProgress(m.Progress())
 	c.repStatus.Lock()
-	c.repStatus.s.Running, c.repStatus.s.Duration = false, time.Since(start)
+	c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
 	if err != nil {
 		c.repStatus.s.Err = err.Error()
 	}
@@ -378,7 +374,7 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error {
 	// A server just started may not listen yet: give each up to ServerTimeout to answer.
 	for _, s := range added {
-		deadline := time.Now().Add(c.cfg.ServerTimeout)
+		deadline := c.clock.now().Add(c.cfg.ServerTimeout)
 		for {
 			hctx, cancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
 			_, err := s.Health(hctx)
@@ -386,7 +382,7 @@ func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error
 			if err == nil {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if c.clock.now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("elastic: server %s does not answer: %w", s.Node().ID, err)
 			}
 			if err := wait.Sleep(ctx, 20*time.Millisecond); err != nil {

@@ -113,7 +113,7 @@ type WorkerStatus struct {
 
 // Status returns the job's status now.
 func (c *Coordinator) Status() Status {
-	now := time.Now()
+	now := c.clock.now()
 	c.svc.mu.Lock()
 	pr := c.disp.Progress()
 	c.svc.mu.Unlock()
