@@ -47,9 +47,8 @@ type Coordinator struct {
 	changed chan struct{} // closed and replaced whenever the barrier or membership changes
 	stats   counters
 	servers []ParameterServer       // those the owner table names (replaced by recoveries)
-	srvs    map[string]*serverEntry // by node id: health and failures
+	srvs    map[string]*serverEntry // by node id: how to reach each
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
-	recGen  uint64                  // recoveries begun: a snapshot taken before one is not committed
 	live    bool                    // the servers were found running a job: Resume takes it over
 	// superseded is set once a later coordinator has taken the job over: this one has stopped.
 	superseded error
@@ -135,12 +134,10 @@ type counters struct {
 	Fenced        int           // epochs fenced
 	Evicted       int           // workers failed and evicted
 	LastErr       error         // the newest snapshot or commit error
-	// ServerFailures counts parameter-server failures noticed; Recoveries the recoveries that
-	// succeeded, the newest of them LastRecovery.
-	ServerFailures int
-	Recoveries     int
-	LastRecovery   RecoveryEvent
-	LostRecords    int64 // RecoveryEvent.LostRecords summed over the recoveries
+	// Recoveries counts the recoveries that succeeded, the newest of them LastRecovery.
+	Recoveries   int
+	LastRecovery RecoveryEvent
+	LostRecords  int64 // RecoveryEvent.LostRecords summed over the recoveries
 }
 
 type commitJob struct {
@@ -148,7 +145,6 @@ type commitJob struct {
 	blobs   []checkpoint.Blob
 	taken   time.Time
 	servers []ParameterServer // those snapshotted
-	recGen  uint64            // recoveries begun before the snapshot
 	done    Progress          // how far the data was done at the snapshot
 }
 
@@ -192,7 +188,8 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		}
 	}
 	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), interval: cfg.CheckpointInterval,
-		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence}, c.clock.now())
+		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence, serverTimeout: cfg.ServerTimeout,
+		replaceWait: cfg.ReplaceWait, probeEvery: cfg.HealthEvery, partial: cfg.Recovery == Partial}, c.clock.now())
 	nodes := make([]ps.Node, len(c.servers))
 	for i, s := range c.servers {
 		nodes[i] = s.Node()
@@ -710,7 +707,7 @@ func (c *Coordinator) do(a action) {
 		}
 		c.mu.Unlock()
 	case actRecover:
-		c.recover(a.worker)
+		c.recover()
 	case actEvict:
 		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
 		c.svc.evict(a.worker, a.granted, true)
@@ -791,11 +788,11 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 	defer c.tableMu.Unlock()
 	c.mu.Lock()
 	var err error
-	if ids := c.failedLocked(); len(ids) > 0 {
+	if ids := c.core.failedServers(); len(ids) > 0 {
 		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
 	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation, BatchSize: c.batch}
-	servers, gen := slices.Clone(c.servers), c.recGen
+	servers := slices.Clone(c.servers)
 	committed := c.committedDone
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {
@@ -810,7 +807,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		job = commitJob{step: step, taken: c.clock.now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
+		job = commitJob{step: step, taken: c.clock.now(), servers: servers, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
@@ -915,9 +912,9 @@ func (c *Coordinator) commit(job commitJob) error {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
 	}
 	c.mu.Lock()
-	gen := c.recGen
+	abandoned := c.core.commitAbandoned(job.step)
 	c.mu.Unlock()
-	if gen != job.recGen {
+	if abandoned {
 		// A server failed since the snapshot and the job was restored: committing it now would
 		// put a state the job has left behind on top of the commits.
 		return fmt.Errorf("elastic: commit of step %d: abandoned (a server failed and was recovered since the snapshot)", job.step)

@@ -1,11 +1,12 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -127,16 +128,11 @@ type Span struct {
 	Slots    []int
 }
 
-// serverEntry is what the coordinator knows of a parameter server's health.
+// serverEntry is how the coordinator reaches a parameter server; the core judges its health.
 type serverEntry struct {
-	ps       ParameterServer
-	inc      uint64    // the incarnation admitted
-	lastOK   time.Time // its last good answer
-	failed   bool
-	reason   string
-	failedAt time.Time
-	next     ParameterServer // a replacement handed to ReplaceServer
-	probed   time.Time       // the last probe a worker's report (Suspect) caused
+	ps   ParameterServer // the incarnation admitted
+	next ParameterServer // a replacement handed to ReplaceServer
+	cand ParameterServer // the last one a recovery's probe reached at its node
 }
 
 // serverList returns the servers the owner table names.
@@ -158,7 +154,8 @@ func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) (map
 		s.Admit(h.Incarnation)
 		found[s.Node().ID] = h
 		c.mu.Lock()
-		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: c.clock.now()}
+		c.srvs[s.Node().ID] = &serverEntry{ps: s}
+		c.core.admitServer(c.clock.now(), s.Node(), h.Incarnation)
 		c.mu.Unlock()
 	}
 	return found, nil
@@ -181,18 +178,6 @@ func (c *Coordinator) lead(ctx context.Context, servers []ParameterServer, inc u
 	return g.Wait()
 }
 
-// failedLocked returns the ids of the servers failed and not yet recovered.
-func (c *Coordinator) failedLocked() []string {
-	var ids []string
-	for id, e := range c.srvs {
-		if e.failed {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids
-}
-
 // ServerFailed reports that parameter server id failed, for a program that knows it for sure
 // (its process is gone): it is failed at once, without a health call, and recovered under
 // Config.Recovery. Hints go to Observe (gossip) and Suspect (a server not reached), which confirm
@@ -204,14 +189,19 @@ func (c *Coordinator) ServerFailed(id, reason string) {
 }
 
 func (c *Coordinator) serverFailedLocked(id, reason string) {
-	e := c.srvs[id]
-	if e == nil || e.failed || c.closed || c.superseded != nil {
-		return
+	if !c.closed && c.superseded == nil {
+		n := c.core.serverFailures
+		c.judgedLocked(id, n, c.core.serverFailed(c.clock.now(), id, reason))
 	}
-	e.failed, e.reason, e.failedAt = true, reason, c.clock.now()
-	c.stats.ServerFailures++
-	c.log.Warn("parameter server failed", "server", id, "reason", reason, "policy", c.cfg.Recovery)
-	c.applyLocked(c.core.serverFailed(c.clock.now(), id, reason, c.cfg.Recovery == Rollback))
+}
+
+// judgedLocked applies the core's verdict acts on server id, logging a failure it noticed
+// (failures: the core's count before).
+func (c *Coordinator) judgedLocked(id string, failures int, acts []action) {
+	if c.core.serverFailures > failures {
+		c.log.Warn("parameter server failed", "server", id, "reason", c.core.servers[id].reason, "policy", c.cfg.Recovery)
+	}
+	c.applyLocked(acts)
 }
 
 // ReplaceServer hands the coordinator a new incarnation of one of its servers (same node id):
@@ -241,47 +231,49 @@ func (c *Coordinator) monitor() {
 		case <-c.done:
 			return
 		case <-t.C:
-			c.checkHealth()
+			c.mu.Lock()
+			ids := slices.Collect(maps.Keys(c.core.servers))
+			c.mu.Unlock()
+			c.probe(ids, "", max(c.cfg.HealthEvery, c.cfg.ServerTimeout/2))
 		}
 	}
 }
 
-func (c *Coordinator) checkHealth() {
-	type probe struct {
-		e   *serverEntry
-		s   ParameterServer
-		h   ServerHealth
-		err error
-	}
+// probe asks those of the servers ids that are not failed for their health at once, within
+// timeout, and hands the core the answers (judgeLocked); why, if set, is why they were asked.
+func (c *Coordinator) probe(ids []string, why string, timeout time.Duration) {
+	servers, answers, errs := make([]ParameterServer, len(ids)), make([]ServerHealth, len(ids)), make([]error, len(ids))
 	c.mu.Lock()
-	var probes []*probe
-	for _, e := range c.srvs {
-		if !e.failed {
-			probes = append(probes, &probe{e: e, s: e.ps})
+	for i, id := range ids {
+		if e, s := c.srvs[id], c.core.servers[id]; e != nil && s != nil && !s.failed && !c.closed && c.superseded == nil {
+			servers[i] = e.ps
 		}
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.HealthEvery, c.cfg.ServerTimeout/2))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, p := range probes {
-		wg.Go(func() { p.h, p.err = p.s.Health(ctx) })
+	for i, s := range servers {
+		if s != nil {
+			wg.Go(func() { answers[i], errs[i] = s.Health(ctx) })
+		}
 	}
 	wg.Wait()
-	now := c.clock.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range probes {
-		if p.e.failed || p.e.ps != p.s {
-			continue // changed meanwhile
+	for i, id := range ids {
+		if e := c.srvs[id]; e != nil && servers[i] != nil && e.ps == servers[i] { // else changed meanwhile
+			c.judgeLocked(id, answers[i], errs[i], why)
 		}
-		c.judgeLocked(p.e, p.h, p.err, now, "")
 	}
 }
 
-// recover recovers the failed servers, trying again until it succeeds or the coordinator
-// closes. It runs on the executor: no snapshot or fence runs meanwhile.
-func (c *Coordinator) recover(first string) {
+// recover carries out the recovery the core decided (actRecover): it moves it on
+// (recoveryStep) at every change of the coordinator's state and every HealthEvery, probes the
+// failed nodes and restores as the core says, until the core says it is over or the
+// coordinator closes. It runs on the executor: no snapshot or fence runs meanwhile; and with
+// the table lock held but while it probes: no move publishes a table meanwhile.
+func (c *Coordinator) recover() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -291,20 +283,139 @@ func (c *Coordinator) recover(first string) {
 		case <-ctx.Done():
 		}
 	}()
+	tick := time.NewTicker(c.cfg.HealthEvery)
+	defer tick.Stop()
 	backoff := c.cfg.HealthEvery
-	for {
-		ev, err := c.recoverOnce(ctx)
-		ev.Err = err
-		c.recoveryEvent(ev)
-		if err == nil || ctx.Err() != nil {
+	for ctx.Err() == nil {
+		c.tableMu.Lock()
+		c.mu.Lock()
+		if !c.core.recovering {
+			c.mu.Unlock()
+			c.tableMu.Unlock()
 			return
 		}
-		c.log.Warn("recovery failed; trying again", "server", first, "err", err, "in", backoff)
-		if wait.Sleep(ctx, backoff) != nil {
-			return
+		acts := c.core.recoveryStep(c.clock.now(), c.holder.Get(), c.nodesLocked())
+		changed := c.changed
+		c.mu.Unlock()
+		var failed error
+		var restored *RecoveryEvent
+		probed := false
+		for i := 0; i < len(acts); i++ {
+			switch a := acts[i]; a.kind {
+			case actAbandon:
+				c.log.Warn("snapshots abandoned", "steps", a.steps, "reason", a.reason)
+			case actProbe:
+				c.tableMu.Unlock()
+				answers := c.probeNodes(ctx, a.servers)
+				probed = true
+				c.tableMu.Lock()
+				c.mu.Lock()
+				acts = append(acts, c.core.probed(c.clock.now(), answers, c.holder.Get(), c.nodesLocked())...)
+				c.mu.Unlock()
+			case actRestore:
+				ev, err := c.restore(ctx, a)
+				c.mu.Lock()
+				more, err := c.core.restoreDone(c.clock.now(), a.plan, err)
+				if err == nil {
+					ev.Duration = c.clock.now().Sub(ev.Detected)
+				}
+				c.applyLocked(more)
+				c.mu.Unlock()
+				ev.Err, failed, restored = err, err, &ev
+			}
 		}
-		backoff = min(2*backoff, 10*time.Second)
+		c.tableMu.Unlock()
+		if restored != nil {
+			c.recoveryEvent(*restored)
+		}
+		if failed != nil {
+			c.log.Warn("recovery failed; trying again", "err", failed, "in", backoff)
+			if wait.Sleep(ctx, backoff) != nil {
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		if probed {
+			changed = nil // the next probe a HealthEvery later
+		}
+		select { // look again at the next change, or a while later (timeouts, probes)
+		case <-changed:
+		case <-tick.C:
+		case <-ctx.Done():
+		}
 	}
+}
+
+// nodesLocked returns the nodes of the job's servers, in order.
+func (c *Coordinator) nodesLocked() []ps.Node {
+	nodes := make([]ps.Node, len(c.servers))
+	for i, s := range c.servers {
+		nodes[i] = s.Node()
+	}
+	return nodes
+}
+
+// probeNodes asks the nodes of the failed servers ids for their health: the new incarnation
+// handed to ReplaceServer, or whatever answers at the old one's address.
+func (c *Coordinator) probeNodes(ctx context.Context, ids []string) []probeAnswer {
+	var answers []probeAnswer
+	for _, id := range ids {
+		c.mu.Lock()
+		e := c.srvs[id]
+		cand := cmp.Or(e.next, e.ps)
+		c.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
+		h, err := cand.Health(hctx)
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			e.cand = cand
+			c.mu.Unlock()
+			answers = append(answers, probeAnswer{node: cand.Node(), inc: h.Incarnation})
+		}
+	}
+	return answers
+}
+
+// restore carries out a's plan, the table lock held, and makes its servers the job's.
+func (c *Coordinator) restore(ctx context.Context, a action) (RecoveryEvent, error) {
+	p := a.plan
+	if p.table == nil {
+		return p.ev, errors.New(a.reason)
+	}
+	servers := make([]ParameterServer, len(p.servers))
+	replacement := map[string]ParameterServer{}
+	c.mu.Lock()
+	for i, n := range p.servers {
+		if servers[i] = c.srvs[n.ID].ps; p.replaced[n.ID] != 0 {
+			servers[i], replacement[n.ID] = c.srvs[n.ID].cand, c.srvs[n.ID].cand
+		}
+	}
+	c.mu.Unlock()
+	for id, s := range replacement {
+		s.Admit(p.replaced[id])
+	}
+	ev, err := p.ev, error(nil)
+	if ev.Policy == Partial {
+		err = c.partial(ctx, ev.Step, servers, replacement, c.holder.Get(), p.table, &ev)
+	} else {
+		err = c.rollback(ctx, ev.Step, servers, p.table, &ev)
+	}
+	if err != nil {
+		return ev, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servers = servers
+	for id := range p.ev.Failed {
+		if r := replacement[id]; r != nil {
+			c.srvs[id] = &serverEntry{ps: r}
+		} else {
+			delete(c.srvs, id)
+		}
+	}
+	return ev, nil
 }
 
 func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
@@ -334,139 +445,6 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 	if c.cfg.OnRecovery != nil {
 		c.cfg.OnRecovery(ev)
 	}
-}
-
-// recoverOnce is one attempt: wait for the commits under way, find replacements (or give the
-// failed servers' slots to the survivors), restore under the policy, publish the owner table.
-func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
-	policy := c.cfg.Recovery
-	ev := RecoveryEvent{Policy: policy, Failed: map[string]string{}}
-	// Snapshots taken before the failure may still commit (their state is whole); none taken
-	// from now on will, so the newest commit cannot change under the restore.
-	for start := c.clock.now(); c.clock.now().Sub(start) < c.cfg.ServerTimeout && ctx.Err() == nil; {
-		wctx, wcancel := context.WithTimeout(ctx, c.cfg.HealthEvery) // then look at the clock again
-		err := c.await(wctx, func() (bool, error) { return len(c.core.snapshots) == 0, nil })
-		wcancel()
-		if err == nil {
-			break
-		}
-	}
-	c.mu.Lock()
-	c.recGen++
-	step := c.core.committed
-	var failed []*serverEntry
-	for _, id := range c.failedLocked() {
-		e := c.srvs[id]
-		failed = append(failed, e)
-		ev.Failed[id] = e.reason
-		if ev.Detected.IsZero() || e.failedAt.Before(ev.Detected) {
-			ev.Detected = e.failedAt
-		}
-	}
-	c.mu.Unlock()
-	ev.Step = step
-	if len(failed) == 0 {
-		return ev, nil
-	}
-
-	// Replacements: a new incarnation at the failed node, for at most ReplaceWait.
-	waitStart := c.clock.now()
-	replacement := map[string]ParameterServer{}
-	incs := map[string]uint64{}
-	for {
-		for _, e := range failed {
-			id := e.ps.Node().ID
-			if replacement[id] != nil {
-				continue
-			}
-			c.mu.Lock()
-			cand := e.next
-			c.mu.Unlock()
-			if cand == nil {
-				cand = e.ps
-			}
-			hctx, hcancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
-			h, err := cand.Health(hctx)
-			hcancel()
-			if err == nil && h.Incarnation != e.inc {
-				replacement[id], incs[id] = cand, h.Incarnation
-			}
-		}
-		if len(replacement) == len(failed) || ctx.Err() != nil {
-			break
-		}
-		if c.clock.now().Sub(failed[0].failedAt) > c.cfg.ReplaceWait {
-			break
-		}
-		_ = wait.Sleep(ctx, c.cfg.HealthEvery) // an ended ctx is checked below
-	}
-	if err := ctx.Err(); err != nil {
-		return ev, err
-	}
-	ev.Replacement = c.clock.now().Sub(waitStart)
-
-	// The new server list and owner table; no table of a live repartition goes out meanwhile.
-	c.tableMu.Lock()
-	defer c.tableMu.Unlock()
-	old := c.holder.Get()
-	c.mu.Lock()
-	var servers, survivors []ParameterServer
-	for _, s := range c.servers {
-		id := s.Node().ID
-		e := c.srvs[id]
-		switch {
-		case !e.failed:
-			servers, survivors = append(servers, s), append(survivors, s)
-		case replacement[id] != nil:
-			servers = append(servers, replacement[id])
-			ev.Replaced = append(ev.Replaced, id)
-		}
-	}
-	c.mu.Unlock()
-	if len(servers) == 0 {
-		return ev, errors.New("no parameter server is left, and none was replaced")
-	}
-	nodes := make([]ps.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = s.Node()
-	}
-	table, err := recoveryTable(old, nodes)
-	if err != nil {
-		return ev, err
-	}
-	ev.TableVersion = table.Version
-	for id, s := range replacement {
-		s.Admit(incs[id])
-	}
-
-	switch policy {
-	case Rollback:
-		err = c.rollback(ctx, step, servers, table, &ev)
-	case Partial:
-		err = c.partial(ctx, step, servers, replacement, old, table, &ev)
-	}
-	if err != nil {
-		return ev, err
-	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.servers = servers
-	for _, e := range failed {
-		id := e.ps.Node().ID
-		if r := replacement[id]; r != nil {
-			c.srvs[id] = &serverEntry{ps: r, inc: incs[id], lastOK: c.clock.now()}
-		} else {
-			delete(c.srvs, id)
-		}
-	}
-	if len(c.failedLocked()) > 0 {
-		// Another server failed meanwhile: recover it too, from the same commit.
-		return ev, fmt.Errorf("parameter servers %v failed during the recovery", c.failedLocked())
-	}
-	ev.Duration = c.clock.now().Sub(ev.Detected)
-	c.applyLocked(c.core.recovered(c.clock.now()))
-	return ev, nil
 }
 
 // recoveryTable is the owner table after a recovery: the slots of old's servers that are not
@@ -622,7 +600,14 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	// worker is failed (fenced, its leases back at their reported offsets), so the batch is
 	// trained again: the servers that applied it skip it, those that took the restored slots
 	// apply it. A batch reported before the count is counted.
-	voided, granted := c.voidBatchesInFlight()
+	c.mu.Lock()
+	voided, acts := c.core.voidBatches(c.clock.now())
+	for _, id := range voided {
+		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
+	}
+	c.applyLocked(acts)
+	granted := c.disp.Granted()
+	c.mu.Unlock()
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
 	// hold those slots start taking updates, but the batches the commit holds on them.
@@ -638,25 +623,6 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	err = c.install(ctx, servers, table)
 	c.svc.mu.Unlock()
 	return err
-}
-
-// voidBatchesInFlight fails every worker that is in the middle of a batch, and returns them
-// with the dispatcher's newest lease at that moment.
-func (c *Coordinator) voidBatchesInFlight() ([]string, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []string
-	for id, m := range c.core.members {
-		if m.inBatch {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
-		c.applyLocked(c.core.fail(c.clock.now(), id, "in a batch during a partial recovery: the batch is trained again"))
-	}
-	return ids, c.disp.Granted()
 }
 
 // heldBatches returns the batches the commit of step holds applied to the slots failed held

@@ -149,6 +149,7 @@ func (c *Coordinator) forget(ctx context.Context, added []ParameterServer, stop 
 	c.mu.Lock()
 	for _, id := range ids {
 		delete(c.srvs, id)
+		c.core.dropServer(id)
 	}
 	c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 	c.mu.Unlock()
@@ -169,7 +170,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	}
 	c.mu.Lock()
 	servers := slices.Clone(c.servers)
-	failed := c.failedLocked()
+	failed := c.core.failedServers()
 	c.mu.Unlock()
 	if len(failed) > 0 {
 		c.forget(ctx, added, stop)
@@ -177,16 +178,8 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	}
 	have, n := len(servers), len(servers)+len(added)-len(drain)
 	start := c.clock.now()
-	c.setRepartition(RepartitionStatus{Running: true, From: have, To: n})
-	defer func() {
-		c.repStatus.Lock()
-		c.repStatus.s.Running = false
-		c.repStatus.s.Duration = c.clock.now().Sub(start)
-		if err != nil {
-			c.repStatus.s.Err = err.Error()
-		}
-		c.repStatus.Unlock()
-	}()
+	finished := c.moving(have, n)
+	defer func() { finished(err) }()
 	c.log.Info("changing the parameter servers", "from", have, "to", n, "adding", len(added), "draining", drain)
 	if len(added) > 0 {
 		if err := c.enlist(ctx, added); err != nil {
@@ -255,6 +248,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 		c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 		for _, id := range ids {
 			delete(c.srvs, id)
+			c.core.dropServer(id)
 		}
 		c.mu.Unlock()
 		// A commit under way may still wait for a drained server's persist; later ones do
@@ -351,16 +345,10 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 		return nil, err
 	}
 	n := len(cur.Nodes)
-	start := c.clock.now()
-	c.setRepartition(RepartitionStatus{Running: true, From: n, To: n})
+	finished := c.moving(n, n)
 	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	c.noteProgress(m.Progress())
-	c.repStatus.Lock()
-	c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
-	if err != nil {
-		c.repStatus.s.Err = err.Error()
-	}
-	c.repStatus.Unlock()
+	finished(err)
 	if err != nil {
 		return nil, fmt.Errorf("elastic: rebalance (owner table now %d): %w", final.Version, err)
 	}
@@ -518,10 +506,21 @@ func (c *Coordinator) migratorFor() (*ps.Migrator, error) {
 	return m, nil
 }
 
-func (c *Coordinator) setRepartition(s RepartitionStatus) {
+// moving records that the server count goes from from to to (Repartition), and returns what
+// records its end, with its error.
+func (c *Coordinator) moving(from, to int) func(error) {
+	start := c.clock.now()
 	c.repStatus.Lock()
-	c.repStatus.s = &s
+	c.repStatus.s = &RepartitionStatus{Running: true, From: from, To: to}
 	c.repStatus.Unlock()
+	return func(err error) {
+		c.repStatus.Lock()
+		defer c.repStatus.Unlock()
+		c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
+		if err != nil {
+			c.repStatus.s.Err = err.Error()
+		}
+	}
 }
 
 func (c *Coordinator) noteProgress(p ps.MigrationProgress) {
