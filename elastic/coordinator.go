@@ -31,78 +31,120 @@ const (
 // the data-shard dispatcher, the fence epochs of the workers, the checkpoint barrier and
 // schedule, the commit queue and resume. Workers reach it through a Session. All methods are
 // safe for concurrent use.
+//
+// Its state is grouped by what guards it. The locks are taken in this order, never the other
+// way: repMu (a whole change of the server count), tableMu (a snapshot, a recovery's restore,
+// a move's handover: held across calls to the servers), mu (never held across a call to a
+// server), then svc.mu (the dispatcher with the ledger). repStatus's lock, the clock's and
+// steps' are innermost: nothing is taken while one is held. eventMu is held around
+// Config.OnCheckpoint alone, and none of the others is held when it is taken.
 type Coordinator struct {
+	// Set by NewCoordinator and never replaced; clock, disp, holder and steps are safe for
+	// concurrent use on their own.
 	cfg       Config
 	log       *slog.Logger
 	clock     *pausableClock
 	disp      *shard.Dispatcher
-	svc       *ledgerService
+	svc       *ledgerService // the dispatcher as workers reach it, and the ledger (its mu)
 	committer *checkpoint.Committer
 	holder    ps.TableHolder
-	initial   []byte // the dispatcher's state at the start, for a rollback before any commit
+	initial   []byte         // the dispatcher's state at the start, for a rollback before any commit
+	steps     stepTimes      // the workers' batch times (Usage)
+	wake      chan struct{}  // a token when pending grew
+	commits   chan commitJob // snapshots to commit, in step order: sent by the executor alone
+	done      chan struct{}  // closed by Close
+	wg        sync.WaitGroup // the coordinator's goroutines
 
-	mu      sync.Mutex
+	repMu   sync.Mutex // one change of the server count, or rebalance, at a time
+	tableMu sync.Mutex // orders the owner table's changes and the snapshots: a commit never mixes tables
+
+	mu sync.Mutex // guards the groups below, up to the executor's own fields
+	barrierState
+	serverState
+	workerState
+	jobState
+	moveState
+	execState
+
+	// The executor's alone (execute and what it calls).
+	pauseStart time.Time       // when the current barrier went up
+	lastSnap   CheckpointEvent // the snapshot of the current barrier
+
+	repStatus struct {
+		sync.Mutex
+		s *RepartitionStatus
+	}
+	eventMu sync.Mutex // one OnCheckpoint call at a time
+
+	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
+	// just before the dispatcher is: a test schedules workers' calls there.
+	beforeDispatcherRestore atomic.Pointer[func()]
+}
+
+// barrierState is the protocol's state (guarded by Coordinator.mu).
+type barrierState struct {
 	core    *core
-	ledger  *ledger
-	changed chan struct{} // closed and replaced whenever the barrier or membership changes
+	changed chan struct{} // closed and replaced at every change: awaits look again
 	stats   counters
+}
+
+// serverState is how the coordinator reaches its parameter servers; the core judges their
+// health (guarded by Coordinator.mu).
+type serverState struct {
 	servers []ParameterServer       // those the owner table names (replaced by recoveries)
-	srvs    map[string]*serverEntry // by node id: how to reach each
+	srvs    map[string]*serverEntry // by node id
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
-	live    bool                    // the servers were found running a job: Resume takes it over
-	// superseded is set once a later coordinator has taken the job over: this one has stopped.
-	superseded error
-	leading    uint64 // the highest incarnation this coordinator has led its servers as
-	plan       Plan   // the last plan SetParallelism gave the scaler
-	scaler     Scaler // Config.Scaler, or SetScaler's
-	batch      int    // the records per batch every worker reads (0: none joined yet)
+	leading uint64                  // the highest incarnation this coordinator has led its servers as
+}
+
+// workerState is what Join needs to know of the workers beyond the core (guarded by
+// Coordinator.mu).
+type workerState struct {
+	batch int // the records per batch every worker reads (0: none joined yet)
 	// trained holds, per worker, the last epoch under which it began a batch: a membership
 	// that trained belongs to a live process until it ends (Join). called holds when each
 	// worker last called (Begin, End, the dispatcher): the evidence that a process lives.
 	trained map[string]uint64
 	called  map[string]time.Time
+}
+
+// jobState is the job's standing: resumed, taken over, refused, stopped (guarded by
+// Coordinator.mu).
+type jobState struct {
+	live bool // the servers were found running a job: Resume takes it over
+	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
+	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
+	existing error
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// batches it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later batch in their records.
 	committedDone Progress
-	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
-	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
-	existing error
-
-	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
-	// new table and each table of a live repartition hold it, so a commit never mixes tables.
-	tableMu  sync.Mutex
-	repMu    sync.Mutex   // one change of the server count at a time
-	migrator *ps.Migrator // made by the first repartition (guarded by mu)
-	// repIncomplete is set when a repartition failed part of the way: the next plan moves
-	// the slots still to move, whatever its server count (guarded by mu).
-	repIncomplete bool
-	repTarget     *ps.OwnerTable // the placement it aimed at (guarded by mu)
-	repStatus     struct {
-		sync.Mutex
-		s *RepartitionStatus
-	}
-
-	pending    []action        // for the executor, in order (guarded by mu)
-	queued     uint64          // actions handed to the executor (guarded by mu)
-	executed   uint64          // actions it carried out (guarded by mu)
-	wake       chan struct{}   // a token when pending grew
-	pauseStart time.Time       // when the current barrier went up (executor only)
-	lastSnap   CheckpointEvent // the snapshot of the current barrier (executor only)
-	snapSeq    uint64          // snapshot attempts finished (guarded by mu)
-	snapRes    CheckpointEvent // the last one's outcome (guarded by mu)
-	eventMu    sync.Mutex      // one OnCheckpoint call at a time
-	steps      stepTimes       // the workers' batch times (Usage)
-	commits    chan commitJob
-	done       chan struct{} // closed by Close
-	halted     chan struct{} // closed once stopped for good: superseded or closed (guarded by mu)
-	haltErr    error         // why (guarded by mu)
+	plan          Plan   // the last plan SetParallelism gave the scaler
+	scaler        Scaler // Config.Scaler, or SetScaler's
+	// superseded is set once a later coordinator has taken the job over: this one has stopped.
+	superseded error
 	closed     bool
-	wg         sync.WaitGroup
+	halted     chan struct{} // closed once stopped for good: superseded or closed
+	haltErr    error         // why
+}
 
-	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
-	// just before the dispatcher is: a test schedules workers' calls there.
-	beforeDispatcherRestore atomic.Pointer[func()]
+// moveState is what a move of slots leaves behind for the next (guarded by Coordinator.mu).
+type moveState struct {
+	migrator *ps.Migrator // made by the first repartition
+	// repIncomplete is set when a repartition failed part of the way: the next plan moves
+	// the slots still to move, whatever its server count.
+	repIncomplete bool
+	repTarget     *ps.OwnerTable // the placement it aimed at
+}
+
+// execState is the executor's queue of the core's actions and the snapshots' outcomes
+// (guarded by Coordinator.mu).
+type execState struct {
+	pending  []action        // for the executor, in order
+	queued   uint64          // actions handed to the executor
+	executed uint64          // actions it carried out
+	snapSeq  uint64          // snapshot attempts finished
+	snapRes  CheckpointEvent // the last one's outcome
 }
 
 // CheckpointEvent reports one snapshot or commit.
@@ -167,8 +209,9 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Coordinator{cfg: cfg, log: cfg.Logger, scaler: cfg.Scaler, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
-		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}), halted: make(chan struct{})}
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}),
+		barrierState: barrierState{changed: make(chan struct{})}, serverState: serverState{servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}},
+		jobState: jobState{scaler: cfg.Scaler, halted: make(chan struct{})}}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
@@ -417,7 +460,7 @@ func (c *Coordinator) ExactlyOnce() []EpochCheck {
 	for _, e := range pr.EpochRecords {
 		totals = append(totals, epochTotals{epoch: e.Epoch, records: e.Records, done: e.Done, failed: e.Failed})
 	}
-	return c.ledger.check(totals, pr.Epoch, pr.Finished)
+	return c.svc.ledger.check(totals, pr.Epoch, pr.Finished)
 }
 
 // Leave forgets a worker that stopped cleanly; its epoch is fenced.

@@ -618,8 +618,8 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	for _, w := range voided {
 		c.svc.evictLocked(w, granted, false)
 	}
-	ev.Lost, ev.LostRecords, ev.Held = c.ledger.sinceHeld(led, held)
-	ev.TrainedRecords = c.ledger.trained()
+	ev.Lost, ev.LostRecords, ev.Held = c.svc.ledger.sinceHeld(led, held)
+	ev.TrainedRecords = c.svc.ledger.trained()
 	err = c.install(ctx, servers, table)
 	c.svc.mu.Unlock()
 	return err
