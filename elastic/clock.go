@@ -1,11 +1,8 @@
 package elastic
 
 import (
-	"context"
 	"sync"
 	"time"
-
-	"github.com/elasticps/elasticps/internal/wait"
 )
 
 // pausableClock is the dispatcher's clock: wall time that stands still while training is paused
@@ -69,20 +66,5 @@ func (c *pausableClock) reset() {
 	if c.depth > 0 {
 		c.paused += c.now().Sub(c.since)
 		c.depth = 0
-	}
-}
-
-// after waits until d has passed on the coordinator's clock (Config.Now), looking at it again
-// at least every HealthEvery of real time, or until ctx ends (its error).
-func (c *Coordinator) after(ctx context.Context, d time.Duration) error {
-	start := c.clock.now()
-	for {
-		left := d - c.clock.now().Sub(start)
-		if left <= 0 {
-			return nil
-		}
-		if err := wait.Sleep(ctx, min(left, c.cfg.HealthEvery)); err != nil {
-			return err
-		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
-	"golang.org/x/sync/errgroup"
 )
 
 // Names of the coordinator's blobs in a commit.
@@ -35,11 +34,11 @@ const (
 // Its state is grouped by what guards it. The locks are taken in this order, never the other
 // way: repMu (a whole change of the server count), tableMu (a snapshot, a recovery's restore,
 // a move's handover: held across calls to the servers), mu (never held across a call to a
-// server), then svc.mu (the dispatcher with the ledger). repStatus's lock, the clock's and
-// steps' are innermost: nothing is taken while one is held. eventMu is held around
+// server), then svc.mu (the dispatcher with the ledger). repStatus's lock and the clock's are
+// innermost: nothing is taken while one is held. eventMu is held around
 // Config.OnCheckpoint alone, and none of the others is held when it is taken.
 type Coordinator struct {
-	// Set by NewCoordinator and never replaced; clock, disp, holder and steps are safe for
+	// Set by NewCoordinator and never replaced; clock, disp and holder are safe for
 	// concurrent use on their own.
 	cfg       Config
 	log       *slog.Logger
@@ -49,7 +48,6 @@ type Coordinator struct {
 	committer *checkpoint.Committer
 	holder    ps.TableHolder
 	initial   []byte         // the dispatcher's state at the start, for a rollback before any commit
-	steps     stepTimes      // the workers' batch times (Usage)
 	wake      chan struct{}  // a token when pending grew
 	commits   chan commitJob // snapshots to commit, in step order: sent by the executor alone
 	done      chan struct{}  // closed by Close
@@ -106,6 +104,7 @@ type workerState struct {
 	// worker last called (Begin, End, the dispatcher): the evidence that a process lives.
 	trained map[string]uint64
 	called  map[string]time.Time
+	steps   map[string]*workerSteps // the workers' batch times, by id (Status)
 }
 
 // jobState is the job's standing: resumed, taken over, refused, stopped (guarded by
@@ -211,7 +210,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	cfg = cfg.withDefaults()
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}),
 		barrierState: barrierState{changed: make(chan struct{})}, serverState: serverState{servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}},
-		jobState: jobState{scaler: cfg.Scaler, halted: make(chan struct{})}}
+		jobState: jobState{scaler: cfg.Scaler, halted: make(chan struct{})}, workerState: workerState{trained: map[string]uint64{}, called: map[string]time.Time{}, steps: map[string]*workerSteps{}}}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
@@ -233,10 +232,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), interval: cfg.CheckpointInterval,
 		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence, serverTimeout: cfg.ServerTimeout,
 		replaceWait: cfg.ReplaceWait, probeEvery: cfg.HealthEvery, partial: cfg.Recovery == Partial}, c.clock.now())
-	nodes := make([]ps.Node, len(c.servers))
-	for i, s := range c.servers {
-		nodes[i] = s.Node()
-	}
+	nodes := nodesOf(c.servers)
 	table, err := ps.NewOwnerTable(1, cfg.Slots, nodes, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -277,16 +273,13 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 
 // install gives t to servers, then to clients (the holder).
 func (c *Coordinator) install(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.InstallTable(gctx, t); err != nil {
-				return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.InstallTable(ctx, t); err != nil {
+			return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	c.holder.Set(t)
@@ -419,10 +412,12 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 		m := c.core.members[worker]
 		switch {
 		case ok:
-			c.steps.begin(worker, c.clock.now())
-			if c.trained == nil {
-				c.trained = map[string]uint64{}
+			w := c.steps[worker]
+			if w == nil {
+				w = &workerSteps{}
+				c.steps[worker] = w
 			}
+			w.began = c.clock.now()
 			c.trained[worker] = epoch
 			return true, nil
 		case m == nil || m.epoch != epoch:
@@ -444,7 +439,13 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 	defer c.mu.Unlock()
 	c.calledLocked(worker)
 	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
-	c.steps.end(worker, c.clock.now(), ok)
+	if w := c.steps[worker]; w != nil && !w.began.IsZero() {
+		if ok {
+			w.steps++
+			w.busy += c.clock.now().Sub(w.began)
+		}
+		w.began = time.Time{}
+	}
 	c.applyLocked(acts)
 	return nil
 }
@@ -596,9 +597,6 @@ func (c *Coordinator) heardFrom(worker string) {
 
 // calledLocked records that worker called now (see Join).
 func (c *Coordinator) calledLocked(worker string) {
-	if c.called == nil {
-		c.called = map[string]time.Time{}
-	}
 	c.called[worker] = c.clock.now()
 }
 
@@ -862,19 +860,15 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		err = c.syncTables(ctx, servers, c.holder.Get())
 	}
 	if err == nil {
-		g, gctx := errgroup.WithContext(ctx)
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
-		for i, s := range servers {
-			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step, committed, job.done)
-				if err != nil {
-					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
-				}
-				infos[i] = info
-				return nil
-			})
-		}
-		err = g.Wait()
+		err = onEach(ctx, servers, func(ctx context.Context, i int, s ParameterServer) error {
+			info, err := s.Snapshot(ctx, step, committed, job.done)
+			if err != nil {
+				return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
+			}
+			infos[i] = info
+			return nil
+		})
 		for _, in := range infos {
 			c.lastSnap.Bytes += in.Bytes
 			c.lastSnap.Full = c.lastSnap.Full || in.Full
@@ -932,26 +926,18 @@ func (c *Coordinator) commitLoop() {
 func (c *Coordinator) commit(job commitJob) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PersistTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel = c.untilClosed(ctx)
+	defer cancel()
 	refs := make([]checkpoint.ManifestRef, len(job.servers))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, s := range job.servers {
-		g.Go(func() error {
-			ref, err := s.WaitPersisted(gctx, job.step)
-			if err != nil {
-				return fmt.Errorf("persist on %s: %w", s.Node().ID, err)
-			}
-			refs[i] = ref
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := onEach(ctx, job.servers, func(ctx context.Context, i int, s ParameterServer) error {
+		ref, err := s.WaitPersisted(ctx, job.step)
+		if err != nil {
+			return fmt.Errorf("persist on %s: %w", s.Node().ID, err)
+		}
+		refs[i] = ref
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
 	}
 	c.mu.Lock()
@@ -966,6 +952,19 @@ func (c *Coordinator) commit(job commitJob) error {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
 	}
 	return nil
+}
+
+// untilClosed returns a context that ends with parent or when the coordinator closes.
+func (c *Coordinator) untilClosed(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // event hands ev to Config.OnCheckpoint.

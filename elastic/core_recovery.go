@@ -9,21 +9,13 @@ import (
 )
 
 // The core's side of parameter-server failures: which server is failed, and how the job
-// recovers. Like the barrier, it does no I/O: the driver reports health answers, failures and
-// the outcome of what it was told to do, and carries out the actions, in order.
+// recovers, in three phases the driver's recoveryStep moves through:
 //
-// A recovery goes through three phases, each entered by the driver's recoveryStep:
+//	drain    snapshots taken before the failure may commit for ServerTimeout; then ActAbandon
+//	replace  ActProbe of the failed nodes, until each has a new incarnation or ReplaceWait passed
+//	restore  ActRestore: the commit, the policy, the servers and the owner table
 //
-//	drain    the snapshots taken before the failure may still commit, for ServerTimeout;
-//	         then those not committed are abandoned (ActAbandon: their commit is refused)
-//	replace  the failed servers' nodes are probed (ActProbe) for a new incarnation, until every
-//	         one answers as one or ReplaceWait has passed since its failure
-//	restore  ActRestore: the commit to restore, under the policy, the servers and the owner
-//	         table (only the slots of the failed servers that were not replaced move)
-//
-// restoreDone ends it: the replaced servers run as their new incarnation, the others are
-// dropped, and the barrier may go up again. A server that failed meanwhile, or a restore that
-// failed, starts another round.
+// restoreDone ends it; a server that failed meanwhile, or a failed restore, starts a new round.
 
 // recPhase is where a recovery is.
 type recPhase uint8
@@ -69,9 +61,6 @@ func (c *core) admitServer(now time.Time, node ps.Node, inc uint64) {
 	c.servers[node.ID] = &server{node: node, inc: inc, lastOK: c.now}
 }
 
-// dropServer forgets server id (drained, or it never joined).
-func (c *core) dropServer(id string) { delete(c.servers, id) }
-
 // failedServers returns the ids of the servers failed and not yet recovered: while there is
 // one, no snapshot is taken and no slot moves.
 func (c *core) failedServers() []string {
@@ -108,16 +97,18 @@ func (c *core) health(now time.Time, id string, inc uint64, err error, gossip st
 	return nil
 }
 
-// suspect reports whether server id, which a worker could not reach, is to be probed now:
-// reports within probeEvery of the last probe are folded into it.
-func (c *core) suspect(now time.Time, id string) bool {
+// suspect returns the id of the server a worker could not reach (server is its id or address)
+// if it is to be probed now, else "": reports within probeEvery of the last probe are folded
+// into it.
+func (c *core) suspect(now time.Time, server string) string {
 	c.tick(now)
-	s := c.servers[id]
-	if s == nil || s.failed || c.now.Sub(s.probed) < c.cfg.probeEvery {
-		return false
+	for id, s := range c.servers {
+		if (id == server || s.node.Addr == server) && !s.failed && c.now.Sub(s.probed) >= c.cfg.probeEvery {
+			s.probed = c.now
+			return id
+		}
 	}
-	s.probed = c.now
-	return true
+	return ""
 }
 
 // serverFailed records that parameter server id failed: no barrier goes up until it is
@@ -139,10 +130,13 @@ func (c *core) serverFailed(now time.Time, id, reason string) []action {
 	return []action{{kind: actRecover, worker: id, reason: reason}}
 }
 
-// recoveryStep moves the recovery on at now, old being the job's owner table and servers its
-// servers, in order: it abandons the snapshots not committed once the drain is over, probes
-// the failed nodes, or restores.
-func (c *core) recoveryStep(now time.Time, old *ps.OwnerTable, servers []ps.Node) []action {
+// recoveryStep moves the recovery on at now, given the answers to the last ActProbe (nil:
+// none since the last step), old the job's owner table and servers its servers, in order.
+// After a drain, the snapshots not committed are abandoned. A node that answers a probe as
+// another incarnation than the one admitted holds a replacement; the restore goes ahead once
+// every failed server is replaced, or after a probe ReplaceWait has passed since the failure
+// of each one that is not; until then, the nodes are probed.
+func (c *core) recoveryStep(now time.Time, answers []probeAnswer, old *ps.OwnerTable, servers []ps.Node) []action {
 	c.tick(now)
 	if !c.recovering {
 		return nil
@@ -156,15 +150,22 @@ func (c *core) recoveryStep(now time.Time, old *ps.OwnerTable, servers []ps.Node
 			c.abandoned = append(c.abandoned, c.snapshots...)
 			acts = append(acts, action{kind: actAbandon, steps: slices.Clone(c.snapshots), reason: "a server failed before their commit"})
 		}
-		c.rec.phase, c.rec.since = recReplace, c.now
+		c.rec.phase, c.rec.since, answers = recReplace, c.now, nil
 	}
 	if c.rec.phase != recReplace {
 		return acts
 	}
-	if len(c.unreplaced()) == 0 {
-		return append(acts, c.restoreAction(old, servers))
+	for _, a := range answers {
+		if s := c.servers[a.node.ID]; s != nil && s.failed && a.inc != s.inc {
+			s.next, s.nextInc = a.node, a.inc
+		}
 	}
-	return append(acts, action{kind: actProbe, servers: c.unreplaced()})
+	for _, id := range c.unreplaced() {
+		if answers == nil || c.now.Sub(c.servers[id].failedAt) <= c.cfg.replaceWait {
+			return append(acts, action{kind: actProbe, servers: c.unreplaced()})
+		}
+	}
+	return append(acts, c.restoreAction(old, servers))
 }
 
 // unreplaced returns the failed servers no new incarnation has answered for yet.
@@ -176,27 +177,6 @@ func (c *core) unreplaced() []string {
 		}
 	}
 	return ids
-}
-
-// probed records the answers to ActProbe: a node that answers as another incarnation than
-// the one admitted holds a replacement. The restore goes ahead once every failed server is
-// replaced, or ReplaceWait has passed since the failure of each one that is not.
-func (c *core) probed(now time.Time, answers []probeAnswer, old *ps.OwnerTable, servers []ps.Node) []action {
-	c.tick(now)
-	if !c.recovering || c.rec.phase != recReplace {
-		return nil
-	}
-	for _, a := range answers {
-		if s := c.servers[a.node.ID]; s != nil && s.failed && a.inc != s.inc {
-			s.next, s.nextInc = a.node, a.inc
-		}
-	}
-	for _, id := range c.unreplaced() {
-		if c.now.Sub(c.servers[id].failedAt) <= c.cfg.replaceWait {
-			return nil
-		}
-	}
-	return []action{c.restoreAction(old, servers)}
 }
 
 // restoreAction decides the restore: every failed server's slots go to its replacement, or,

@@ -44,7 +44,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files of the trace
 //	suspect ID                                 a worker could not reach ID: probe it now?
 //	serverfail ID [REASON]                     ID reported failed (or unfenceable, replaced)
 //	step                                       the driver moves the recovery on (recoveryStep)
-//	probed [ID@INC...]                         the answers to a probe (a new incarnation: a replacement)
+//	probed [ID@INC...]                         the same, with the answers to its probe (a new incarnation: a replacement)
 //	restored [ERR]                             the restore the last plan asked for is done
 //	rollback                                   the driver's rollback of the core, to the last commit
 //	abandoned STEP                             may the snapshot of STEP not be committed?
@@ -245,9 +245,9 @@ func runTrace(t *testing.T, src string) string {
 			require.NoError(t, err)
 			acts = get().health(now, arg(1), inc, nil, "")
 		case "suspect":
-			fmt.Fprintf(&out, "probe %v\n", get().suspect(now, arg(1)))
+			fmt.Fprintf(&out, "probe %v\n", get().suspect(now, arg(1)) != "")
 		case "step":
-			acts = get().recoveryStep(now, table, nodes)
+			acts = get().recoveryStep(now, nil, table, nodes)
 		case "probed":
 			var answers []probeAnswer
 			for _, a := range f[1:] {
@@ -257,7 +257,10 @@ func runTrace(t *testing.T, src string) string {
 				require.NoError(t, err)
 				answers = append(answers, probeAnswer{node: ps.Node{ID: id, Addr: id + ":" + inc}, inc: i})
 			}
-			acts = get().probed(now, answers, table, nodes)
+			if answers == nil {
+				answers = []probeAnswer{} // a probe that nobody answered
+			}
+			acts = get().recoveryStep(now, answers, table, nodes)
 		case "restored":
 			var rerr error
 			if len(f) > 1 {

@@ -71,19 +71,11 @@ func (c *Coordinator) judgeLocked(id string, h ServerHealth, err error, gossip s
 // report on their own; unknown servers are ignored.
 func (c *Coordinator) Suspect(ctx context.Context, server, reason string) error {
 	c.mu.Lock()
-	var id string
-	for sid, e := range c.srvs {
-		if sid == server || e.ps.Node().Addr == server {
-			id = sid
-			break
-		}
-	}
-	if !c.core.suspect(c.clock.now(), id) {
-		c.mu.Unlock()
-		return nil
-	}
+	id := c.core.suspect(c.clock.now(), server)
 	c.mu.Unlock()
-	c.probe([]string{id}, "a worker cannot reach it ("+reason+")", c.cfg.HealthEvery)
+	if id != "" {
+		c.probe([]string{id}, "a worker cannot reach it ("+reason+")", c.cfg.HealthEvery)
+	}
 	return nil
 }
 

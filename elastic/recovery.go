@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -166,16 +167,12 @@ func (c *Coordinator) lead(ctx context.Context, servers []ParameterServer, inc u
 	c.mu.Lock()
 	c.leading = max(c.leading, inc)
 	c.mu.Unlock()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Lead(gctx, inc); err != nil {
-				return fmt.Errorf("elastic: lead %s as incarnation %d: %w", s.Node().ID, inc, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
+	return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.Lead(ctx, inc); err != nil {
+			return fmt.Errorf("elastic: lead %s as incarnation %d: %w", s.Node().ID, inc, err)
+		}
+		return nil
+	})
 }
 
 // ServerFailed reports that parameter server id failed, for a program that knows it for sure
@@ -271,21 +268,15 @@ func (c *Coordinator) probe(ids []string, why string, timeout time.Duration) {
 // recover carries out the recovery the core decided (actRecover): it moves it on
 // (recoveryStep) at every change of the coordinator's state and every HealthEvery, probes the
 // failed nodes and restores as the core says, until the core says it is over or the
-// coordinator closes. It runs on the executor: no snapshot or fence runs meanwhile; and with
-// the table lock held but while it probes: no move publishes a table meanwhile.
+// coordinator closes. It runs on the executor: no snapshot or fence runs meanwhile; and, but
+// while it probes, with the table lock held: no move publishes a table meanwhile.
 func (c *Coordinator) recover() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := c.untilClosed(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	tick := time.NewTicker(c.cfg.HealthEvery)
 	defer tick.Stop()
 	backoff := c.cfg.HealthEvery
+	var answers []probeAnswer // the last probe's (nil: none since the last step)
 	for ctx.Err() == nil {
 		c.tableMu.Lock()
 		c.mu.Lock()
@@ -294,72 +285,62 @@ func (c *Coordinator) recover() {
 			c.tableMu.Unlock()
 			return
 		}
-		acts := c.core.recoveryStep(c.clock.now(), c.holder.Get(), c.nodesLocked())
-		changed := c.changed
+		nodes := nodesOf(c.servers)
+		acts := c.core.recoveryStep(c.clock.now(), answers, c.holder.Get(), nodes)
+		changed, probed := c.changed, answers != nil
 		c.mu.Unlock()
-		var failed error
+		answers = nil
+		var probe []string
 		var restored *RecoveryEvent
-		probed := false
-		for i := 0; i < len(acts); i++ {
-			switch a := acts[i]; a.kind {
+		for _, a := range acts {
+			switch a.kind {
 			case actAbandon:
 				c.log.Warn("snapshots abandoned", "steps", a.steps, "reason", a.reason)
 			case actProbe:
-				c.tableMu.Unlock()
-				answers := c.probeNodes(ctx, a.servers)
-				probed = true
-				c.tableMu.Lock()
-				c.mu.Lock()
-				acts = append(acts, c.core.probed(c.clock.now(), answers, c.holder.Get(), c.nodesLocked())...)
-				c.mu.Unlock()
+				probe = a.servers
 			case actRestore:
 				ev, err := c.restore(ctx, a)
 				c.mu.Lock()
 				more, err := c.core.restoreDone(c.clock.now(), a.plan, err)
-				if err == nil {
+				if ev.Err = err; err == nil {
 					ev.Duration = c.clock.now().Sub(ev.Detected)
 				}
 				c.applyLocked(more)
 				c.mu.Unlock()
-				ev.Err, failed, restored = err, err, &ev
+				restored = &ev
 			}
 		}
 		c.tableMu.Unlock()
-		if restored != nil {
+		switch {
+		case restored != nil:
 			c.recoveryEvent(*restored)
-		}
-		if failed != nil {
-			c.log.Warn("recovery failed; trying again", "err", failed, "in", backoff)
-			if wait.Sleep(ctx, backoff) != nil {
-				return
+			if restored.Err != nil {
+				c.log.Warn("recovery failed; trying again", "err", restored.Err, "in", backoff)
+				_ = wait.Sleep(ctx, backoff) // an ended ctx ends the loop
+				backoff = min(2*backoff, 10*time.Second)
 			}
-			backoff = min(2*backoff, 10*time.Second)
 			continue
-		}
-		if probed {
-			changed = nil // the next probe a HealthEvery later
+		case probe != nil && probed:
+			changed = nil // probe again a HealthEvery after the last probe
+		case probe != nil:
+			answers = c.probeNodes(ctx, probe) // the first probe of a round goes at once
+			continue
 		}
 		select { // look again at the next change, or a while later (timeouts, probes)
 		case <-changed:
 		case <-tick.C:
 		case <-ctx.Done():
 		}
+		if probe != nil {
+			answers = c.probeNodes(ctx, probe)
+		}
 	}
-}
-
-// nodesLocked returns the nodes of the job's servers, in order.
-func (c *Coordinator) nodesLocked() []ps.Node {
-	nodes := make([]ps.Node, len(c.servers))
-	for i, s := range c.servers {
-		nodes[i] = s.Node()
-	}
-	return nodes
 }
 
 // probeNodes asks the nodes of the failed servers ids for their health: the new incarnation
 // handed to ReplaceServer, or whatever answers at the old one's address.
 func (c *Coordinator) probeNodes(ctx context.Context, ids []string) []probeAnswer {
-	var answers []probeAnswer
+	answers := []probeAnswer{}
 	for _, id := range ids {
 		c.mu.Lock()
 		e := c.srvs[id]
@@ -426,17 +407,14 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 		c.stats.LostRecords += ev.LostRecords
 	}
 	c.mu.Unlock()
-	switch {
-	case ev.Err != nil:
-	case ev.LostRecords > 0:
-		c.log.Warn("recovered, losing updates", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
+	if ev.Err == nil {
+		level, msg := slog.LevelInfo, "recovered"
+		if ev.LostRecords > 0 {
+			level, msg = slog.LevelWarn, "recovered, losing updates"
+		}
+		c.log.Log(context.Background(), level, msg, "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
 			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords,
 			"lost_share", fmt.Sprintf("%.3f%%", 100*ev.LostShare()))
-	default:
-		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
-			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
-	}
-	if ev.Err == nil {
 		for i, s := range ev.Skipped {
 			c.log.Warn("the recovery skipped a damaged commit: the training since the commit restored is done again",
 				"skipped", s.Step, "restored", ev.Step, "err", s.Err, "quarantined", ev.Quarantined[i])
@@ -445,6 +423,34 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 	if c.cfg.OnRecovery != nil {
 		c.cfg.OnRecovery(ev)
 	}
+}
+
+// onEach runs f on every one of servers (i its index) in parallel and returns the first error;
+// f's ctx ends with it.
+func onEach(ctx context.Context, servers []ParameterServer, f func(ctx context.Context, i int, s ParameterServer) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range servers {
+		g.Go(func() error { return f(gctx, i, s) })
+	}
+	return g.Wait()
+}
+
+// nodesOf returns the nodes of servers, in order.
+func nodesOf(servers []ParameterServer) []ps.Node {
+	nodes := make([]ps.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = s.Node()
+	}
+	return nodes
+}
+
+// idsOf returns the node ids of servers, in order.
+func idsOf(servers []ParameterServer) []string {
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = s.Node().ID
+	}
+	return ids
 }
 
 // recoveryTable is the owner table after a recovery: the slots of old's servers that are not
@@ -572,10 +578,7 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 			}
 		}
 	}
-	var reps []ParameterServer
-	for _, s := range replacement {
-		reps = append(reps, s)
-	}
+	reps := slices.Collect(maps.Values(replacement))
 	// A replacement follows this coordinator and refuses whatever the survivors refuse before
 	// it serves anything.
 	if err := c.lead(ctx, reps, floor>>32); err != nil {
@@ -601,10 +604,7 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	// trained again: the servers that applied it skip it, those that took the restored slots
 	// apply it. A batch reported before the count is counted.
 	c.mu.Lock()
-	voided, acts := c.core.voidBatches(c.clock.now())
-	for _, id := range voided {
-		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
-	}
+	voided, acts := c.core.voidBatches(c.clock.now()) // each logged as its worker is evicted
 	c.applyLocked(acts)
 	granted := c.disp.Granted()
 	c.mu.Unlock()
@@ -634,20 +634,16 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 		return nil, nil
 	}
 	restored := make([]bool, old.Slots)
+	var all []int // every restored slot
 	for id := range failed {
 		for _, s := range old.SlotsOf(id).Members() {
-			restored[s] = true
+			restored[s], all = true, append(all, s)
 		}
 	}
+	slices.Sort(all)
 	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == AppliedBlob })
 	if err != nil {
 		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
-	}
-	var all []int // every restored slot
-	for s, r := range restored {
-		if r {
-			all = append(all, s)
-		}
 	}
 	type shardKey struct {
 		table string
@@ -705,16 +701,12 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 
 // restoreEach runs Restore on servers in parallel.
 func (c *Coordinator) restoreEach(ctx context.Context, servers []ParameterServer, step uint64, table *ps.OwnerTable, mode RestoreMode) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Restore(gctx, step, table, mode); err != nil {
-				return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
+	return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.Restore(ctx, step, table, mode); err != nil {
+			return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
+		}
+		return nil
+	})
 }
 
 // commitData reads the dispatcher's state and the ledger of the commit of step; step 0 is the

@@ -139,17 +139,14 @@ func (c *Coordinator) RemoveServers(ctx context.Context, ids ...string) error {
 
 // forget stops servers that were started but did not join, through stop (nil: the caller's).
 func (c *Coordinator) forget(ctx context.Context, added []ParameterServer, stop func(context.Context, []string) error) {
-	ids := make([]string, len(added))
-	for i, s := range added {
-		ids[i] = s.Node().ID
-	}
+	ids := idsOf(added)
 	if len(ids) == 0 {
 		return
 	}
 	c.mu.Lock()
 	for _, id := range ids {
 		delete(c.srvs, id)
-		c.core.dropServer(id)
+		delete(c.core.servers, id)
 	}
 	c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 	c.mu.Unlock()
@@ -195,10 +192,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 			keep = append(keep, s)
 		}
 	}
-	nodes := make([]ps.Node, len(keep))
-	for i, s := range keep {
-		nodes[i] = s.Node()
-	}
+	nodes := nodesOf(keep)
 	cur := c.holder.Get()
 	next, err := ps.NewOwnerTable(0, cur.Slots, nodes, cur)
 	if err != nil {
@@ -240,15 +234,12 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 		return fmt.Errorf("elastic: move slots to %d servers (owner table now %d; set the plan again to finish): %w", n, final.Version, err)
 	}
 	if len(drained) > 0 {
-		ids := make([]string, len(drained))
-		for i, s := range drained {
-			ids[i] = s.Node().ID
-		}
+		ids := idsOf(drained)
 		c.mu.Lock()
 		c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 		for _, id := range ids {
 			delete(c.srvs, id)
-			c.core.dropServer(id)
+			delete(c.core.servers, id)
 		}
 		c.mu.Unlock()
 		// A commit under way may still wait for a drained server's persist; later ones do
@@ -325,7 +316,7 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 	if err != nil {
 		return nil, err
 	}
-	if err := c.after(ctx, window); err != nil {
+	if err := wait.Sleep(ctx, window); err != nil { // the servers' counters run on real time
 		return nil, err
 	}
 	after, err := stats()

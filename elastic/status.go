@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,7 +118,6 @@ func (c *Coordinator) Status() Status {
 	c.svc.mu.Lock()
 	pr := c.disp.Progress()
 	c.svc.mu.Unlock()
-	steps := c.steps.all()
 	st := Status{Job: c.cfg.Job, Recovery: c.cfg.Recovery.String()}
 	if t := c.holder.Get(); t != nil {
 		st.TableVersion = t.Version
@@ -164,7 +164,7 @@ func (c *Coordinator) Status() Status {
 	cnow := c.clock.now()
 	for _, id := range k.sortedMembers() {
 		m := k.members[id]
-		ws := steps[id]
+		ws := cmp.Or(c.steps[id], &workerSteps{})
 		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen)),
 			Steps: ws.steps, Busy: ws.busy})
 	}
