@@ -57,8 +57,8 @@ const (
 	actRecover
 	// actAbandon: never commit the snapshots of Steps (a server failed before their commit).
 	actAbandon
-	// actProbe: ask the nodes of the failed Servers for their health, and report the answers
-	// (probed).
+	// actProbe: ask the nodes of the failed Servers for their health, and hand the answers to
+	// the next recoveryStep.
 	actProbe
 	// actRestore: restore as Plan says, then report it (restoreDone).
 	actRestore

@@ -41,12 +41,14 @@ type server struct {
 
 // restorePlan is what ActRestore restores: the commit ev.Step under ev.Policy, onto servers
 // (the job's afterwards, in its order) under table; replaced are the failed servers a new
-// incarnation took over, with its incarnation.
+// incarnation took over, with its incarnation; gaining those that load slots under Partial
+// (the replacements, and the survivors the table gives slots they did not have).
 type restorePlan struct {
 	ev       RecoveryEvent
 	replaced map[string]uint64
 	servers  []ps.Node
 	table    *ps.OwnerTable
+	gaining  []string
 }
 
 // probeAnswer is a health answer from a failed server's node during a recovery.
@@ -208,10 +210,16 @@ func (c *core) restoreAction(old *ps.OwnerTable, servers []ps.Node) action {
 	act := action{kind: actRestore, plan: p, reason: "no parameter server is left, and none was replaced"}
 	if len(p.servers) > 0 {
 		var err error
-		if p.table, err = recoveryTable(old, p.servers); err == nil {
-			p.ev.TableVersion, act.reason = p.table.Version, ""
-		} else {
+		if p.table, err = recoveryTable(old, p.servers); err != nil {
 			act.reason = err.Error()
+			return act
+		}
+		p.ev.TableVersion, act.reason = p.table.Version, ""
+	}
+	for _, n := range p.servers { // a rollback restores every server whole
+		have, want := old.SlotsOf(n.ID), p.table.SlotsOf(n.ID).Members()
+		if c.cfg.partial && (p.replaced[n.ID] != 0 || slices.ContainsFunc(want, func(s int) bool { return !have.Has(s) })) {
+			p.gaining = append(p.gaining, n.ID)
 		}
 	}
 	return act

@@ -437,6 +437,10 @@ func (p *restorePlan) String() string {
 	for i, n := range p.servers {
 		ids[i] = n.ID
 	}
-	return fmt.Sprintf("%s to step=%d failed=%v replaced=%v servers=%v table=%d", p.ev.Policy, p.ev.Step,
+	s := fmt.Sprintf("%s to step=%d failed=%v replaced=%v servers=%v table=%d", p.ev.Policy, p.ev.Step,
 		slices.Sorted(maps.Keys(p.ev.Failed)), p.ev.Replaced, ids, p.ev.TableVersion)
+	if p.ev.Policy == Partial {
+		s += fmt.Sprintf(" loading=%v", p.gaining)
+	}
+	return s
 }

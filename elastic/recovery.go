@@ -379,7 +379,7 @@ func (c *Coordinator) restore(ctx context.Context, a action) (RecoveryEvent, err
 	}
 	ev, err := p.ev, error(nil)
 	if ev.Policy == Partial {
-		err = c.partial(ctx, ev.Step, servers, replacement, c.holder.Get(), p.table, &ev)
+		err = c.partial(ctx, p, servers, replacement, c.holder.Get(), &ev)
 	} else {
 		err = c.rollback(ctx, ev.Step, servers, p.table, &ev)
 	}
@@ -557,27 +557,15 @@ func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []Par
 	return c.install(ctx, servers, table)
 }
 
-// partial restores the slots the failed servers had, from the commit of step, onto the servers
-// that take them (replacements, or survivors under the new table), while the others go on.
-func (c *Coordinator) partial(ctx context.Context, step uint64, servers []ParameterServer, replacement map[string]ParameterServer, old, table *ps.OwnerTable, ev *RecoveryEvent) error {
+// partial restores the slots the failed servers had, from the commit p restores, onto the
+// servers p says take them (replacements, or survivors under the new table), while the others
+// go on.
+func (c *Coordinator) partial(ctx context.Context, p *restorePlan, servers []ParameterServer, replacement map[string]ParameterServer, old *ps.OwnerTable, ev *RecoveryEvent) error {
+	step, table := p.ev.Step, p.table
 	c.mu.Lock()
 	floor, fenced := c.core.floor(), slices.Clone(c.fenced)
 	c.mu.Unlock()
-	var gaining []ParameterServer
-	for _, s := range servers {
-		id := s.Node().ID
-		if replacement[id] != nil {
-			gaining = append(gaining, s)
-			continue
-		}
-		have, want := old.SlotsOf(id), table.SlotsOf(id)
-		for _, sl := range want.Members() {
-			if !have.Has(sl) {
-				gaining = append(gaining, s)
-				break
-			}
-		}
-	}
+	gaining := slices.DeleteFunc(slices.Clone(servers), func(s ParameterServer) bool { return !slices.Contains(p.gaining, s.Node().ID) })
 	reps := slices.Collect(maps.Values(replacement))
 	// A replacement follows this coordinator and refuses whatever the survivors refuse before
 	// it serves anything.
