@@ -122,7 +122,17 @@ type Config struct {
 
 	// Logger receives the coordinator's events. Nil discards.
 	Logger *slog.Logger
-	// Now is the wall clock. Nil: time.Now.
+	// Now is the coordinator's one clock: every decision that depends on elapsed time compares
+	// its readings: the checkpoint schedule (CheckpointInterval), ArriveTimeout, WorkerSilence,
+	// the wait of a worker that joins under a live member's name, a server's health (its last
+	// good answer, ServerTimeout, Suspect's folding within HealthEvery), the wait of a recovery
+	// for the commits under way (ServerTimeout) and for replacements (ReplaceWait), the wait
+	// for a new server to answer, and the times the coordinator reports (Status's Unheard,
+	// CheckpointEvent, RecoveryEvent, RepartitionStatus). The dispatcher's clock (lease
+	// lifetimes) is Now with the time training was paused at barriers taken out. Loops still
+	// tick on real time (HealthEvery and the timers' cadence) to look again, so a test that
+	// moves a fake clock sees each decision at the next look; Rebalance measures the servers'
+	// load over real time, as their counters run. Nil: time.Now.
 	Now func() time.Time
 }
 

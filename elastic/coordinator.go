@@ -15,7 +15,6 @@ import (
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
-	"golang.org/x/sync/errgroup"
 )
 
 // Names of the coordinator's blobs in a commit.
@@ -31,79 +30,120 @@ const (
 // the data-shard dispatcher, the fence epochs of the workers, the checkpoint barrier and
 // schedule, the commit queue and resume. Workers reach it through a Session. All methods are
 // safe for concurrent use.
+//
+// Its state is grouped by what guards it. The locks are taken in this order, never the other
+// way: repMu (a whole change of the server count), tableMu (a snapshot, a recovery's restore,
+// a move's handover: held across calls to the servers), mu (never held across a call to a
+// server), then svc.mu (the dispatcher with the ledger). repStatus's lock and the clock's are
+// innermost: nothing is taken while one is held. eventMu is held around
+// Config.OnCheckpoint alone, and none of the others is held when it is taken.
 type Coordinator struct {
+	// Set by NewCoordinator and never replaced; clock, disp and holder are safe for
+	// concurrent use on their own.
 	cfg       Config
 	log       *slog.Logger
 	clock     *pausableClock
 	disp      *shard.Dispatcher
-	svc       *ledgerService
+	svc       *ledgerService // the dispatcher as workers reach it, and the ledger (its mu)
 	committer *checkpoint.Committer
 	holder    ps.TableHolder
-	initial   []byte // the dispatcher's state at the start, for a rollback before any commit
+	initial   []byte         // the dispatcher's state at the start, for a rollback before any commit
+	wake      chan struct{}  // a token when pending grew
+	commits   chan commitJob // snapshots to commit, in step order: sent by the executor alone
+	done      chan struct{}  // closed by Close
+	wg        sync.WaitGroup // the coordinator's goroutines
 
-	mu      sync.Mutex
+	repMu   sync.Mutex // one change of the server count, or rebalance, at a time
+	tableMu sync.Mutex // orders the owner table's changes and the snapshots: a commit never mixes tables
+
+	mu sync.Mutex // guards the groups below, up to the executor's own fields
+	barrierState
+	serverState
+	workerState
+	jobState
+	moveState
+	execState
+
+	// The executor's alone (execute and what it calls).
+	pauseStart time.Time       // when the current barrier went up
+	lastSnap   CheckpointEvent // the snapshot of the current barrier
+
+	repStatus struct {
+		sync.Mutex
+		s *RepartitionStatus
+	}
+	eventMu sync.Mutex // one OnCheckpoint call at a time
+
+	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
+	// just before the dispatcher is: a test schedules workers' calls there.
+	beforeDispatcherRestore atomic.Pointer[func()]
+}
+
+// barrierState is the protocol's state (guarded by Coordinator.mu).
+type barrierState struct {
 	core    *core
-	ledger  *ledger
-	changed chan struct{} // closed and replaced whenever the barrier or membership changes
+	changed chan struct{} // closed and replaced at every change: awaits look again
 	stats   counters
+}
+
+// serverState is how the coordinator reaches its parameter servers; the core judges their
+// health (guarded by Coordinator.mu).
+type serverState struct {
 	servers []ParameterServer       // those the owner table names (replaced by recoveries)
-	srvs    map[string]*serverEntry // by node id: health and failures
+	srvs    map[string]*serverEntry // by node id
 	fenced  []uint64                // epochs fenced in this incarnation (for replacements)
-	recGen  uint64                  // recoveries begun: a snapshot taken before one is not committed
-	live    bool                    // the servers were found running a job: Resume takes it over
-	// superseded is set once a later coordinator has taken the job over: this one has stopped.
-	superseded error
-	leading    uint64 // the highest incarnation this coordinator has led its servers as
-	plan       Plan   // the last plan SetParallelism gave the scaler
-	scaler     Scaler // Config.Scaler, or SetScaler's
-	batch      int    // the records per batch every worker reads (0: none joined yet)
+	leading uint64                  // the highest incarnation this coordinator has led its servers as
+}
+
+// workerState is what Join needs to know of the workers beyond the core (guarded by
+// Coordinator.mu).
+type workerState struct {
+	batch int // the records per batch every worker reads (0: none joined yet)
 	// trained holds, per worker, the last epoch under which it began a batch: a membership
 	// that trained belongs to a live process until it ends (Join). called holds when each
 	// worker last called (Begin, End, the dispatcher): the evidence that a process lives.
 	trained map[string]uint64
 	called  map[string]time.Time
+	steps   map[string]*workerSteps // the workers' batch times, by id (Status)
+}
+
+// jobState is the job's standing: resumed, taken over, refused, stopped (guarded by
+// Coordinator.mu).
+type jobState struct {
+	live bool // the servers were found running a job: Resume takes it over
+	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
+	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
+	existing error
 	// committedDone is how far the data was done at the newest commit: the servers forget the
 	// batches it covers, and no others, so that a coordinator taking over from that commit
 	// finds every later batch in their records.
 	committedDone Progress
-	// existing is the refusal of Join and Checkpoint while storage holds commits of an earlier
-	// run that this coordinator neither resumed nor overwrote (Config.Overwrite).
-	existing error
-
-	// tableMu orders the changes of the owner table and the snapshots: a snapshot, a recovery's
-	// new table and each table of a live repartition hold it, so a commit never mixes tables.
-	tableMu  sync.Mutex
-	repMu    sync.Mutex   // one change of the server count at a time
-	migrator *ps.Migrator // made by the first repartition (guarded by mu)
-	// repIncomplete is set when a repartition failed part of the way: the next plan moves
-	// the slots still to move, whatever its server count (guarded by mu).
-	repIncomplete bool
-	repTarget     *ps.OwnerTable // the placement it aimed at (guarded by mu)
-	repStatus     struct {
-		sync.Mutex
-		s *RepartitionStatus
-	}
-
-	pending    []action        // for the executor, in order (guarded by mu)
-	queued     uint64          // actions handed to the executor (guarded by mu)
-	executed   uint64          // actions it carried out (guarded by mu)
-	wake       chan struct{}   // a token when pending grew
-	pauseStart time.Time       // when the current barrier went up (executor only)
-	lastSnap   CheckpointEvent // the snapshot of the current barrier (executor only)
-	snapSeq    uint64          // snapshot attempts finished (guarded by mu)
-	snapRes    CheckpointEvent // the last one's outcome (guarded by mu)
-	eventMu    sync.Mutex      // one OnCheckpoint call at a time
-	steps      stepTimes       // the workers' batch times (Usage)
-	commits    chan commitJob
-	done       chan struct{} // closed by Close
-	halted     chan struct{} // closed once stopped for good: superseded or closed (guarded by mu)
-	haltErr    error         // why (guarded by mu)
+	plan          Plan   // the last plan SetParallelism gave the scaler
+	scaler        Scaler // Config.Scaler, or SetScaler's
+	// superseded is set once a later coordinator has taken the job over: this one has stopped.
+	superseded error
 	closed     bool
-	wg         sync.WaitGroup
+	halted     chan struct{} // closed once stopped for good: superseded or closed
+	haltErr    error         // why
+}
 
-	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
-	// just before the dispatcher is: a test schedules workers' calls there.
-	beforeDispatcherRestore atomic.Pointer[func()]
+// moveState is what a move of slots leaves behind for the next (guarded by Coordinator.mu).
+type moveState struct {
+	migrator *ps.Migrator // made by the first repartition
+	// repIncomplete is set when a repartition failed part of the way: the next plan moves
+	// the slots still to move, whatever its server count.
+	repIncomplete bool
+	repTarget     *ps.OwnerTable // the placement it aimed at
+}
+
+// execState is the executor's queue of the core's actions and the snapshots' outcomes
+// (guarded by Coordinator.mu).
+type execState struct {
+	pending  []action        // for the executor, in order
+	queued   uint64          // actions handed to the executor
+	executed uint64          // actions it carried out
+	snapSeq  uint64          // snapshot attempts finished
+	snapRes  CheckpointEvent // the last one's outcome
 }
 
 // CheckpointEvent reports one snapshot or commit.
@@ -135,12 +175,10 @@ type counters struct {
 	Fenced        int           // epochs fenced
 	Evicted       int           // workers failed and evicted
 	LastErr       error         // the newest snapshot or commit error
-	// ServerFailures counts parameter-server failures noticed; Recoveries the recoveries that
-	// succeeded, the newest of them LastRecovery.
-	ServerFailures int
-	Recoveries     int
-	LastRecovery   RecoveryEvent
-	LostRecords    int64 // RecoveryEvent.LostRecords summed over the recoveries
+	// Recoveries counts the recoveries that succeeded, the newest of them LastRecovery.
+	Recoveries   int
+	LastRecovery RecoveryEvent
+	LostRecords  int64 // RecoveryEvent.LostRecords summed over the recoveries
 }
 
 type commitJob struct {
@@ -148,7 +186,6 @@ type commitJob struct {
 	blobs   []checkpoint.Blob
 	taken   time.Time
 	servers []ParameterServer // those snapshotted
-	recGen  uint64            // recoveries begun before the snapshot
 	done    Progress          // how far the data was done at the snapshot
 }
 
@@ -171,8 +208,9 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Coordinator{cfg: cfg, log: cfg.Logger, scaler: cfg.Scaler, servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}, changed: make(chan struct{}), ledger: newLedger(),
-		wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}), halted: make(chan struct{})}
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), commits: make(chan commitJob, cfg.CommitBacklog), done: make(chan struct{}),
+		barrierState: barrierState{changed: make(chan struct{})}, serverState: serverState{servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}},
+		jobState: jobState{scaler: cfg.Scaler, halted: make(chan struct{})}, workerState: workerState{trained: map[string]uint64{}, called: map[string]time.Time{}, steps: map[string]*workerSteps{}}}
 	c.clock = newPausableClock(cfg.Now)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
@@ -192,11 +230,9 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		}
 	}
 	c.core = newCore(coreConfig{every: uint64(cfg.CheckpointEvery), interval: cfg.CheckpointInterval,
-		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence}, c.clock.now())
-	nodes := make([]ps.Node, len(c.servers))
-	for i, s := range c.servers {
-		nodes[i] = s.Node()
-	}
+		arriveTimeout: cfg.ArriveTimeout, silence: cfg.WorkerSilence, serverTimeout: cfg.ServerTimeout,
+		replaceWait: cfg.ReplaceWait, probeEvery: cfg.HealthEvery, partial: cfg.Recovery == Partial}, c.clock.now())
+	nodes := nodesOf(c.servers)
 	table, err := ps.NewOwnerTable(1, cfg.Slots, nodes, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -237,16 +273,13 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 
 // install gives t to servers, then to clients (the holder).
 func (c *Coordinator) install(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.InstallTable(gctx, t); err != nil {
-				return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.InstallTable(ctx, t); err != nil {
+			return fmt.Errorf("install owner table %d on %s: %w", t.Version, s.Node().ID, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	c.holder.Set(t)
@@ -379,10 +412,12 @@ func (c *Coordinator) Begin(ctx context.Context, worker string, epoch uint64) er
 		m := c.core.members[worker]
 		switch {
 		case ok:
-			c.steps.begin(worker, c.clock.now())
-			if c.trained == nil {
-				c.trained = map[string]uint64{}
+			w := c.steps[worker]
+			if w == nil {
+				w = &workerSteps{}
+				c.steps[worker] = w
 			}
+			w.began = c.clock.now()
 			c.trained[worker] = epoch
 			return true, nil
 		case m == nil || m.epoch != epoch:
@@ -404,7 +439,13 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 	defer c.mu.Unlock()
 	c.calledLocked(worker)
 	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
-	c.steps.end(worker, c.clock.now(), ok)
+	if w := c.steps[worker]; w != nil && !w.began.IsZero() {
+		if ok {
+			w.steps++
+			w.busy += c.clock.now().Sub(w.began)
+		}
+		w.began = time.Time{}
+	}
 	c.applyLocked(acts)
 	return nil
 }
@@ -420,7 +461,7 @@ func (c *Coordinator) ExactlyOnce() []EpochCheck {
 	for _, e := range pr.EpochRecords {
 		totals = append(totals, epochTotals{epoch: e.Epoch, records: e.Records, done: e.Done, failed: e.Failed})
 	}
-	return c.ledger.check(totals, pr.Epoch, pr.Finished)
+	return c.svc.ledger.check(totals, pr.Epoch, pr.Finished)
 }
 
 // Leave forgets a worker that stopped cleanly; its epoch is fenced.
@@ -556,9 +597,6 @@ func (c *Coordinator) heardFrom(worker string) {
 
 // calledLocked records that worker called now (see Join).
 func (c *Coordinator) calledLocked(worker string) {
-	if c.called == nil {
-		c.called = map[string]time.Time{}
-	}
 	c.called[worker] = c.clock.now()
 }
 
@@ -710,7 +748,7 @@ func (c *Coordinator) do(a action) {
 		}
 		c.mu.Unlock()
 	case actRecover:
-		c.recover(a.worker)
+		c.recover()
 	case actEvict:
 		c.log.Warn("worker failed", "worker", a.worker, "reason", a.reason)
 		c.svc.evict(a.worker, a.granted, true)
@@ -791,11 +829,11 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 	defer c.tableMu.Unlock()
 	c.mu.Lock()
 	var err error
-	if ids := c.failedLocked(); len(ids) > 0 {
+	if ids := c.core.failedServers(); len(ids) > 0 {
 		err = fmt.Errorf("parameter servers %v failed and are not recovered", ids)
 	}
 	st := coordState{Version: 1, Job: c.cfg.Job, Step: step, Incarnation: c.core.incarnation, BatchSize: c.batch}
-	servers, gen := slices.Clone(c.servers), c.recGen
+	servers := slices.Clone(c.servers)
 	committed := c.committedDone
 	c.mu.Unlock()
 	if err == nil && c.committer == nil {
@@ -810,7 +848,7 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		st.Table = ps.AppendOwnerTable(nil, c.holder.Get())
 		state, _ := json.Marshal(st)
 		dispState, ledgerState, done := c.svc.snapshot()
-		job = commitJob{step: step, taken: time.Now(), servers: servers, recGen: gen, done: done, blobs: []checkpoint.Blob{
+		job = commitJob{step: step, taken: c.clock.now(), servers: servers, done: done, blobs: []checkpoint.Blob{
 			{Name: blobState, Data: state},
 			{Name: blobDispatcher, Data: dispState},
 			{Name: blobLedger, Data: ledgerState},
@@ -822,19 +860,15 @@ func (c *Coordinator) snapshot(ctx context.Context, step uint64) (commitJob, err
 		err = c.syncTables(ctx, servers, c.holder.Get())
 	}
 	if err == nil {
-		g, gctx := errgroup.WithContext(ctx)
 		infos := make([]checkpoint.SnapshotInfo, len(servers))
-		for i, s := range servers {
-			g.Go(func() error {
-				info, err := s.Snapshot(gctx, step, committed, job.done)
-				if err != nil {
-					return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
-				}
-				infos[i] = info
-				return nil
-			})
-		}
-		err = g.Wait()
+		err = onEach(ctx, servers, func(ctx context.Context, i int, s ParameterServer) error {
+			info, err := s.Snapshot(ctx, step, committed, job.done)
+			if err != nil {
+				return fmt.Errorf("snapshot on %s: %w", s.Node().ID, err)
+			}
+			infos[i] = info
+			return nil
+		})
 		for _, in := range infos {
 			c.lastSnap.Bytes += in.Bytes
 			c.lastSnap.Full = c.lastSnap.Full || in.Full
@@ -868,7 +902,7 @@ func (c *Coordinator) commitLoop() {
 			return
 		case job := <-c.commits:
 			err := c.commit(job)
-			c.event(CheckpointEvent{Step: job.step, Commit: true, Persist: time.Since(job.taken), Err: err})
+			c.event(CheckpointEvent{Step: job.step, Commit: true, Persist: c.clock.now().Sub(job.taken), Err: err})
 			c.mu.Lock()
 			c.core.commitDone(job.step, err)
 			if err != nil {
@@ -892,32 +926,24 @@ func (c *Coordinator) commitLoop() {
 func (c *Coordinator) commit(job commitJob) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PersistTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel = c.untilClosed(ctx)
+	defer cancel()
 	refs := make([]checkpoint.ManifestRef, len(job.servers))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, s := range job.servers {
-		g.Go(func() error {
-			ref, err := s.WaitPersisted(gctx, job.step)
-			if err != nil {
-				return fmt.Errorf("persist on %s: %w", s.Node().ID, err)
-			}
-			refs[i] = ref
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err := onEach(ctx, job.servers, func(ctx context.Context, i int, s ParameterServer) error {
+		ref, err := s.WaitPersisted(ctx, job.step)
+		if err != nil {
+			return fmt.Errorf("persist on %s: %w", s.Node().ID, err)
+		}
+		refs[i] = ref
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
 	}
 	c.mu.Lock()
-	gen := c.recGen
+	abandoned := c.core.commitAbandoned(job.step)
 	c.mu.Unlock()
-	if gen != job.recGen {
+	if abandoned {
 		// A server failed since the snapshot and the job was restored: committing it now would
 		// put a state the job has left behind on top of the commits.
 		return fmt.Errorf("elastic: commit of step %d: abandoned (a server failed and was recovered since the snapshot)", job.step)
@@ -926,6 +952,19 @@ func (c *Coordinator) commit(job commitJob) error {
 		return fmt.Errorf("elastic: commit of step %d: %w", job.step, err)
 	}
 	return nil
+}
+
+// untilClosed returns a context that ends with parent or when the coordinator closes.
+func (c *Coordinator) untilClosed(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // event hands ev to Config.OnCheckpoint.

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,10 +34,6 @@ const (
 	phaseSnapshot
 )
 
-func (p phase) String() string {
-	return [...]string{"idle", "pausing", "snapshot"}[p]
-}
-
 // actionKind says what the driver must do.
 type actionKind uint8
 
@@ -55,8 +52,16 @@ const (
 	actRelease
 	// actCommit: persist and commit the snapshot of Step in the background, in step order.
 	actCommit
-	// actRecover: recover the failed parameter servers (Worker names the first one).
+	// actRecover: recover the failed parameter servers (Worker names the first one): call
+	// recoveryStep until the recovery is over.
 	actRecover
+	// actAbandon: never commit the snapshots of Steps (a server failed before their commit).
+	actAbandon
+	// actProbe: ask the nodes of the failed Servers for their health, and hand the answers to
+	// the next recoveryStep.
+	actProbe
+	// actRestore: restore as Plan says, then report it (restoreDone).
+	actRestore
 )
 
 // action is one instruction from the core to its driver.
@@ -67,27 +72,10 @@ type action struct {
 	granted uint64   // actEvict: the dispatcher's newest lease when it was decided
 	step    uint64   // actSnapshot, actCommit
 	gen     uint64   // actSnapshot, actRelease
-	reason  string   // why (logged)
-}
-
-func (a action) String() string {
-	switch a.kind {
-	case actFence:
-		return fmt.Sprintf("fence %s (%s)", epochsString(a.epochs), a.reason)
-	case actEvict:
-		return fmt.Sprintf("evict %s (%s)", a.worker, a.reason)
-	case actPause:
-		return fmt.Sprintf("pause gen=%d step=%d (%s)", a.gen, a.step, a.reason)
-	case actSnapshot:
-		return fmt.Sprintf("snapshot gen=%d step=%d", a.gen, a.step)
-	case actRelease:
-		return fmt.Sprintf("release gen=%d (%s)", a.gen, a.reason)
-	case actCommit:
-		return fmt.Sprintf("commit step=%d", a.step)
-	case actRecover:
-		return fmt.Sprintf("recover %s (%s)", a.worker, a.reason)
-	}
-	return fmt.Sprintf("action(%d)", a.kind)
+	steps   []uint64 // actAbandon
+	servers []string // actProbe
+	plan    *restorePlan
+	reason  string // why (logged); actRestore: set when there is nothing to restore onto
 }
 
 // member is one live worker as the core knows it.
@@ -111,6 +99,12 @@ type coreConfig struct {
 	arriveTimeout time.Duration
 	// silence is how long a worker may go unheard before it is failed; 0 or less: never.
 	silence time.Duration
+	// serverTimeout fails a server that has not answered for this long, and bounds a
+	// recovery's wait for the commits under way; replaceWait bounds its wait for a new
+	// incarnation of a failed server; probeEvery folds the reports of an unreachable server
+	// into one probe. partial is the policy: Partial, or else Rollback.
+	serverTimeout, replaceWait, probeEvery time.Duration
+	partial                                bool
 }
 
 // core is the barrier and checkpoint-schedule state machine. Not safe for concurrent use.
@@ -135,13 +129,23 @@ type core struct {
 	members        map[string]*member
 	snapshots      []uint64 // snapshots taken and not yet committed, in step order
 	committed      uint64   // step of the newest commit
+	abandoned      []uint64 // snapshots awaiting their commit that a recovery abandoned
+	servers        map[string]*server
+	serverFailures int      // server failures noticed
 	recovering     bool     // a parameter server failed and is not recovered yet: no barrier
 	hold           bool     // and no worker may begin a batch meanwhile (Rollback)
+	rec            recovery // while recovering
+}
+
+// recovery is the state of a recovery under way.
+type recovery struct {
+	phase recPhase
+	since time.Time // when the phase began
 }
 
 // newCore returns the core of a fresh job: incarnation 1.
 func newCore(cfg coreConfig, now time.Time) *core {
-	return &core{cfg: cfg, now: now, tryAt: now, members: map[string]*member{}, incarnation: 1, lastEpoch: 1 << 32}
+	return &core{cfg: cfg, now: now, tryAt: now, members: map[string]*member{}, servers: map[string]*server{}, incarnation: 1, lastEpoch: 1 << 32}
 }
 
 // Fence epochs are incarnation<<32 | n: a coordinator restored from a commit runs as the next
@@ -394,6 +398,9 @@ func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
 
 // commitDone records the outcome of the commit of step; a step it did not snapshot is ignored.
 func (c *core) commitDone(step uint64, err error) {
+	if i := slices.Index(c.abandoned, step); i >= 0 {
+		c.abandoned = slices.Delete(c.abandoned, i, i+1)
+	}
 	for i, s := range c.snapshots {
 		if s == step {
 			c.snapshots = append(c.snapshots[:i], c.snapshots[i+1:]...)
@@ -432,29 +439,6 @@ func (c *core) restore(step, committed, inc uint64) {
 	}
 }
 
-// serverFailed records that a parameter server failed: no barrier goes up until recovered, and
-// with hold no worker begins a batch meanwhile. The first failure asks the driver to recover;
-// later ones are picked up by the recovery under way.
-func (c *core) serverFailed(now time.Time, id, reason string, hold bool) []action {
-	c.tick(now)
-	if c.recovering {
-		c.hold = c.hold || hold
-		return nil
-	}
-	c.recovering, c.hold = true, hold
-	return []action{{kind: actRecover, worker: id, reason: reason}}
-}
-
-// recovered ends a recovery: workers may begin again, and their silence starts now.
-func (c *core) recovered(now time.Time) []action {
-	c.tick(now)
-	c.recovering, c.hold = false, false
-	for _, m := range c.members {
-		m.seen = c.now
-	}
-	return c.advance()
-}
-
 func (c *core) sortedMembers() []string {
 	ids := make([]string, 0, len(c.members))
 	for id := range c.members {
@@ -462,27 +446,6 @@ func (c *core) sortedMembers() []string {
 	}
 	sort.Strings(ids)
 	return ids
-}
-
-// String describes the state, for traces and logs.
-func (c *core) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s gen=%d step=%d snap=%d committed=%d epoch=%s", c.phase, c.gen, c.step, c.snapStep, c.committed, epochString(c.lastEpoch))
-	if c.recovering {
-		fmt.Fprintf(&b, " recovering(hold=%t)", c.hold)
-	}
-	for _, id := range c.sortedMembers() {
-		m := c.members[id]
-		fmt.Fprintf(&b, " %s(e%s", id, epochString(m.epoch))
-		if m.inBatch {
-			b.WriteString(",batch")
-		}
-		if c.barrierUp() && m.arrived == c.gen {
-			b.WriteString(",arrived")
-		}
-		b.WriteString(")")
-	}
-	return b.String()
 }
 
 func errReason(err error) string {

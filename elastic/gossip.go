@@ -3,7 +3,6 @@ package elastic
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/elasticps/elasticps/ps"
 )
@@ -30,9 +29,9 @@ func (c *Coordinator) Observe(ev MemberEvent) {
 	case RoleServer:
 		switch ev.Kind {
 		case MemberFailed, MemberLeft:
-			c.probeServer(ev.Member.ID, fmt.Sprintf("gossip: %s", ev.Kind))
+			c.probe([]string{ev.Member.ID}, fmt.Sprintf("gossip: %s", ev.Kind), c.cfg.HealthEvery)
 		case MemberJoined:
-			c.probeServer(ev.Member.ID, "")
+			c.probe([]string{ev.Member.ID}, "", c.cfg.HealthEvery)
 		}
 	case RoleWorker:
 		if ev.Kind != MemberFailed && ev.Kind != MemberLeft {
@@ -47,47 +46,20 @@ func (c *Coordinator) Observe(ev MemberEvent) {
 	}
 }
 
-// probeServer asks server id for its health now and judges the answer as the health check
-// does; gossip, if set, is why it was asked: a server gossip declared failed that does not
-// answer is failed at once, not after ServerTimeout.
-func (c *Coordinator) probeServer(id, gossip string) {
-	c.mu.Lock()
-	e := c.srvs[id]
-	if e == nil || e.failed || c.closed || c.superseded != nil {
-		c.mu.Unlock()
-		return
-	}
-	s := e.ps
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.HealthEvery)
-	defer cancel()
-	h, err := s.Health(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.failed || e.ps != s {
-		return // changed meanwhile
-	}
-	c.judgeLocked(e, h, err, time.Now(), gossip)
-}
-
-// judgeLocked acts on one health answer (h, or the call's error err) of e's server, at now;
-// gossip, if set, is gossip's verdict on it, which makes a failed call fail the server at once.
-func (c *Coordinator) judgeLocked(e *serverEntry, h ServerHealth, err error, now time.Time, gossip string) {
-	id := e.ps.Node().ID
-	switch {
+// judgeLocked hands the core one health answer (h, or the call's error err) of server id;
+// gossip, if set, is why it was asked, which makes a failed call fail the server at once. A
+// server that follows a later coordinator shows that this one is superseded.
+func (c *Coordinator) judgeLocked(id string, h ServerHealth, err error, gossip string) {
+	switch s := c.core.servers[id]; {
 	case err == nil && h.Leader > c.leading:
 		c.supersededLocked(fmt.Errorf("%w: server %s follows coordinator incarnation %d, this one is %d", ErrSuperseded, id, h.Leader, c.leading))
-	case err == nil && h.Incarnation == e.inc:
-		e.lastOK = now
-		if gossip != "" {
-			c.log.Info("gossip declared a parameter server failed, but it answers: kept", "server", id, "gossip", gossip)
+	case c.closed || c.superseded != nil || s == nil:
+	default:
+		if err == nil && gossip != "" && h.Incarnation == s.inc {
+			c.log.Info("a parameter server was reported failed, but it answers: kept", "server", id, "why", gossip)
 		}
-	case err == nil:
-		c.serverFailedLocked(id, fmt.Sprintf("restarted (incarnation %x, was %x)", h.Incarnation, e.inc))
-	case gossip != "":
-		c.serverFailedLocked(id, fmt.Sprintf("%s, and no answer: %v", gossip, err))
-	case now.Sub(e.lastOK) > c.cfg.ServerTimeout:
-		c.serverFailedLocked(id, fmt.Sprintf("no answer for %v: %v", now.Sub(e.lastOK).Round(time.Millisecond), err))
+		n := c.core.serverFailures
+		c.judgedLocked(id, n, c.core.health(c.clock.now(), id, h.Incarnation, err, gossip))
 	}
 }
 
@@ -99,22 +71,11 @@ func (c *Coordinator) judgeLocked(e *serverEntry, h ServerHealth, err error, now
 // report on their own; unknown servers are ignored.
 func (c *Coordinator) Suspect(ctx context.Context, server, reason string) error {
 	c.mu.Lock()
-	var id string
-	for sid, e := range c.srvs {
-		if sid == server || e.ps.Node().Addr == server {
-			id = sid
-			break
-		}
-	}
-	e := c.srvs[id]
-	now := time.Now()
-	if e == nil || e.failed || now.Sub(e.probed) < c.cfg.HealthEvery {
-		c.mu.Unlock()
-		return nil
-	}
-	e.probed = now
+	id := c.core.suspect(c.clock.now(), server)
 	c.mu.Unlock()
-	c.probeServer(id, "a worker cannot reach it ("+reason+")")
+	if id != "" {
+		c.probe([]string{id}, "a worker cannot reach it ("+reason+")", c.cfg.HealthEvery)
+	}
 	return nil
 }
 

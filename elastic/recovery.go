@@ -1,11 +1,13 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -127,16 +129,11 @@ type Span struct {
 	Slots    []int
 }
 
-// serverEntry is what the coordinator knows of a parameter server's health.
+// serverEntry is how the coordinator reaches a parameter server; the core judges its health.
 type serverEntry struct {
-	ps       ParameterServer
-	inc      uint64    // the incarnation admitted
-	lastOK   time.Time // its last good answer
-	failed   bool
-	reason   string
-	failedAt time.Time
-	next     ParameterServer // a replacement handed to ReplaceServer
-	probed   time.Time       // the last probe a worker's report (Suspect) caused
+	ps   ParameterServer // the incarnation admitted
+	next ParameterServer // a replacement handed to ReplaceServer
+	cand ParameterServer // the last one a recovery's probe reached at its node
 }
 
 // serverList returns the servers the owner table names.
@@ -158,7 +155,8 @@ func (c *Coordinator) admit(ctx context.Context, servers []ParameterServer) (map
 		s.Admit(h.Incarnation)
 		found[s.Node().ID] = h
 		c.mu.Lock()
-		c.srvs[s.Node().ID] = &serverEntry{ps: s, inc: h.Incarnation, lastOK: time.Now()}
+		c.srvs[s.Node().ID] = &serverEntry{ps: s}
+		c.core.admitServer(c.clock.now(), s.Node(), h.Incarnation)
 		c.mu.Unlock()
 	}
 	return found, nil
@@ -169,28 +167,12 @@ func (c *Coordinator) lead(ctx context.Context, servers []ParameterServer, inc u
 	c.mu.Lock()
 	c.leading = max(c.leading, inc)
 	c.mu.Unlock()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Lead(gctx, inc); err != nil {
-				return fmt.Errorf("elastic: lead %s as incarnation %d: %w", s.Node().ID, inc, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
-}
-
-// failedLocked returns the ids of the servers failed and not yet recovered.
-func (c *Coordinator) failedLocked() []string {
-	var ids []string
-	for id, e := range c.srvs {
-		if e.failed {
-			ids = append(ids, id)
+	return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.Lead(ctx, inc); err != nil {
+			return fmt.Errorf("elastic: lead %s as incarnation %d: %w", s.Node().ID, inc, err)
 		}
-	}
-	sort.Strings(ids)
-	return ids
+		return nil
+	})
 }
 
 // ServerFailed reports that parameter server id failed, for a program that knows it for sure
@@ -204,14 +186,19 @@ func (c *Coordinator) ServerFailed(id, reason string) {
 }
 
 func (c *Coordinator) serverFailedLocked(id, reason string) {
-	e := c.srvs[id]
-	if e == nil || e.failed || c.closed || c.superseded != nil {
-		return
+	if !c.closed && c.superseded == nil {
+		n := c.core.serverFailures
+		c.judgedLocked(id, n, c.core.serverFailed(c.clock.now(), id, reason))
 	}
-	e.failed, e.reason, e.failedAt = true, reason, time.Now()
-	c.stats.ServerFailures++
-	c.log.Warn("parameter server failed", "server", id, "reason", reason, "policy", c.cfg.Recovery)
-	c.applyLocked(c.core.serverFailed(c.clock.now(), id, reason, c.cfg.Recovery == Rollback))
+}
+
+// judgedLocked applies the core's verdict acts on server id, logging a failure it noticed
+// (failures: the core's count before).
+func (c *Coordinator) judgedLocked(id string, failures int, acts []action) {
+	if c.core.serverFailures > failures {
+		c.log.Warn("parameter server failed", "server", id, "reason", c.core.servers[id].reason, "policy", c.cfg.Recovery)
+	}
+	c.applyLocked(acts)
 }
 
 // ReplaceServer hands the coordinator a new incarnation of one of its servers (same node id):
@@ -241,70 +228,175 @@ func (c *Coordinator) monitor() {
 		case <-c.done:
 			return
 		case <-t.C:
-			c.checkHealth()
+			c.mu.Lock()
+			ids := slices.Collect(maps.Keys(c.core.servers))
+			c.mu.Unlock()
+			c.probe(ids, "", max(c.cfg.HealthEvery, c.cfg.ServerTimeout/2))
 		}
 	}
 }
 
-func (c *Coordinator) checkHealth() {
-	type probe struct {
-		e   *serverEntry
-		s   ParameterServer
-		h   ServerHealth
-		err error
-	}
+// probe asks those of the servers ids that are not failed for their health at once, within
+// timeout, and hands the core the answers (judgeLocked); why, if set, is why they were asked.
+func (c *Coordinator) probe(ids []string, why string, timeout time.Duration) {
+	servers, answers, errs := make([]ParameterServer, len(ids)), make([]ServerHealth, len(ids)), make([]error, len(ids))
 	c.mu.Lock()
-	var probes []*probe
-	for _, e := range c.srvs {
-		if !e.failed {
-			probes = append(probes, &probe{e: e, s: e.ps})
+	for i, id := range ids {
+		if e, s := c.srvs[id], c.core.servers[id]; e != nil && s != nil && !s.failed && !c.closed && c.superseded == nil {
+			servers[i] = e.ps
 		}
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.HealthEvery, c.cfg.ServerTimeout/2))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, p := range probes {
-		wg.Go(func() { p.h, p.err = p.s.Health(ctx) })
+	for i, s := range servers {
+		if s != nil {
+			wg.Go(func() { answers[i], errs[i] = s.Health(ctx) })
+		}
 	}
 	wg.Wait()
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range probes {
-		if p.e.failed || p.e.ps != p.s {
-			continue // changed meanwhile
+	for i, id := range ids {
+		if e := c.srvs[id]; e != nil && servers[i] != nil && e.ps == servers[i] { // else changed meanwhile
+			c.judgeLocked(id, answers[i], errs[i], why)
 		}
-		c.judgeLocked(p.e, p.h, p.err, now, "")
 	}
 }
 
-// recover recovers the failed servers, trying again until it succeeds or the coordinator
-// closes. It runs on the executor: no snapshot or fence runs meanwhile.
-func (c *Coordinator) recover(first string) {
-	ctx, cancel := context.WithCancel(context.Background())
+// recover carries out the recovery the core decided (actRecover): it moves it on
+// (recoveryStep) at every change of the coordinator's state and every HealthEvery, probes the
+// failed nodes and restores as the core says, until the core says it is over or the
+// coordinator closes. It runs on the executor: no snapshot or fence runs meanwhile; and, but
+// while it probes, with the table lock held: no move publishes a table meanwhile.
+func (c *Coordinator) recover() {
+	ctx, cancel := c.untilClosed(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
+	tick := time.NewTicker(c.cfg.HealthEvery)
+	defer tick.Stop()
+	backoff := c.cfg.HealthEvery
+	var answers []probeAnswer // the last probe's (nil: none since the last step)
+	for ctx.Err() == nil {
+		c.tableMu.Lock()
+		c.mu.Lock()
+		if !c.core.recovering {
+			c.mu.Unlock()
+			c.tableMu.Unlock()
+			return
+		}
+		nodes := nodesOf(c.servers)
+		acts := c.core.recoveryStep(c.clock.now(), answers, c.holder.Get(), nodes)
+		changed, probed := c.changed, answers != nil
+		c.mu.Unlock()
+		answers = nil
+		var probe []string
+		var restored *RecoveryEvent
+		for _, a := range acts {
+			switch a.kind {
+			case actAbandon:
+				c.log.Warn("snapshots abandoned", "steps", a.steps, "reason", a.reason)
+			case actProbe:
+				probe = a.servers
+			case actRestore:
+				ev, err := c.restore(ctx, a)
+				c.mu.Lock()
+				more, err := c.core.restoreDone(c.clock.now(), a.plan, err)
+				if ev.Err = err; err == nil {
+					ev.Duration = c.clock.now().Sub(ev.Detected)
+				}
+				c.applyLocked(more)
+				c.mu.Unlock()
+				restored = &ev
+			}
+		}
+		c.tableMu.Unlock()
+		switch {
+		case restored != nil:
+			c.recoveryEvent(*restored)
+			if restored.Err != nil {
+				c.log.Warn("recovery failed; trying again", "err", restored.Err, "in", backoff)
+				_ = wait.Sleep(ctx, backoff) // an ended ctx ends the loop
+				backoff = min(2*backoff, 10*time.Second)
+			}
+			continue
+		case probe != nil && probed:
+			changed = nil // probe again a HealthEvery after the last probe
+		case probe != nil:
+			answers = c.probeNodes(ctx, probe) // the first probe of a round goes at once
+			continue
+		}
+		select { // look again at the next change, or a while later (timeouts, probes)
+		case <-changed:
+		case <-tick.C:
 		case <-ctx.Done():
 		}
-	}()
-	backoff := c.cfg.HealthEvery
-	for {
-		ev, err := c.recoverOnce(ctx)
-		ev.Err = err
-		c.recoveryEvent(ev)
-		if err == nil || ctx.Err() != nil {
-			return
+		if probe != nil {
+			answers = c.probeNodes(ctx, probe)
 		}
-		c.log.Warn("recovery failed; trying again", "server", first, "err", err, "in", backoff)
-		if wait.Sleep(ctx, backoff) != nil {
-			return
-		}
-		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// probeNodes asks the nodes of the failed servers ids for their health: the new incarnation
+// handed to ReplaceServer, or whatever answers at the old one's address.
+func (c *Coordinator) probeNodes(ctx context.Context, ids []string) []probeAnswer {
+	answers := []probeAnswer{}
+	for _, id := range ids {
+		c.mu.Lock()
+		e := c.srvs[id]
+		cand := cmp.Or(e.next, e.ps)
+		c.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
+		h, err := cand.Health(hctx)
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			e.cand = cand
+			c.mu.Unlock()
+			answers = append(answers, probeAnswer{node: cand.Node(), inc: h.Incarnation})
+		}
+	}
+	return answers
+}
+
+// restore carries out a's plan, the table lock held, and makes its servers the job's.
+func (c *Coordinator) restore(ctx context.Context, a action) (RecoveryEvent, error) {
+	p := a.plan
+	if p.table == nil {
+		return p.ev, errors.New(a.reason)
+	}
+	servers := make([]ParameterServer, len(p.servers))
+	replacement := map[string]ParameterServer{}
+	c.mu.Lock()
+	for i, n := range p.servers {
+		if servers[i] = c.srvs[n.ID].ps; p.replaced[n.ID] != 0 {
+			servers[i], replacement[n.ID] = c.srvs[n.ID].cand, c.srvs[n.ID].cand
+		}
+	}
+	c.mu.Unlock()
+	for id, s := range replacement {
+		s.Admit(p.replaced[id])
+	}
+	ev, err := p.ev, error(nil)
+	if ev.Policy == Partial {
+		err = c.partial(ctx, p, servers, replacement, c.holder.Get(), &ev)
+	} else {
+		err = c.rollback(ctx, ev.Step, servers, p.table, &ev)
+	}
+	if err != nil {
+		return ev, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servers = servers
+	for id := range p.ev.Failed {
+		if r := replacement[id]; r != nil {
+			c.srvs[id] = &serverEntry{ps: r}
+		} else {
+			delete(c.srvs, id)
+		}
+	}
+	return ev, nil
 }
 
 func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
@@ -315,17 +407,14 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 		c.stats.LostRecords += ev.LostRecords
 	}
 	c.mu.Unlock()
-	switch {
-	case ev.Err != nil:
-	case ev.LostRecords > 0:
-		c.log.Warn("recovered, losing updates", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
+	if ev.Err == nil {
+		level, msg := slog.LevelInfo, "recovered"
+		if ev.LostRecords > 0 {
+			level, msg = slog.LevelWarn, "recovered, losing updates"
+		}
+		c.log.Log(context.Background(), level, msg, "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
 			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords,
 			"lost_share", fmt.Sprintf("%.3f%%", 100*ev.LostShare()))
-	default:
-		c.log.Info("recovered", "policy", ev.Policy, "failed", ev.Failed, "replaced", ev.Replaced, "step", ev.Step,
-			"table", ev.TableVersion, "took", ev.Duration.Round(time.Millisecond), "lost_records", ev.LostRecords)
-	}
-	if ev.Err == nil {
 		for i, s := range ev.Skipped {
 			c.log.Warn("the recovery skipped a damaged commit: the training since the commit restored is done again",
 				"skipped", s.Step, "restored", ev.Step, "err", s.Err, "quarantined", ev.Quarantined[i])
@@ -336,132 +425,32 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 	}
 }
 
-// recoverOnce is one attempt: wait for the commits under way, find replacements (or give the
-// failed servers' slots to the survivors), restore under the policy, publish the owner table.
-func (c *Coordinator) recoverOnce(ctx context.Context) (RecoveryEvent, error) {
-	policy := c.cfg.Recovery
-	ev := RecoveryEvent{Policy: policy, Failed: map[string]string{}}
-	// Snapshots taken before the failure may still commit (their state is whole); none taken
-	// from now on will, so the newest commit cannot change under the restore.
-	wctx, wcancel := context.WithTimeout(ctx, c.cfg.ServerTimeout)
-	c.await(wctx, func() (bool, error) { return len(c.core.snapshots) == 0, nil })
-	wcancel()
-	c.mu.Lock()
-	c.recGen++
-	step := c.core.committed
-	var failed []*serverEntry
-	for _, id := range c.failedLocked() {
-		e := c.srvs[id]
-		failed = append(failed, e)
-		ev.Failed[id] = e.reason
-		if ev.Detected.IsZero() || e.failedAt.Before(ev.Detected) {
-			ev.Detected = e.failedAt
-		}
+// onEach runs f on every one of servers (i its index) in parallel and returns the first error;
+// f's ctx ends with it.
+func onEach(ctx context.Context, servers []ParameterServer, f func(ctx context.Context, i int, s ParameterServer) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range servers {
+		g.Go(func() error { return f(gctx, i, s) })
 	}
-	c.mu.Unlock()
-	ev.Step = step
-	if len(failed) == 0 {
-		return ev, nil
-	}
+	return g.Wait()
+}
 
-	// Replacements: a new incarnation at the failed node, for at most ReplaceWait.
-	waitStart := time.Now()
-	replacement := map[string]ParameterServer{}
-	incs := map[string]uint64{}
-	for {
-		for _, e := range failed {
-			id := e.ps.Node().ID
-			if replacement[id] != nil {
-				continue
-			}
-			c.mu.Lock()
-			cand := e.next
-			c.mu.Unlock()
-			if cand == nil {
-				cand = e.ps
-			}
-			hctx, hcancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
-			h, err := cand.Health(hctx)
-			hcancel()
-			if err == nil && h.Incarnation != e.inc {
-				replacement[id], incs[id] = cand, h.Incarnation
-			}
-		}
-		if len(replacement) == len(failed) || ctx.Err() != nil {
-			break
-		}
-		if time.Since(failed[0].failedAt) > c.cfg.ReplaceWait {
-			break
-		}
-		_ = wait.Sleep(ctx, c.cfg.HealthEvery) // an ended ctx is checked below
-	}
-	if err := ctx.Err(); err != nil {
-		return ev, err
-	}
-	ev.Replacement = time.Since(waitStart)
-
-	// The new server list and owner table; no table of a live repartition goes out meanwhile.
-	c.tableMu.Lock()
-	defer c.tableMu.Unlock()
-	old := c.holder.Get()
-	c.mu.Lock()
-	var servers, survivors []ParameterServer
-	for _, s := range c.servers {
-		id := s.Node().ID
-		e := c.srvs[id]
-		switch {
-		case !e.failed:
-			servers, survivors = append(servers, s), append(survivors, s)
-		case replacement[id] != nil:
-			servers = append(servers, replacement[id])
-			ev.Replaced = append(ev.Replaced, id)
-		}
-	}
-	c.mu.Unlock()
-	if len(servers) == 0 {
-		return ev, errors.New("no parameter server is left, and none was replaced")
-	}
+// nodesOf returns the nodes of servers, in order.
+func nodesOf(servers []ParameterServer) []ps.Node {
 	nodes := make([]ps.Node, len(servers))
 	for i, s := range servers {
 		nodes[i] = s.Node()
 	}
-	table, err := recoveryTable(old, nodes)
-	if err != nil {
-		return ev, err
-	}
-	ev.TableVersion = table.Version
-	for id, s := range replacement {
-		s.Admit(incs[id])
-	}
+	return nodes
+}
 
-	switch policy {
-	case Rollback:
-		err = c.rollback(ctx, step, servers, table, &ev)
-	case Partial:
-		err = c.partial(ctx, step, servers, replacement, old, table, &ev)
+// idsOf returns the node ids of servers, in order.
+func idsOf(servers []ParameterServer) []string {
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = s.Node().ID
 	}
-	if err != nil {
-		return ev, err
-	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.servers = servers
-	for _, e := range failed {
-		id := e.ps.Node().ID
-		if r := replacement[id]; r != nil {
-			c.srvs[id] = &serverEntry{ps: r, inc: incs[id], lastOK: time.Now()}
-		} else {
-			delete(c.srvs, id)
-		}
-	}
-	if len(c.failedLocked()) > 0 {
-		// Another server failed meanwhile: recover it too, from the same commit.
-		return ev, fmt.Errorf("parameter servers %v failed during the recovery", c.failedLocked())
-	}
-	ev.Duration = time.Since(ev.Detected)
-	c.applyLocked(c.core.recovered(c.clock.now()))
-	return ev, nil
+	return ids
 }
 
 // recoveryTable is the owner table after a recovery: the slots of old's servers that are not
@@ -568,31 +557,16 @@ func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []Par
 	return c.install(ctx, servers, table)
 }
 
-// partial restores the slots the failed servers had, from the commit of step, onto the servers
-// that take them (replacements, or survivors under the new table), while the others go on.
-func (c *Coordinator) partial(ctx context.Context, step uint64, servers []ParameterServer, replacement map[string]ParameterServer, old, table *ps.OwnerTable, ev *RecoveryEvent) error {
+// partial restores the slots the failed servers had, from the commit p restores, onto the
+// servers p says take them (replacements, or survivors under the new table), while the others
+// go on.
+func (c *Coordinator) partial(ctx context.Context, p *restorePlan, servers []ParameterServer, replacement map[string]ParameterServer, old *ps.OwnerTable, ev *RecoveryEvent) error {
+	step, table := p.ev.Step, p.table
 	c.mu.Lock()
 	floor, fenced := c.core.floor(), slices.Clone(c.fenced)
 	c.mu.Unlock()
-	var gaining []ParameterServer
-	for _, s := range servers {
-		id := s.Node().ID
-		if replacement[id] != nil {
-			gaining = append(gaining, s)
-			continue
-		}
-		have, want := old.SlotsOf(id), table.SlotsOf(id)
-		for _, sl := range want.Members() {
-			if !have.Has(sl) {
-				gaining = append(gaining, s)
-				break
-			}
-		}
-	}
-	var reps []ParameterServer
-	for _, s := range replacement {
-		reps = append(reps, s)
-	}
+	gaining := slices.DeleteFunc(slices.Clone(servers), func(s ParameterServer) bool { return !slices.Contains(p.gaining, s.Node().ID) })
+	reps := slices.Collect(maps.Values(replacement))
 	// A replacement follows this coordinator and refuses whatever the survivors refuse before
 	// it serves anything.
 	if err := c.lead(ctx, reps, floor>>32); err != nil {
@@ -617,7 +591,11 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	// worker is failed (fenced, its leases back at their reported offsets), so the batch is
 	// trained again: the servers that applied it skip it, those that took the restored slots
 	// apply it. A batch reported before the count is counted.
-	voided, granted := c.voidBatchesInFlight()
+	c.mu.Lock()
+	voided, acts := c.core.voidBatches(c.clock.now()) // each logged as its worker is evicted
+	c.applyLocked(acts)
+	granted := c.disp.Granted()
+	c.mu.Unlock()
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
 	// hold those slots start taking updates, but the batches the commit holds on them.
@@ -628,30 +606,11 @@ func (c *Coordinator) partial(ctx context.Context, step uint64, servers []Parame
 	for _, w := range voided {
 		c.svc.evictLocked(w, granted, false)
 	}
-	ev.Lost, ev.LostRecords, ev.Held = c.ledger.sinceHeld(led, held)
-	ev.TrainedRecords = c.ledger.trained()
+	ev.Lost, ev.LostRecords, ev.Held = c.svc.ledger.sinceHeld(led, held)
+	ev.TrainedRecords = c.svc.ledger.trained()
 	err = c.install(ctx, servers, table)
 	c.svc.mu.Unlock()
 	return err
-}
-
-// voidBatchesInFlight fails every worker that is in the middle of a batch, and returns them
-// with the dispatcher's newest lease at that moment.
-func (c *Coordinator) voidBatchesInFlight() ([]string, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []string
-	for id, m := range c.core.members {
-		if m.inBatch {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		c.log.Info("voiding a batch in flight", "worker", id, "reason", "a partial recovery restores slots it may have updated")
-		c.applyLocked(c.core.fail(c.clock.now(), id, "in a batch during a partial recovery: the batch is trained again"))
-	}
-	return ids, c.disp.Granted()
 }
 
 // heldBatches returns the batches the commit of step holds applied to the slots failed held
@@ -663,20 +622,16 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 		return nil, nil
 	}
 	restored := make([]bool, old.Slots)
+	var all []int // every restored slot
 	for id := range failed {
 		for _, s := range old.SlotsOf(id).Members() {
-			restored[s] = true
+			restored[s], all = true, append(all, s)
 		}
 	}
+	slices.Sort(all)
 	blobs, err := c.committer.NodeBlobs(ctx, step, func(_, name string) bool { return name == AppliedBlob })
 	if err != nil {
 		return nil, fmt.Errorf("elastic: commit %d: applied batches: %w", step, err)
-	}
-	var all []int // every restored slot
-	for s, r := range restored {
-		if r {
-			all = append(all, s)
-		}
 	}
 	type shardKey struct {
 		table string
@@ -734,16 +689,12 @@ func (c *Coordinator) heldBatches(ctx context.Context, step uint64, old *ps.Owne
 
 // restoreEach runs Restore on servers in parallel.
 func (c *Coordinator) restoreEach(ctx context.Context, servers []ParameterServer, step uint64, table *ps.OwnerTable, mode RestoreMode) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Restore(gctx, step, table, mode); err != nil {
-				return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
+	return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.Restore(ctx, step, table, mode); err != nil {
+			return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
+		}
+		return nil
+	})
 }
 
 // commitData reads the dispatcher's state and the ledger of the commit of step; step 0 is the

@@ -144,16 +144,14 @@ func (c *Coordinator) RemoveServers(ctx context.Context, ids ...string) error {
 
 // forget stops servers that were started but did not join, through stop (nil: the caller's).
 func (c *Coordinator) forget(ctx context.Context, added []ParameterServer, stop func(context.Context, []string) error) {
-	ids := make([]string, len(added))
-	for i, s := range added {
-		ids[i] = s.Node().ID
-	}
+	ids := idsOf(added)
 	if len(ids) == 0 {
 		return
 	}
 	c.mu.Lock()
 	for _, id := range ids {
 		delete(c.srvs, id)
+		delete(c.core.servers, id)
 	}
 	c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 	c.mu.Unlock()
@@ -174,24 +172,16 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	}
 	c.mu.Lock()
 	servers := slices.Clone(c.servers)
-	failed := c.failedLocked()
+	failed := c.core.failedServers()
 	c.mu.Unlock()
 	if len(failed) > 0 {
 		c.forget(ctx, added, stop)
 		return fmt.Errorf("elastic: parameter servers %v failed and are not recovered yet: try again after the recovery", failed)
 	}
 	have, n := len(servers), len(servers)+len(added)-len(drain)
-	start := time.Now()
-	c.setRepartition(RepartitionStatus{Running: true, From: have, To: n})
-	defer func() {
-		c.repStatus.Lock()
-		c.repStatus.s.Running = false
-		c.repStatus.s.Duration = time.Since(start)
-		if err != nil {
-			c.repStatus.s.Err = err.Error()
-		}
-		c.repStatus.Unlock()
-	}()
+	start := c.clock.now()
+	finished := c.moving(have, n)
+	defer func() { finished(err) }()
 	c.log.Info("changing the parameter servers", "from", have, "to", n, "adding", len(added), "draining", drain)
 	if len(added) > 0 {
 		if err := c.enlist(ctx, added); err != nil {
@@ -207,10 +197,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 			keep = append(keep, s)
 		}
 	}
-	nodes := make([]ps.Node, len(keep))
-	for i, s := range keep {
-		nodes[i] = s.Node()
-	}
+	nodes := nodesOf(keep)
 	cur := c.holder.Get()
 	next, err := ps.NewOwnerTable(0, cur.Slots, nodes, cur)
 	if err != nil {
@@ -252,14 +239,12 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 		return fmt.Errorf("elastic: move slots to %d servers (owner table now %d; set the plan again to finish): %w", n, final.Version, err)
 	}
 	if len(drained) > 0 {
-		ids := make([]string, len(drained))
-		for i, s := range drained {
-			ids[i] = s.Node().ID
-		}
+		ids := idsOf(drained)
 		c.mu.Lock()
 		c.servers = slices.DeleteFunc(c.servers, func(s ParameterServer) bool { return slices.Contains(ids, s.Node().ID) })
 		for _, id := range ids {
 			delete(c.srvs, id)
+			delete(c.core.servers, id)
 		}
 		c.mu.Unlock()
 		// A commit under way may still wait for a drained server's persist; later ones do
@@ -276,7 +261,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 	}
 	p := m.Progress()
 	c.log.Info("parameter servers changed", "from", have, "to", n, "slots_moved", p.SlotsDone, "rows", p.BaseRows,
-		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", time.Since(start).Round(time.Millisecond))
+		"bytes", p.Bytes, "max_fenced", p.MaxFenced, "table", final.Version, "took", c.clock.now().Sub(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -336,12 +321,8 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 	if err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(window)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		return nil, ctx.Err()
+	if err := wait.Sleep(ctx, window); err != nil { // the servers' counters run on real time
+		return nil, err
 	}
 	after, err := stats()
 	if err != nil {
@@ -360,16 +341,10 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 		return nil, err
 	}
 	n := len(cur.Nodes)
-	start := time.Now()
-	c.setRepartition(RepartitionStatus{Running: true, From: n, To: n})
+	finished := c.moving(n, n)
 	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	c.noteProgress(m.Progress())
-	c.repStatus.Lock()
-	c.repStatus.s.Running, c.repStatus.s.Duration = false, time.Since(start)
-	if err != nil {
-		c.repStatus.s.Err = err.Error()
-	}
-	c.repStatus.Unlock()
+	finished(err)
 	if err != nil {
 		return nil, fmt.Errorf("elastic: rebalance (owner table now %d): %w", final.Version, err)
 	}
@@ -383,7 +358,7 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error {
 	// A server just started may not listen yet: give each up to ServerTimeout to answer.
 	for _, s := range added {
-		deadline := time.Now().Add(c.cfg.ServerTimeout)
+		deadline := c.clock.now().Add(c.cfg.ServerTimeout)
 		for {
 			hctx, cancel := context.WithTimeout(ctx, c.cfg.HealthEvery)
 			_, err := s.Health(hctx)
@@ -391,7 +366,7 @@ func (c *Coordinator) enlist(ctx context.Context, added []ParameterServer) error
 			if err == nil {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if c.clock.now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("elastic: server %s does not answer: %w", s.Node().ID, err)
 			}
 			if err := wait.Sleep(ctx, 20*time.Millisecond); err != nil {
@@ -527,10 +502,21 @@ func (c *Coordinator) migratorFor() (*ps.Migrator, error) {
 	return m, nil
 }
 
-func (c *Coordinator) setRepartition(s RepartitionStatus) {
+// moving records that the server count goes from from to to (Repartition), and returns what
+// records its end, with its error.
+func (c *Coordinator) moving(from, to int) func(error) {
+	start := c.clock.now()
 	c.repStatus.Lock()
-	c.repStatus.s = &s
+	c.repStatus.s = &RepartitionStatus{Running: true, From: from, To: to}
 	c.repStatus.Unlock()
+	return func(err error) {
+		c.repStatus.Lock()
+		defer c.repStatus.Unlock()
+		c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
+		if err != nil {
+			c.repStatus.s.Err = err.Error()
+		}
+	}
 }
 
 func (c *Coordinator) noteProgress(p ps.MigrationProgress) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/ps"
-	"golang.org/x/sync/errgroup"
 )
 
 // Resume restores the newest commit and makes this coordinator the job's, as a new
@@ -137,11 +136,7 @@ func (c *Coordinator) resume(ctx context.Context, res *Resumed) (uint64, []byte,
 	table := c.holder.Get()
 	servers := c.serverList()
 	info, skipped, err := c.committer.ChooseReport(ctx, func(ctx context.Context, step uint64) error {
-		g, gctx := errgroup.WithContext(ctx)
-		for _, s := range servers {
-			g.Go(func() error { return s.Verify(gctx, step, table) })
-		}
-		return g.Wait()
+		return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error { return s.Verify(ctx, step, table) })
 	})
 	res.Skipped = skipped
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
@@ -164,16 +159,13 @@ func (c *Coordinator) resume(ctx context.Context, res *Resumed) (uint64, []byte,
 	if err := c.leadAndFence(ctx, servers, inc); err != nil {
 		return 0, nil, err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.Load(gctx, info.Step, table); err != nil {
-				return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.Load(ctx, info.Step, table); err != nil {
+			return fmt.Errorf("load step %d on %s: %w", info.Step, s.Node().ID, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, nil, err
 	}
 	c.quarantine(ctx, res)
@@ -394,14 +386,11 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	}
 	c.quarantine(ctx, res)
 	tables := make([]*ps.OwnerTable, len(servers))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, s := range servers {
-		g.Go(func() (err error) {
-			tables[i], err = s.Table(gctx)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = onEach(ctx, servers, func(ctx context.Context, i int, s ParameterServer) (err error) {
+		tables[i], err = s.Table(ctx)
+		return err
+	})
+	if err != nil {
 		return 0, nil, err
 	}
 	var newest *ps.OwnerTable
@@ -444,10 +433,7 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 		if err := c.finishPublication(ctx, lagging, newest); err != nil {
 			why = fmt.Sprintf("owner table %d could not be given to every server: %v", newest.Version, err)
 		} else {
-			ids := make([]string, len(lagging))
-			for i, s := range lagging {
-				ids[i] = s.Node().ID
-			}
+			ids := idsOf(lagging)
 			c.log.Warn("finished publishing the owner table the earlier coordinator was giving out", "table", newest.Version, "servers", ids)
 		}
 	}
@@ -461,10 +447,7 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 	}
 	// Every server returns to the commit, under a new table over the job's servers.
 	c.log.Warn("taking over by returning every server to the newest commit", "commit", step, "reason", why)
-	nodes := make([]ps.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = s.Node()
-	}
+	nodes := nodesOf(servers)
 	version := uint64(1)
 	if newest != nil {
 		version = newest.Version + 1
@@ -504,19 +487,15 @@ func (c *Coordinator) takeOver(ctx context.Context, res *Resumed) (uint64, []byt
 // finishPublication installs t on servers, which have an older table, and has them forget the
 // slots it takes from them.
 func (c *Coordinator) finishPublication(ctx context.Context, servers []ParameterServer, t *ps.OwnerTable) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, s := range servers {
-		g.Go(func() error {
-			if err := s.InstallTable(gctx, t); err != nil {
-				return fmt.Errorf("install on %s: %w", s.Node().ID, err)
-			}
-			if err := s.Restore(gctx, 0, t, RestoreForget); err != nil {
-				return fmt.Errorf("forget the slots %s gave away: %w", s.Node().ID, err)
-			}
-			return nil
-		})
-	}
-	return g.Wait()
+	return onEach(ctx, servers, func(ctx context.Context, _ int, s ParameterServer) error {
+		if err := s.InstallTable(ctx, t); err != nil {
+			return fmt.Errorf("install on %s: %w", s.Node().ID, err)
+		}
+		if err := s.Restore(ctx, 0, t, RestoreForget); err != nil {
+			return fmt.Errorf("forget the slots %s gave away: %w", s.Node().ID, err)
+		}
+		return nil
+	})
 }
 
 // checkCommit checks that the coordinator's part of the commit of step reads back.
@@ -538,16 +517,8 @@ func checkpointDamaged(err error) bool {
 
 // sameNodes reports whether t places slots on exactly servers (ids and addresses).
 func sameNodes(t *ps.OwnerTable, servers []ParameterServer) bool {
-	nodes := t.Nodes
-	if len(nodes) != len(servers) {
-		return false
-	}
-	for _, s := range servers {
-		if !slices.Contains(nodes, s.Node()) {
-			return false
-		}
-	}
-	return true
+	missing := func(n ps.Node) bool { return !slices.Contains(t.Nodes, n) }
+	return len(t.Nodes) == len(servers) && !slices.ContainsFunc(nodesOf(servers), missing)
 }
 
 // JobRunning reports whether any of servers holds a running job (it serves an owner table or

@@ -21,8 +21,10 @@ import (
 type ledgerService struct {
 	c *Coordinator
 
-	// mu orders reports with the snapshot of the dispatcher and the ledger (Coordinator.snapshot).
+	// mu orders reports with the snapshot of the dispatcher and the ledger (Coordinator.snapshot),
+	// and guards the ledger.
 	mu       sync.Mutex
+	ledger   *ledger
 	leases   map[shard.LeaseID]leaseMark
 	accepted map[ps.DataShard]int64 // offsets accepted per shard of the current data epochs
 }
@@ -42,7 +44,7 @@ var (
 )
 
 func newLedgerService(c *Coordinator) *ledgerService {
-	return &ledgerService{c: c, leases: map[shard.LeaseID]leaseMark{}, accepted: map[ps.DataShard]int64{}}
+	return &ledgerService{c: c, ledger: newLedger(), leases: map[shard.LeaseID]leaseMark{}, accepted: map[ps.DataShard]int64{}}
 }
 
 func (s *ledgerService) grantedLocked(worker string, l shard.Lease) {
@@ -56,8 +58,8 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 		return
 	}
 	if offset > m.offset {
-		s.c.ledger.noteShard(m.shard, m.base)
-		s.c.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
+		s.ledger.noteShard(m.shard, m.base)
+		s.ledger.mark(m.epoch, m.base+m.offset, m.base+offset)
 		m.offset = offset
 		s.leases[id] = m
 		k := ps.DataShard{Epoch: uint32(m.epoch), Shard: m.shard}
@@ -190,7 +192,7 @@ func (s *ledgerService) snapshot() (disp, ledger []byte, done Progress) {
 		}
 	}
 	done.Offsets = maps.Clone(s.accepted)
-	return s.c.disp.Snapshot(), s.c.ledger.encode(), done
+	return s.c.disp.Snapshot(), s.ledger.encode(), done
 }
 
 // restore replaces the dispatcher's and the ledger's states; every lease ends.
@@ -200,7 +202,7 @@ func (s *ledgerService) restore(disp []byte, l *ledger) error {
 	if err := s.c.disp.Restore(disp); err != nil {
 		return err
 	}
-	s.c.ledger = l
+	s.ledger = l
 	clear(s.leases)
 	clear(s.accepted)
 	return nil

@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,11 +114,10 @@ type WorkerStatus struct {
 
 // Status returns the job's status now.
 func (c *Coordinator) Status() Status {
-	now := time.Now()
+	now := c.clock.now()
 	c.svc.mu.Lock()
 	pr := c.disp.Progress()
 	c.svc.mu.Unlock()
-	steps := c.steps.all()
 	st := Status{Job: c.cfg.Job, Recovery: c.cfg.Recovery.String()}
 	if t := c.holder.Get(); t != nil {
 		st.TableVersion = t.Version
@@ -148,23 +148,23 @@ func (c *Coordinator) Status() Status {
 	for _, s := range c.servers {
 		id := s.Node().ID
 		ss := ServerStatus{ID: id, Addr: s.Node().Addr}
-		if e := c.srvs[id]; e != nil {
+		if e := k.servers[id]; e != nil {
 			ss.Incarnation, ss.Failed, ss.Reason, ss.Unheard = e.inc, e.failed, e.reason, now.Sub(e.lastOK)
 			ss.Silent = !e.failed && ss.Unheard > 2*c.cfg.HealthEvery
 		}
 		st.Servers = append(st.Servers, ss)
 	}
 	// A failed server whose slots went to the survivors is no longer in c.servers.
-	for id, e := range c.srvs {
-		if e.failed && !st.hasServer(id) {
-			st.Servers = append(st.Servers, ServerStatus{ID: id, Addr: e.ps.Node().Addr, Incarnation: e.inc, Failed: true, Reason: e.reason, Unheard: now.Sub(e.lastOK)})
+	for id, e := range k.servers {
+		if e.failed && !slices.ContainsFunc(st.Servers, func(s ServerStatus) bool { return s.ID == id }) {
+			st.Servers = append(st.Servers, ServerStatus{ID: id, Addr: e.node.Addr, Incarnation: e.inc, Failed: true, Reason: e.reason, Unheard: now.Sub(e.lastOK)})
 		}
 	}
 	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ID < st.Servers[j].ID })
 	cnow := c.clock.now()
 	for _, id := range k.sortedMembers() {
 		m := k.members[id]
-		ws := steps[id]
+		ws := cmp.Or(c.steps[id], &workerSteps{})
 		st.Workers = append(st.Workers, WorkerStatus{ID: id, Epoch: epochString(m.epoch), InBatch: m.inBatch, Unheard: max(0, cnow.Sub(m.seen)),
 			Steps: ws.steps, Busy: ws.busy})
 	}
@@ -175,22 +175,13 @@ func (c *Coordinator) Status() Status {
 	if s.LastErr != nil {
 		st.LastError = s.LastErr.Error()
 	}
-	st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries = s.Fenced, s.Evicted, s.ServerFailures, s.Recoveries
+	st.Fenced, st.Evicted, st.ServerFailures, st.Recoveries = s.Fenced, s.Evicted, k.serverFailures, s.Recoveries
 	st.LostRecords = s.LostRecords
 	if s.Recoveries > 0 {
 		r := s.LastRecovery
 		st.LastRecovery = &r
 	}
 	return st
-}
-
-func (st *Status) hasServer(id string) bool {
-	for _, s := range st.Servers {
-		if s.ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 // WriteText writes st for a person to read: a summary, then a line per server and worker.

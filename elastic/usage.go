@@ -3,7 +3,6 @@ package elastic
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -51,53 +50,9 @@ func (c *Coordinator) Usage(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// stepTimes times each worker's batches, from Begin to End.
-type stepTimes struct {
-	mu sync.Mutex
-	w  map[string]*workerSteps
-}
-
+// workerSteps times a worker's batches, from Begin to End.
 type workerSteps struct {
 	began time.Time // zero when not in a batch
 	steps uint64
 	busy  time.Duration
-}
-
-func (s *stepTimes) begin(worker string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.w == nil {
-		s.w = map[string]*workerSteps{}
-	}
-	w := s.w[worker]
-	if w == nil {
-		w = &workerSteps{}
-		s.w[worker] = w
-	}
-	w.began = now
-}
-
-func (s *stepTimes) end(worker string, now time.Time, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.w[worker]
-	if w == nil || w.began.IsZero() {
-		return
-	}
-	if ok {
-		w.steps++
-		w.busy += now.Sub(w.began)
-	}
-	w.began = time.Time{}
-}
-
-// all returns a copy of every worker's figures, by id.
-func (s *stepTimes) all() map[string]workerSteps {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]workerSteps, len(s.w))
-	for id, w := range s.w {
-		out[id] = *w
-	}
-	return out
 }
