@@ -23,6 +23,11 @@ var (
 	// ErrBusy is returned by Snapshot when the generation it needs still holds data the persister has
 	// not finished with; the caller may skip this checkpoint or try again later.
 	ErrBusy = errors.New("checkpoint: both generations busy")
+	// ErrExistingCommits is returned by Committer.PrepareFresh, and by a coordinator that would
+	// train a job afresh, when the job's storage holds commits of an earlier run that nobody
+	// chose to resume or overwrite: training afresh would void those commits and retention
+	// delete them. The error is an *ExistingCommitsError.
+	ErrExistingCommits = errors.New("checkpoint: the storage holds commits of an earlier run of the job")
 	// ErrClosed is returned by calls on a closed Checkpointer.
 	ErrClosed = errors.New("checkpoint: closed")
 	// ErrStepOrder is returned by Snapshot when the step is not greater than the previous snapshot's.

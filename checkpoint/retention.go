@@ -308,3 +308,45 @@ func (m *Committer) DeleteAll(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// ExistingCommitsError is PrepareFresh's refusal to let a job start afresh over the commits of
+// an earlier run of it; errors.Is(err, ErrExistingCommits) holds.
+type ExistingCommitsError struct {
+	Job     string
+	Commits int    // commit records in the storage
+	Newest  uint64 // the step of the newest
+}
+
+func (e *ExistingCommitsError) Error() string {
+	return fmt.Sprintf("%v: %d commits of job %q, the newest of step %d (resume that run, or overwrite it to start afresh)",
+		ErrExistingCommits, e.Commits, e.Job, e.Newest)
+}
+
+// Is makes errors.Is(err, ErrExistingCommits) hold.
+func (e *ExistingCommitsError) Is(target error) bool { return target == ErrExistingCommits }
+
+// PrepareFresh readies the storage for a run of the job that starts afresh rather than resuming.
+// When it holds no commit record of the job, it does nothing. Otherwise, without overwrite, it
+// returns an *ExistingCommitsError and deletes nothing; with overwrite, it deletes every object
+// of the job (DeleteAll) and logs how many. Call it before anything of the new run persists or
+// commits: a program calls it to refuse before it starts its processes and shared memory, and a
+// coordinator (elastic.Config.Overwrite) before it places the slots.
+func (m *Committer) PrepareFresh(ctx context.Context, overwrite bool) error {
+	records, err := m.Records(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint: look for earlier commits: %w", err)
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	existing := &ExistingCommitsError{Job: m.cfg.Job, Commits: len(records), Newest: records[0]}
+	if !overwrite {
+		return existing
+	}
+	n, err := m.DeleteAll(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint: overwrite the earlier run (%d commits, the newest of step %d): %w", existing.Commits, existing.Newest, err)
+	}
+	m.log.Info("deleted the checkpoints of an earlier run to start afresh", "job", m.cfg.Job, "commits", existing.Commits, "newest", existing.Newest, "objects", n)
+	return nil
+}

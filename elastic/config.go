@@ -48,9 +48,9 @@ type Config struct {
 	// Overwrite says what a coordinator that finds commits of an earlier run of the job in
 	// Storage does when it does not Resume (say, a program started again without its resume
 	// option). Default false: it refuses to train over them (Join and Checkpoint return an
-	// *ExistingCommitsError, errors.Is ErrExistingCommits) until Resume restores one, and deletes
+	// *checkpoint.ExistingCommitsError) until Resume restores one, and deletes
 	// nothing; a fresh start would void them and retention delete them. True: NewCoordinator
-	// deletes every object of the job in Storage (PrepareFresh) before it places the slots, so
+	// deletes every object of the job in Storage (checkpoint.Committer.PrepareFresh) before it places the slots, so
 	// the run starts afresh and the earlier one is lost for good, and Resume then finds no
 	// checkpoint. A coordinator that finds its servers running the job (it takes the job over)
 	// never deletes, whatever Overwrite says.
@@ -113,7 +113,7 @@ type Config struct {
 	// TLS, when set, is the client side of mutual TLS for those calls (ps.TLS.Client).
 	TLS *tls.Config
 	// ServerAt, if set, returns how the coordinator reaches a server a scheduler started and
-	// told it of through the control protocol (RemoteControl.AddServers): say, NewRemoteServer
+	// told it of through the control protocol (remote.Control.AddServers): say, remote.NewServer
 	// with the job's secret. Nil: such calls fail with errors.ErrUnsupported.
 	ServerAt func(node ps.Node) (ParameterServer, error)
 	// Migration tunes how slots move when the server count changes (concurrency, slots per

@@ -246,9 +246,9 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	if !c.live && c.committer != nil {
 		// A coordinator taking a running job over (live) resumes it: its commits are the job's.
-		err := prepareFresh(ctx, c.committer, cfg.Job, cfg.Overwrite, c.log)
+		err := c.committer.PrepareFresh(ctx, cfg.Overwrite)
 		switch {
-		case errors.Is(err, ErrExistingCommits):
+		case errors.Is(err, checkpoint.ErrExistingCommits):
 			c.existing = err
 		case err != nil:
 			return nil, err
@@ -331,7 +331,7 @@ func (c *Coordinator) applyLocked(acts []action) {
 // size, the first one that joined with a batchSize above 0 (a batch's position is its exact
 // record range: one replayed with other boundaries would land twice); another is refused with
 // ErrInvalidConfig. The batch size is kept in every commit. Over the commits of an earlier run
-// that this coordinator neither resumed nor overwrote, Join returns an *ExistingCommitsError.
+// that this coordinator neither resumed nor overwrote, Join returns a *checkpoint.ExistingCommitsError.
 //
 // A worker name belongs to one process at a time. When worker is a member that has begun a
 // batch under its epoch, Join waits until that membership ends (the worker leaves, or is
@@ -480,29 +480,40 @@ func (c *Coordinator) Fail(worker, reason string) {
 	c.applyLocked(c.core.fail(c.clock.now(), worker, reason))
 }
 
-// checkpointBusyTries bounds how often Checkpoint takes a snapshot again after a server had both
+// checkpointBusyWait bounds how long Checkpoint takes a snapshot again while a server has both
 // its shared-memory generations still being persisted.
-const checkpointBusyTries = 3
+const checkpointBusyWait = 30 * time.Second
 
 // Checkpoint takes a checkpoint at the next barrier and waits for its commit. It returns the
 // committed step; with nothing new since the last snapshot, that snapshot's step. A snapshot
 // refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
-// taken again once the commits before it are written. Over the commits of an earlier run that
-// this coordinator neither resumed nor overwrote, it returns an *ExistingCommitsError and
-// writes nothing; on a coordinator another one took the job over from, its Err, at once.
+// taken again once the commits before it are written, and after a pause that grows, for up to
+// checkpointBusyWait: the persists in the way may be an earlier coordinator's, which no commit
+// here waits for. Over the commits of an earlier run that this coordinator neither resumed nor
+// overwrote, it returns a *checkpoint.ExistingCommitsError and writes nothing; on a coordinator another
+// one took the job over from, its Err, at once.
 func (c *Coordinator) Checkpoint(ctx context.Context) (uint64, error) {
 	return c.checkpointTries(ctx, false)
 }
 
 func (c *Coordinator) checkpointTries(ctx context.Context, final bool) (uint64, error) {
-	for try := 1; ; try++ {
+	pause, deadline := 10*time.Millisecond, time.Now().Add(checkpointBusyWait)
+	for {
 		step, err := c.checkpoint(ctx, final)
-		if !errors.Is(err, checkpoint.ErrBusy) || try == checkpointBusyTries {
+		if !errors.Is(err, checkpoint.ErrBusy) || time.Now().After(deadline) {
 			return step, err
 		}
 		if err := c.WaitCommits(ctx); err != nil {
 			return 0, err
 		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 

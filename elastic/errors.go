@@ -29,11 +29,6 @@ var (
 	// ErrSuperseded is a parameter server's refusal of a coordinator that another one, of a
 	// later incarnation, has taken over from (ParameterServer.Lead); the job is that one's now.
 	ErrSuperseded = errors.New("elastic: another coordinator has taken over the job")
-	// ErrExistingCommits is returned by a Coordinator's Join and Checkpoint, and by
-	// PrepareFresh, when the job's storage holds commits of an earlier run and the coordinator
-	// neither resumed it (Resume) nor was told to overwrite it (Config.Overwrite): training afresh
-	// would void those commits and retention delete them. The error is an *ExistingCommitsError.
-	ErrExistingCommits = errors.New("elastic: the storage holds commits of an earlier run of the job")
 	// ErrDuplicateWorker is returned by Coordinator.Join when another process trains under
 	// the worker's name: the one that joined first was heard from while the newcomer waited for
 	// it to end. Give every worker process its own name.

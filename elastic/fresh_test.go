@@ -105,15 +105,15 @@ func TestFreshStartOverEarlierCommitsIsRefused(t *testing.T) {
 
 	second := freshJob(t, dir, nil)
 	err = trainSteps(ctx, t, second, 40)
-	assert.ErrorIs(t, err, elastic.ErrExistingCommits, "a worker joins a coordinator over an earlier run's commits")
-	var existing *elastic.ExistingCommitsError
+	assert.ErrorIs(t, err, checkpoint.ErrExistingCommits, "a worker joins a coordinator over an earlier run's commits")
+	var existing *checkpoint.ExistingCommitsError
 	if assert.ErrorAs(t, err, &existing) {
 		assert.Equal(t, "fresh", existing.Job)
 		assert.Positive(t, existing.Commits, "the earlier run's commit records (how many retention kept depends on the commits that ran)")
 		assert.Equal(t, newest, existing.Newest)
 	}
 	_, err = second.Coordinator().Checkpoint(ctx)
-	assert.ErrorIs(t, err, elastic.ErrExistingCommits)
+	assert.ErrorIs(t, err, checkpoint.ErrExistingCommits)
 	assert.Error(t, second.Coordinator().Finish(ctx, true, 0), "the final checkpoint of a program's end")
 	require.NoError(t, second.Close())
 	assert.Empty(t, changedFiles(t, dir, before), "of the earlier run's %d checkpoint files, these were deleted or changed", len(before))
@@ -150,7 +150,7 @@ func TestFreshStartOverEarlierCommitsIsRefused(t *testing.T) {
 	}
 }
 
-// PrepareFresh refuses with the figures of the earlier run, deletes nothing without overwrite,
+// checkpoint.Committer.PrepareFresh refuses with the figures of the earlier run, deletes nothing without overwrite,
 // everything of the job (and nothing of another job) with it, and finds nothing to refuse after.
 func TestPrepareFresh(t *testing.T) {
 	ctx := context.Background()
@@ -164,17 +164,19 @@ func TestPrepareFresh(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.PutNew(ctx, "fresh2/commits/x", []byte("another job's")))
 	before := storageFiles(t, dir)
+	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: "fresh", Storage: st, KeepLast: -1})
+	require.NoError(t, err)
 
-	err = elastic.PrepareFresh(ctx, st, "fresh", false, nil)
-	var existing *elastic.ExistingCommitsError
+	err = m.PrepareFresh(ctx, false)
+	var existing *checkpoint.ExistingCommitsError
 	require.ErrorAs(t, err, &existing)
-	assert.ErrorIs(t, err, elastic.ErrExistingCommits)
-	assert.Equal(t, elastic.ExistingCommitsError{Job: "fresh", Commits: 2, Newest: 13}, *existing)
+	assert.ErrorIs(t, err, checkpoint.ErrExistingCommits)
+	assert.Equal(t, checkpoint.ExistingCommitsError{Job: "fresh", Commits: 2, Newest: 13}, *existing)
 	assert.Empty(t, changedFiles(t, dir, before))
 
-	require.NoError(t, elastic.PrepareFresh(ctx, st, "fresh", true, nil))
+	require.NoError(t, m.PrepareFresh(ctx, true))
 	left, err := st.List(ctx, "")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"fresh2/commits/x"}, left)
-	require.NoError(t, elastic.PrepareFresh(ctx, st, "fresh", false, nil))
+	require.NoError(t, m.PrepareFresh(ctx, false))
 }

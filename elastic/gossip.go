@@ -7,7 +7,7 @@ import (
 	"github.com/elasticps/elasticps/ps"
 )
 
-// Observe feeds the coordinator one membership event; give it to MembershipConfig.OnEvent of
+// Observe feeds the coordinator one membership event; give it to membership.Config.OnEvent of
 // the coordinator's process, so that failures are acted on as soon as gossip notices them
 // rather than at the next health check, silence timeout or lease expiry. Gossip is a hint,
 // never a verdict:

@@ -229,13 +229,6 @@ type heldBatch struct {
 	slots []int // ascending
 }
 
-// since returns the positions marked in l and not in old, as spans in epoch and position
-// order, and their count.
-func (l *ledger) since(old *ledger) ([]Span, int64) {
-	lost, n, _ := l.sinceHeld(old, nil)
-	return lost, n
-}
-
 // sinceHeld returns the positions marked in l and not in old, but those of the batches held
 // (old's checkpoint holds them applied), as spans in epoch and position order, and their
 // count; and, apart, the positions marked in l and not in old that belong to a held batch, a

@@ -49,7 +49,7 @@ type MemberEventKind uint8
 const (
 	// MemberJoined: the member is alive (it joined, or this process learnt of it).
 	MemberJoined MemberEventKind = iota + 1
-	// MemberLeft: the member left gracefully (Membership.Leave or Close).
+	// MemberLeft: the member left gracefully (membership.Gossip.Leave or Close).
 	MemberLeft
 	// MemberFailed: gossip declared the member dead (it stopped answering probes). A leave
 	// whose announcement was missed is also reported as a failure, never the reverse.

@@ -14,8 +14,8 @@ import (
 // at a Partial recovery.
 const AppliedBlob = "ps.applied"
 
-// ParameterServer is a parameter server as the coordinator drives it. LocalServer implements it
-// for a ps.Server in the coordinator's process.
+// ParameterServer is a parameter server as the coordinator drives it. server.Server implements
+// it for a ps.Server in the caller's process, remote.Server for one in another process.
 //
 // Calls come from the coordinator's goroutines, never two of the same kind at once for one
 // server. An error means the call did not take effect (a Snapshot or Load that failed changed
@@ -46,7 +46,7 @@ type ParameterServer interface {
 	Load(ctx context.Context, step uint64, t *ps.OwnerTable) error
 
 	// Health answers whether the server is up, and as which incarnation: a new value every time
-	// its process (or LocalServer) starts, so a server that restarted shows.
+	// its process (or server.Server) starts, so a server that restarted shows.
 	Health(ctx context.Context) (ServerHealth, error)
 	// Admit directs every later call at incarnation inc: a server of another incarnation (one
 	// that restarted since) refuses them with ErrReplaced instead of acting on them.

@@ -83,7 +83,7 @@ func (c *Coordinator) repartition(ctx context.Context, ss ServerScaler, n int) e
 // AddServers brings servers that the caller (a cluster scheduler) started, serving and with no
 // owner table, into the job, and moves slots onto them while training goes on, as a new
 // server count does (SetParallelism). It returns once the slots have moved. A remote
-// coordinator is asked with RemoteControl.AddServers.
+// coordinator is asked with remote.Control.AddServers.
 func (c *Coordinator) AddServers(ctx context.Context, servers ...ParameterServer) error {
 	return c.addServers(ctx, servers)
 }
@@ -123,7 +123,7 @@ func (c *Coordinator) addServers(ctx context.Context, servers []ParameterServer)
 
 // RemoveServers moves every slot off the servers with the given ids while training goes on and
 // drops them from the job; then the caller may stop them. It returns once the slots have moved.
-// A remote coordinator is asked with RemoteControl.RemoveServers.
+// A remote coordinator is asked with remote.Control.RemoveServers.
 func (c *Coordinator) RemoveServers(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil

@@ -100,8 +100,8 @@ func (c *Coordinator) resumeDone(ctx context.Context, err error) {
 	case err == nil:
 		existing = nil
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		switch ferr := prepareFresh(ctx, c.committer, c.cfg.Job, false, c.log); {
-		case ferr == nil || errors.Is(ferr, ErrExistingCommits):
+		switch ferr := c.committer.PrepareFresh(ctx, false); {
+		case ferr == nil || errors.Is(ferr, checkpoint.ErrExistingCommits):
 			existing = ferr
 		default:
 			c.log.Warn("could not look for the earlier run's commits again", "err", ferr)

@@ -71,7 +71,7 @@ func (s *ledgerService) acceptedLocked(id shard.LeaseID, offset int64, done bool
 }
 
 // errDispatcherClosed answers the dispatcher calls that reach a closed coordinator: its
-// dispatcher is gone with it, and retrying cannot help (a LocalJob whose coordinator restarts
+// dispatcher is gone with it, and retrying cannot help (an in-process job whose coordinator restarts
 // sends them to the next one).
 var errDispatcherClosed = fmt.Errorf("%w: its dispatcher is gone with it (%w)", ErrClosed, shard.ErrPermanent)
 

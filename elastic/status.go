@@ -259,7 +259,7 @@ func (st Status) WriteText(w io.Writer) error {
 }
 
 // SetScaler makes s the coordinator's scaler (Config.Scaler), for a scaler made after the
-// coordinator, such as a LocalScaler of its LocalJob (LocalJob.SetScaler).
+// coordinator, such as a local.Scaler of its local.Job (local.Job.SetScaler).
 func (c *Coordinator) SetScaler(s Scaler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

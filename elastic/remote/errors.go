@@ -151,7 +151,7 @@ var errorCodes = []struct {
 	{codeBatchFailed, elastic.ErrBatchFailed},
 	{codeNoCheckpoints, server.ErrNoCheckpoints},
 	{codeDuplicateWorker, elastic.ErrDuplicateWorker},
-	{codeExistingCommits, elastic.ErrExistingCommits},
+	{codeExistingCommits, checkpoint.ErrExistingCommits},
 
 	{codeShardNoMoreWork, shard.ErrNoMoreWork},
 	{codeShardWait, shard.ErrWait},

@@ -97,8 +97,8 @@ var sentinels = map[string]error{
 	"ps.ErrCorruptApplied": ps.ErrCorruptApplied,
 
 	// The protocol's own, and the standard library's.
-	"elastic.ErrDuplicateWorker": elastic.ErrDuplicateWorker,
-	"elastic.ErrExistingCommits": elastic.ErrExistingCommits,
+	"elastic.ErrDuplicateWorker":    elastic.ErrDuplicateWorker,
+	"checkpoint.ErrExistingCommits": checkpoint.ErrExistingCommits,
 
 	"elastic.errMalformed":  errMalformed,
 	"elastic.errHeld":       errHeld,

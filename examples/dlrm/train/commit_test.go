@@ -50,7 +50,7 @@ func TestFreshStartRefusesAnEarlierRunsCommits(t *testing.T) {
 
 	_, err = Run(ctx, cfg)
 	require.ErrorIs(t, err, ErrCheckpointsExist)
-	require.ErrorIs(t, err, elastic.ErrExistingCommits, "the library's refusal")
+	require.ErrorIs(t, err, checkpoint.ErrExistingCommits, "the library's refusal")
 	assert.Contains(t, err.Error(), cfg.CheckpointDir)
 	assert.Contains(t, err.Error(), fmt.Sprintf("holds %d commits", len(before)))
 	assert.Equal(t, before, commitNames(t, cfg.CheckpointDir), "a refused start deleted commits")

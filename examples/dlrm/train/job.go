@@ -147,12 +147,12 @@ func (c *ckStats) get() CheckpointStats {
 
 // ErrCheckpointsExist is returned by Run and RunCoordinator without Resume or Overwrite when the
 // checkpoint directory holds commits of an earlier run: starting over would delete them. The
-// error wraps elastic.ErrExistingCommits too.
+// error wraps checkpoint.ErrExistingCommits too.
 var ErrCheckpointsExist = errors.New("train: checkpoints of an earlier run")
 
 // openStorage opens the checkpoint directory for the job's coordinator. Without resume, a
 // directory holding the job's commits is refused unless Overwrite, which deletes them
-// (elastic.PrepareFresh, before the servers and their shared memory are touched); what no commit
+// (checkpoint.Committer.PrepareFresh, before the servers and their shared memory are touched); what no commit
 // can restore (persists never committed, temporary files of a killed persist) goes either way.
 // (A resume cleans in the coordinator's Resume, once it knows the servers are fresh.)
 func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkpoint.FSStorage, error) {
@@ -163,14 +163,14 @@ func openStorage(ctx context.Context, cfg *Config, logger *slog.Logger) (*checkp
 	if cfg.Resume || cfg.Evaluate != "" {
 		return st, nil
 	}
-	err = elastic.PrepareFresh(ctx, st, jobName, cfg.Overwrite, logger)
-	if existing := (*elastic.ExistingCommitsError)(nil); errors.As(err, &existing) {
-		return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d (%w)", ErrCheckpointsExist, st.Root(), existing.Commits, existing.Newest, elastic.ErrExistingCommits)
-	}
+	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	m, err := checkpoint.NewCommitter(checkpoint.CommitterConfig{Job: jobName, Storage: st, KeepLast: -1, Logger: logger})
+	err = m.PrepareFresh(ctx, cfg.Overwrite)
+	if existing := (*checkpoint.ExistingCommitsError)(nil); errors.As(err, &existing) {
+		return nil, fmt.Errorf("%w: %s holds %d commits, the newest of step %d (%w)", ErrCheckpointsExist, st.Root(), existing.Commits, existing.Newest, checkpoint.ErrExistingCommits)
+	}
 	if err != nil {
 		return nil, err
 	}
