@@ -1,30 +1,15 @@
 package elastictest
 
 import (
-	"sync"
 	"time"
+
+	"github.com/elasticps/elasticps/shard/shardtest"
 )
 
 // Clock is a fake wall clock for elastic.Config.Now (and shard.Config.Clock): it reads the time
-// it was set to and moves only when told to. Safe for concurrent use.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// it was set to and moves only when told to (Advance). Safe for concurrent use. It is the
+// shard package's test clock, so that one clock can drive a coordinator and its dispatcher.
+type Clock = shardtest.Clock
 
 // NewClock returns a clock reading start.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d (a negative d moves it back).
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock(start time.Time) *Clock { return shardtest.NewClock(start) }
