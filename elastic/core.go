@@ -120,7 +120,7 @@ type core struct {
 	step        uint64    // batches applied and reported by every worker so far
 	snapStep    uint64    // step of the last snapshot taken (or restored)
 	tryStep     uint64    // step at which the last barrier went up: the schedule counts from it
-	tryAt       time.Time // when the last barrier went up, or the core started or was restored
+	tryAt       time.Time // when the last barrier came down, or the core started or was restored
 	want        bool      // a checkpoint was asked for (final, or by the program)
 	stopped     bool      // no more checkpoints; arriving workers are told to stop
 	// stopAtSnapshot stops training at the end of the next snapshot, before its barrier comes
@@ -384,6 +384,7 @@ func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
 	}
 	c.gen++
 	c.phase = phaseIdle
+	c.tryAt = c.now // the pause does not count towards the next interval
 	if c.stopAtSnapshot {
 		c.stopped, c.stopAtSnapshot = true, false // the released workers' next Begin is refused
 	}
