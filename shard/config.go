@@ -67,8 +67,10 @@ type Config struct {
 	// asks again has lost track of what it held, typically because it restarted.
 	MaxLeasesPerWorker int
 
-	// RetryAfter is the wait suggested by a WaitError. Default 1s. It is capped by the time until
-	// the earliest lease deadline, when a shard may come back.
+	// RetryAfter is the longest wait a WaitError suggests. Default 1s. The wait is cut to the
+	// earliest lease deadline, when a shard may come back, and to when the shards being trained
+	// are estimated done at their holders' measured speeds (at least 10ms), when the next
+	// epoch's shards are leased.
 	RetryAfter time.Duration
 
 	// RateWindow is the time constant of the per-worker speed estimate (an exponentially

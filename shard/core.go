@@ -313,11 +313,7 @@ func (c *core) acquire(name string) (Lease, error) {
 	}
 	s, ok := c.popTodo()
 	if !ok {
-		wait := c.retryAfter
-		if c.head >= 0 {
-			wait = min(wait, time.Duration(c.deadline[c.head]-c.now))
-		}
-		return Lease{}, &WaitError{RetryAfter: max(wait, time.Millisecond)}
+		return Lease{}, &WaitError{RetryAfter: c.waitHint()}
 	}
 	c.seq++
 	c.st[s] = stDoing
@@ -418,6 +414,41 @@ func (c *core) reportAcquire(name string, id LeaseID, offset int64) (Lease, erro
 	l, err := c.acquire(name)
 	c.workers[name].lastGrant = l.ID
 	return l, err
+}
+
+// minEstimatedWait is the least wait waitHint suggests from its estimate of when the shards
+// being trained are done, which lags behind the reports it is made of.
+const minEstimatedWait = 10 * time.Millisecond
+
+// waitHint is how long a worker that finds no shard to lease should wait before it asks again:
+// RetryAfter, cut to the earliest lease deadline (its shard may come back then) and, for data
+// that is not a stream, to when the shards being trained are estimated done at their holders'
+// speeds (then the epoch ends and the next one's shards are leased), so that a worker waiting at
+// an epoch's end does not sleep through the start of the next.
+func (c *core) waitHint() time.Duration {
+	wait := c.retryAfter
+	if c.head < 0 {
+		return max(wait, time.Millisecond)
+	}
+	wait = min(wait, time.Duration(c.deadline[c.head]-c.now))
+	if c.kind != KindStream {
+		left := map[*workerState]int64{} // records each holder has left to train
+		for s := c.head; s >= 0; s = c.next[s] {
+			left[c.holder[s]] += c.shards[s].Records - c.off[s]
+		}
+		var done float64 // seconds until the last holder is estimated done
+		for w, n := range left {
+			if w.rate <= 0 {
+				done = math.Inf(1) // no estimate yet
+				break
+			}
+			done = max(done, float64(n)/w.rate)
+		}
+		if est := time.Duration(done * 1e9); done < math.Inf(1) && est < wait {
+			wait = max(est, minEstimatedWait)
+		}
+	}
+	return max(wait, time.Millisecond)
 }
 
 // observeRate folds n newly accepted records into the worker's speed estimate.

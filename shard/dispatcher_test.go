@@ -289,6 +289,42 @@ func TestWaitAndEpochBarrier(t *testing.T) {
 	}
 }
 
+// A worker that finds no shard at an epoch's end is told to come back when the shards being
+// trained are estimated done at their holders' speeds, not after the whole RetryAfter.
+func TestWaitEndsWhenTheEpochIsEstimatedDone(t *testing.T) {
+	ctx := context.Background()
+	d, clock := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(2000), ShardSize: 1000, Epochs: 2, LeaseTTL: time.Minute, RetryAfter: 2 * time.Second})
+	a, b := mustAcquire(t, d, "a"), mustAcquire(t, d, "b")
+	clock.Advance(time.Second)
+	// b trains at 800 records a second: 200 of its 1000 are left, a quarter of a second.
+	if err := d.Report(ctx, "b", b.ID, 800, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Report(ctx, "a", a.ID, 1000, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Acquire(ctx, "a")
+	var we *shard.WaitError
+	if !errors.As(err, &we) || we.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("wait until b is estimated done: %v", err)
+	}
+	// Near the end the estimate is floored, so that a worker does not spin on a lagging report.
+	clock.Advance(240 * time.Millisecond)
+	if err := d.Report(ctx, "b", b.ID, 995, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Acquire(ctx, "a")
+	if !errors.As(err, &we) || we.RetryAfter != 10*time.Millisecond {
+		t.Fatalf("the floor: %v", err)
+	}
+	if err := d.Report(ctx, "b", b.ID, 1000, true); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustAcquire(t, d, "a"); l.Epoch != 1 {
+		t.Fatalf("%+v", l)
+	}
+}
+
 func TestShuffleDeterministic(t *testing.T) {
 	order := func(seed uint64) [][]int {
 		d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(64), ShardSize: 4, Epochs: 3, Shuffle: true, Seed: seed, ShuffleRecords: true})
