@@ -104,9 +104,10 @@ type Config struct {
 	// Scaler, if set, runs the job's processes: SetParallelism hands it the new plan. Nil:
 	// the program starts and stops processes itself, and SetParallelism fails.
 	Scaler Scaler
-	// Secret is the cluster secret (the servers'). Changing the number of servers needs it:
-	// the coordinator moves slots between servers over their RPC port. Nil: the server count
-	// is fixed.
+	// Secret is the cluster secret (the servers'). The coordinator needs it to reach the
+	// servers' RPC port itself: to move slots when the server count changes (SetParallelism,
+	// AddServers, RemoveServers, Rebalance) and to read their counters (Usage). Nil: the server
+	// count is fixed, and those calls fail.
 	Secret []byte
 	// Transport dials the servers' RPC ports when slots move. Nil: TCP.
 	Transport ps.Transport

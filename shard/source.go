@@ -69,7 +69,7 @@ func (s IndexedSource) Open(ctx context.Context, l Lease) (Cursor, error) {
 	}
 	sh := l.Shard
 	if sh.Kind != KindIndexed {
-		return nil, fmt.Errorf("shard: indexed source given a %v shard", sh.Kind)
+		return nil, fmt.Errorf("shard: an indexed source given a shard of kind %v", sh.Kind)
 	}
 	if sh.End > s.Data.Len() {
 		return nil, fmt.Errorf("%w: shard %d ends at record %d, data set has %d", ErrShardMismatch, sh.Index, sh.End, s.Data.Len())
@@ -135,7 +135,7 @@ func (s TextSource) Open(ctx context.Context, l Lease) (Cursor, error) {
 	}
 	sh := l.Shard
 	if sh.Kind != KindText {
-		return nil, fmt.Errorf("shard: text source given a %v shard", sh.Kind)
+		return nil, fmt.Errorf("shard: a text source given a shard of kind %v", sh.Kind)
 	}
 	f, err := s.FS.Open(sh.File)
 	if err != nil {

@@ -39,7 +39,8 @@ type Config struct {
 	// and the coordinator's (ps.LoadTLS reads it from files). Default nil: the secret-based
 	// protocol.
 	TLS *ps.TLS
-	// Coordinator configures the coordinator; Job, Servers and Slots are filled in.
+	// Coordinator configures the coordinator; Job, Servers and Slots are filled in, and Secret
+	// (when unset) and TLS (when unset and TLS is set) are the job's.
 	Coordinator elastic.Config
 	// Checkpoint configures each server's checkpointer (ShmDir, FullEvery, Codec, ...); Job and
 	// Storage are the coordinator's, Node, Slots and Tables the server's. Without a Gate the
@@ -386,7 +387,9 @@ func (j *Job) downLocked() (int, bool) {
 func (j *Job) Secret() []byte { return j.secret }
 
 // Client returns a new client of the job's servers that learns owner tables from the
-// coordinator. The job closes it at Close.
+// coordinator. The job closes it at Close. Its pushes carry no fence epoch (0), which the
+// servers refuse (ps.ErrFenced) once a coordinator has resumed or taken the job over: its floor
+// voids every epoch of the incarnations before it. Train through sessions (NewSession).
 func (j *Job) Client() (*ps.Client, error) {
 	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log, TLS: j.server.TLS.ClientTLS()})
 	if err != nil {
