@@ -13,7 +13,7 @@ import (
 // denseTensor is one MLP tensor stored on the parameter servers as a dense tensor.
 type denseTensor struct {
 	name     string // name on the servers
-	off, len int    // place in model.Params
+	off, len int    // place in model.Model.Params
 }
 
 // densePrefix starts the server-side name of every MLP tensor.

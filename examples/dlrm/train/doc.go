@@ -14,7 +14,7 @@
 //
 // A worker step (Session.Step): the shard reader's next batch; the coordinator's barrier, if a
 // checkpoint is under way; one pull per field table and per MLP tensor, in parallel; forward
-// and backward (model.ComputeGradients); one push per table and tensor, each carrying the
+// and backward (model.Model.ComputeGradients); one push per table and tensor, each carrying the
 // worker's fence epoch and the batch's data position; the report of the batch to the
 // dispatcher; and its end at the coordinator, which marks its positions in the exactly-once
 // ledger. The servers apply the optimizers (asynchronous training: pushes are applied on
