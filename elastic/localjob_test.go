@@ -2,11 +2,15 @@ package elastic_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/checkpoint"
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
+	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,4 +115,37 @@ func TestTakeoverAboveAnUncommittedSnapshot(t *testing.T) {
 	require.NoError(t, (&faultWorker{name: "w0", sess: sess}).run(ctx, trainStep))
 	assertEveryEpochOnce(t, job.Coordinator())
 	assert.Equal(t, faultExpected(), localRows(job), "every row holds every record once per epoch")
+}
+
+// Close removes the shared memory the job's servers made, a restarted server's and a stopped
+// one's included, unless KeepShm keeps it for a restart on this host.
+func TestLocalJobCloseRemovesItsSharedMemory(t *testing.T) {
+	ctx := context.Background()
+	for _, keep := range []bool{false, true} {
+		shm := t.TempDir()
+		job, err := local.Start(ctx, local.Config{Job: "shm", Servers: 2, Slots: faultSlots, Tables: []ps.TableSpec{faultTable},
+			Coordinator: elastic.Config{Storage: checkpoint.NewMemStorage(), Dispatcher: shard.Config{Dataset: shard.IndexedDataset(faultRecords), ShardSize: 96}},
+			Checkpoint:  checkpoint.Config{ShmDir: shm}, KeepShm: keep})
+		require.NoError(t, err)
+		_, err = job.StartServers(ctx, 1)
+		require.NoError(t, err)
+		require.NoError(t, trainSteps(ctx, t, job, 4))
+		_, err = job.Coordinator().Checkpoint(ctx)
+		require.NoError(t, err)
+		require.NoError(t, job.StopServers(ctx, []string{"ps-2"}))
+		require.NoError(t, job.RestartServer(ctx, 1))
+		nodes, err := os.ReadDir(filepath.Join(shm, "shm"))
+		require.NoError(t, err)
+		require.Len(t, nodes, 3, "a region per server the job made")
+		require.NoError(t, job.Close())
+		_, err = os.Stat(filepath.Join(shm, "shm"))
+		if keep {
+			require.NoError(t, err, "kept")
+			nodes, err := os.ReadDir(filepath.Join(shm, "shm"))
+			require.NoError(t, err)
+			assert.Len(t, nodes, 3, "kept")
+		} else {
+			assert.ErrorIs(t, err, os.ErrNotExist, "removed")
+		}
+	}
 }

@@ -46,6 +46,11 @@ type Config struct {
 	// Storage are the coordinator's, Node, Slots and Tables the server's. Without a Gate the
 	// servers share one, so no server's background work slows another's blocking copy.
 	Checkpoint checkpoint.Config
+	// KeepShm keeps the servers' shared-memory regions (Checkpoint.ShmDir/Job/ps-i) at Close,
+	// so that the job started again on this host restores from them (Coordinator.Resume) rather
+	// than from storage. Default false: Close removes them, for they hold a copy of every row
+	// in the host's memory. A job without checkpoint storage makes none.
+	KeepShm bool
 }
 
 // Job is a running local job. Close stops it.
@@ -60,6 +65,10 @@ type Job struct {
 	ck     checkpoint.Config // every server's checkpointer's
 	listen string
 	wg     sync.WaitGroup
+
+	keepShm bool
+	regMu   sync.Mutex
+	regions []string // the servers whose checkpointer made a shared-memory region
 
 	mu      sync.Mutex
 	cfg     elastic.Config // the coordinator's, for a restart; its Servers follow RestartServer
@@ -92,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	j := &Job{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{},
+	j := &Job{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{}, keepShm: cfg.KeepShm,
 		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log, TLS: cfg.TLS}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
@@ -148,6 +157,13 @@ func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *server.Serv
 		l.Close()
 		srv.Close()
 		return nil, nil, nil, err
+	}
+	if j.ck.Storage != nil {
+		j.regMu.Lock()
+		if !slices.Contains(j.regions, id) {
+			j.regions = append(j.regions, id)
+		}
+		j.regMu.Unlock()
 	}
 	return srv, l, ls, nil
 }
@@ -416,8 +432,9 @@ func (j *Job) NewSession(worker string, rc shard.ReaderConfig) (*elastic.Session
 	return elastic.NewSession(elastic.SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: j.log})
 }
 
-// Close stops the coordinator, the clients and the servers, and closes the checkpointers (the
-// shared-memory regions stay for a restart on this host). Idempotent.
+// Close stops the coordinator, the clients and the servers, and closes the checkpointers. It
+// removes the shared-memory regions the servers made, unless Config.KeepShm keeps them for a
+// restart on this host; what is in storage stays either way. Idempotent.
 func (j *Job) Close() error {
 	j.mu.Lock()
 	if j.closed {
@@ -438,6 +455,13 @@ func (j *Job) Close() error {
 		errs = append(errs, s.Server().Close(), s.Close())
 	}
 	j.wg.Wait()
+	if !j.keepShm {
+		j.regMu.Lock()
+		for _, id := range j.regions {
+			errs = append(errs, checkpoint.DeleteRegion(j.ck.ShmDir, j.ck.Job, id))
+		}
+		j.regMu.Unlock()
+	}
 	return errors.Join(errs...)
 }
 

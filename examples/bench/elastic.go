@@ -204,6 +204,9 @@ func (p elParams) start(ctx context.Context, name string, store checkpoint.Stora
 			},
 		},
 		Checkpoint: checkpoint.Config{ShmDir: p.shm},
+		// Each scenario decides what becomes of the shared memory (a restart on new hosts
+		// removes it), so closing a job leaves it.
+		KeepShm: true,
 	})
 	if err != nil {
 		return nil, err

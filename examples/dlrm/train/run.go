@@ -174,6 +174,7 @@ func (r *run) setUp(ctx context.Context) error {
 			OnCheckpoint: r.onCheckpoint,
 		},
 		Checkpoint: checkpoint.Config{ShmDir: r.shm.dir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
+		KeepShm:    cfg.KeepShm,
 	})
 	if err != nil {
 		return err
