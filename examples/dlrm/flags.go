@@ -21,8 +21,8 @@ import (
 type options struct {
 	cfg   train.Config
 	plain bool // log lines even on a terminal
-	// defaultDir says -checkpoint-dir was not given: the directory is the one every such run
-	// shares.
+	// defaultDir says -checkpoint-dir was not given: an embedded run then gets a directory of
+	// its own under the default (runDir), and -resume or -evaluate the newest of them.
 	defaultDir bool
 	verbose    bool
 	gossip     string
@@ -124,7 +124,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.Servers, "ps", train.DefaultServers, "parameter servers")
 	fs.IntVar(&c.Workers, "workers", train.DefaultWorkers, "workers")
 	fs.StringVar(&scaleAt, "scale-at", "", "change the cluster while it trains: TIME:ps=N[,workers=M], steps separated by ';' (e.g. 20s:ps=3;40s:ps=2): servers are added or drained with their slots moved live")
-	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(os.TempDir(), "elasticps-dlrm"), "where checkpoints are persisted")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", filepath.Join(os.TempDir(), "elasticps-dlrm"), "where checkpoints are persisted (default: a new directory under this one for each run; -resume and -evaluate take the newest)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", train.DefaultCheckpointEvery, "take a flash checkpoint every N steps, or after -checkpoint-interval if that comes first (0: none by steps; with -checkpoint-interval 0, only at the end)")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", train.DefaultCheckpointInterval, "take a flash checkpoint after this much training time, or after -checkpoint-every steps if those come first (0: none by time), so that a slow run checkpoints too")
 	fs.IntVar(&c.FullEvery, "full-every", train.DefaultFullEvery, "every Nth checkpoint is full, the others hold only changed rows")

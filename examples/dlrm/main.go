@@ -104,6 +104,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if o.defaultDir {
+		dir, err := runDir(o.cfg.CheckpointDir, o.cfg.Resume || o.cfg.Evaluate != "", time.Now())
+		if err != nil {
+			disp.close()
+			fmt.Fprintf(stderr, "dlrm: %v\n", err)
+			return 1
+		}
+		o.cfg.CheckpointDir = dir
+	}
 	fmt.Fprintln(stdout, banner(&o.cfg))
 	sum, err := train.Run(ctx, o.cfg)
 	disp.close()
@@ -129,18 +138,15 @@ func banner(c *train.Config) string {
 	case c.Evaluate != "":
 		return fmt.Sprintf("dlrm: evaluating the commit of step %s of %s; nothing is trained", c.Evaluate, c.CheckpointDir)
 	case c.Duration == 0:
-		return "dlrm: training until the epochs are done; Ctrl-C stops after a final checkpoint, -resume continues from it"
+		return fmt.Sprintf("dlrm: training until the epochs are done, checkpoints in %s; Ctrl-C stops after a final checkpoint, -resume continues from it", c.CheckpointDir)
 	}
-	return fmt.Sprintf("dlrm: training for %v; Ctrl-C stops after a final checkpoint, -resume continues from it", c.Duration)
+	return fmt.Sprintf("dlrm: training for %v, checkpoints in %s; Ctrl-C stops after a final checkpoint, -resume continues from it", c.Duration, c.CheckpointDir)
 }
 
 // explain adds what to do about err, for the errors a person can act on.
 func explain(w io.Writer, o *options, err error) {
 	if errors.Is(err, train.ErrCheckpointsExist) {
 		fmt.Fprintf(w, "dlrm: continue that run with -resume, delete its checkpoints with -overwrite, or use another -checkpoint-dir\n")
-		if o.defaultDir {
-			fmt.Fprintf(w, "dlrm: (%s is the default -checkpoint-dir, shared by every run that does not give one)\n", o.cfg.CheckpointDir)
-		}
 	}
 }
 

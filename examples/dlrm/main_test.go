@@ -193,3 +193,34 @@ func TestServerBannerFollowsTheBind(t *testing.T) {
 	assert.NotContains(t, out.String(), "Ctrl-C stops it")
 	assert.Contains(t, errs.String(), "address already in use")
 }
+
+// The command typed twice with no -checkpoint-dir works both times: each run gets a directory
+// of its own under the default, and -resume continues the newest.
+func TestDefaultCheckpointDirIsEachRunsOwn(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	root := filepath.Join(os.TempDir(), "elasticps-dlrm")
+	flags := "-train-records 3000 -test-records 2000 -duration 0 -dim 4 -bottom 8 -top 8 -batch 100 -checkpoint-every 10"
+	var dirs []string
+	for range 2 {
+		var out, errs bytes.Buffer
+		require.Equal(t, 0, run(strings.Fields(flags), &out, &errs), "stderr: %s", errs.String())
+		runs, err := os.ReadDir(root)
+		require.NoError(t, err)
+		dirs = dirs[:0]
+		for _, e := range runs {
+			if strings.HasPrefix(e.Name(), runDirPrefix) {
+				dirs = append(dirs, filepath.Join(root, e.Name()))
+			}
+		}
+		require.NotEmpty(t, dirs)
+		assert.Contains(t, out.String(), "checkpoints in "+dirs[len(dirs)-1], "the banner names the run's directory")
+	}
+	require.Len(t, dirs, 2, "a directory per run")
+
+	var out, errs bytes.Buffer
+	require.Equal(t, 0, run(strings.Fields(flags+" -resume -epochs 2"), &out, &errs), "stderr: %s", errs.String())
+	assert.Contains(t, out.String(), "checkpoints in "+dirs[1], "-resume continues the newest run")
+
+	_, err := runDir(filepath.Join(t.TempDir(), "none"), true, time.Now())
+	assert.ErrorContains(t, err, "no earlier run")
+}
