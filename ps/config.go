@@ -81,10 +81,11 @@ type TableSpec struct {
 	Config embedding.Config
 	// Dense, when positive, makes the table a dense tensor of Dense floats (an MLP weight
 	// matrix, say) rather than an embedding table: it lives whole on the owner of its name's
-	// slot, Config.Optimizer applies to it, and it starts at zero until the first InitDense
-	// gives its values. Declared dense tensors are checkpointed with the tables
-	// (Server.CheckpointTables); ones that InitDense creates on the fly are not (an elastic
-	// LocalServer refuses to snapshot a server hosting one, rather than lose it on a restore).
+	// slot, Config.Optimizer applies to it (whatever optimizer InitDense passes), and it starts
+	// at zero until the first InitDense gives its values (later ones change nothing). Declared
+	// dense tensors are checkpointed with the tables (Server.CheckpointTables); ones that
+	// InitDense creates on the fly are not (elastic's server.Server refuses to snapshot a
+	// server hosting one, rather than lose it on a restore).
 	Dense int
 }
 

@@ -353,6 +353,25 @@ func TestDenseTensors(t *testing.T) {
 	assert.Equal(t, 1, owners, "a dense tensor lives on one server")
 }
 
+// A declared dense tensor takes its values from the first InitDense and keeps its declared
+// optimizer, whatever optimizer InitDense passes; a later InitDense changes nothing.
+func TestDeclaredDenseTensorKeepsItsOptimizer(t *testing.T) {
+	declared := ps.TableSpec{Name: "w", Dense: 4, Config: embedding.Config{Optimizer: embedding.Optimizer{Kind: embedding.SGD, LearningRate: 1}}}
+	c := pstest.New(t, 2, pstest.Options{Tables: []ps.TableSpec{declared}})
+	ctx := pstest.Context(t)
+	cl := c.Client("w", ps.ClientConfig{})
+	other := embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.25}
+	require.NoError(t, cl.InitDense(ctx, "w", []float32{1, 2, 3, 4}, other))
+	require.NoError(t, cl.InitDense(ctx, "w", []float32{9, 9, 9, 9}, other))
+	got := make([]float32, 4)
+	require.NoError(t, cl.PullDense(ctx, "w", got))
+	assert.Equal(t, []float32{1, 2, 3, 4}, got, "the first InitDense's values")
+	require.NoError(t, cl.PushDense(ctx, "w", []float32{1, 1, 1, 1}, 1))
+	require.NoError(t, cl.PullDense(ctx, "w", got))
+	assert.Equal(t, []float32{0, 1, 2, 3}, got, "the declared learning rate (1), not InitDense's (0.25)")
+	require.ErrorIs(t, cl.InitDense(ctx, "w", make([]float32, 5), other), ps.ErrBadRequest, "another size")
+}
+
 func TestContextCancel(t *testing.T) {
 	c := pstest.New(t, 1, pstest.Options{Tables: []ps.TableSpec{spec("emb")}})
 	cl := c.Client("w", ps.ClientConfig{})
