@@ -30,6 +30,26 @@ type Job interface {
 
 var _ Job = (*elastic.Coordinator)(nil)
 
+// A Job that can tell its status without reading every server's counters (as Usage does) is
+// read that way where the plan alone is needed: the coordinator's own, or a remote one's.
+type (
+	statuser    interface{ Status() elastic.Status }
+	ctxStatuser interface {
+		Status(ctx context.Context) (elastic.Status, error)
+	}
+)
+
+// status returns the job's status, with no server's counters read where the Job can.
+func (r *Runner) status(ctx context.Context) (elastic.Status, error) {
+	switch j := r.cfg.Job.(type) {
+	case statuser:
+		return j.Status(), nil
+	case ctxStatuser:
+		return j.Status(ctx)
+	}
+	return r.cfg.Job.Usage(ctx)
+}
+
 // A Job that can fail a worker is the default of RunnerConfig.ReplaceWorker: the coordinator's
 // own (no error: it fails a worker it knows of at once), or a remote one's.
 type (
@@ -319,7 +339,8 @@ func (r *Runner) sized(st elastic.Status, d Decision, all bool) elastic.Plan {
 }
 
 // Apply carries out one decision through the job. A decision that changes the plan reads the
-// job's plan first (Job.Usage), so that it keeps what the decision does not change.
+// job's plan first (its Status where the Job has one, else Usage), so that it keeps what the
+// decision does not change.
 func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 	c := r.cfg.Job
 	start := time.Now()
@@ -327,7 +348,7 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 	var st elastic.Status
 	switch d.Kind {
 	case Plan, Resize, AddServer, RestartServer, ShrinkRequest:
-		if st, a.Err = c.Usage(ctx); a.Err != nil {
+		if st, a.Err = r.status(ctx); a.Err != nil {
 			a.Err = fmt.Errorf("autoscale: read the plan: %w", a.Err)
 			a.Took = time.Since(start)
 			return a

@@ -22,6 +22,23 @@ type Procs map[string]string
 // IDs returns the node ids, sorted.
 func (p Procs) IDs() []string { return slices.Sorted(maps.Keys(p)) }
 
+// AwaitChanges is an Await for a harness that learns of its processes' starts and exits from a
+// channel closed at each (changed returns the current one, and a new one is made after each
+// close): it reads the processes with procs until cond holds of them, or ctx ends.
+func AwaitChanges(ctx context.Context, changed func() <-chan struct{}, procs func() Procs, cond func(Procs) bool) (Procs, error) {
+	for {
+		ch := changed() // before the look, so that a change after it wakes the wait
+		if p := procs(); cond(p) {
+			return p, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // ScalerUnderTest is a scaler that TestScaler checks, with the means to watch its processes.
 type ScalerUnderTest struct {
 	// Scaler is the scaler. If it is an elastic.ServerScaler, its StartServers and StopServers

@@ -114,19 +114,12 @@ func (h *harness) procs() elastictest.Procs {
 
 // await waits for cond, looking again at every start of a worker (what a crash leads to).
 func (h *harness) await(ctx context.Context, cond func(elastictest.Procs) bool) (elastictest.Procs, error) {
-	for {
+	changed := func() <-chan struct{} {
 		h.mu.Lock()
-		ch := h.changed
-		h.mu.Unlock()
-		if p := h.procs(); cond(p) {
-			return p, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		defer h.mu.Unlock()
+		return h.changed
 	}
+	return elastictest.AwaitChanges(ctx, changed, h.procs, cond)
 }
 
 // crash makes the worker's function fail, in the session it runs now (which may not have begun

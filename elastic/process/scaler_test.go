@@ -577,19 +577,12 @@ func (h *procHarness) procs() elastictest.Procs {
 
 // await waits for cond, looking again at every start and exit of a process.
 func (h *procHarness) await(ctx context.Context, cond func(elastictest.Procs) bool) (elastictest.Procs, error) {
-	for {
+	changed := func() <-chan struct{} {
 		h.mu.Lock()
-		ch := h.evented
-		h.mu.Unlock()
-		if p := h.procs(); cond(p) {
-			return p, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		defer h.mu.Unlock()
+		return h.evented
 	}
+	return elastictest.AwaitChanges(ctx, changed, h.procs, cond)
 }
 
 // crash kills the process of node id with SIGKILL, behind the scaler's back.
