@@ -70,7 +70,8 @@ type Coordinator struct {
 
 	repStatus struct {
 		sync.Mutex
-		s *RepartitionStatus
+		s      *RepartitionStatus
+		target *ps.OwnerTable // the table a move under way aims at
 	}
 	eventMu sync.Mutex // one OnCheckpoint call at a time
 
@@ -456,7 +457,11 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 func (c *Coordinator) ExactlyOnce() []EpochCheck {
 	c.svc.mu.Lock() // the dispatcher and the ledger at one moment
 	defer c.svc.mu.Unlock()
-	pr := c.disp.Progress()
+	return c.exactlyOnceLocked(c.disp.Progress())
+}
+
+// exactlyOnceLocked is ExactlyOnce with c.svc.mu held and the dispatcher's progress read.
+func (c *Coordinator) exactlyOnceLocked(pr shard.Progress) []EpochCheck {
 	totals := make([]epochTotals, 0, len(pr.EpochRecords))
 	for _, e := range pr.EpochRecords {
 		totals = append(totals, epochTotals{epoch: e.Epoch, records: e.Records, done: e.Done, failed: e.Failed})

@@ -105,6 +105,19 @@ func (e EpochCheck) OK() bool {
 	return !e.Complete || e.Covered+e.Failed == e.Records
 }
 
+// Violations counts the positions that break exactly-once: those trained more than once, plus
+// the larger of the difference between the ledger's and the dispatcher's counts and, in a
+// finished epoch, the positions neither trained nor given up (a position lost shows in both).
+// It is zero exactly when OK holds.
+func (e EpochCheck) Violations() int64 {
+	abs := func(x int64) int64 { return max(x, -x) }
+	off := abs(e.Covered - e.Accepted)
+	if e.Complete {
+		off = max(off, abs(e.Records-e.Covered-e.Failed))
+	}
+	return e.Duplicates + off
+}
+
 // String describes the check in one line.
 func (e EpochCheck) String() string {
 	state := "in progress"

@@ -20,6 +20,8 @@ func TestLedgerCountsAndRoundTrips(t *testing.T) {
 	assert.Equal(t, int64(140), checks[0].FirstDuplicate)
 	assert.True(t, checks[0].Complete)
 	assert.False(t, checks[0].OK(), "duplicates fail the check")
+	assert.Equal(t, int64(10), checks[0].Violations())
+	assert.Zero(t, checks[1].Violations())
 	assert.True(t, checks[1].OK(), "epoch in progress, as counted")
 	assert.False(t, checks[1].Complete)
 
@@ -31,6 +33,10 @@ func TestLedgerCountsAndRoundTrips(t *testing.T) {
 	missing.mark(0, 0, 159)
 	c := missing.check([]epochTotals{{epoch: 0, records: 160, done: 160}}, 1, true)
 	assert.False(t, c[0].OK(), "a position never trained fails a finished epoch")
+	assert.Equal(t, int64(1), c[0].Violations(), "the lost position counts once")
+	c = missing.check([]epochTotals{{epoch: 0, records: 160, done: 159}}, 1, true)
+	assert.False(t, c[0].OK())
+	assert.Equal(t, int64(1), c[0].Violations(), "lost with the dispatcher's agreement")
 }
 
 func FuzzDecodeLedger(f *testing.F) {

@@ -225,6 +225,7 @@ func (c *Coordinator) resizeLocked(ctx context.Context, added []ParameterServer,
 			}
 		}
 	}()
+	c.movingTo(next)
 	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	close(done)
 	c.noteProgress(m.Progress())
@@ -342,6 +343,7 @@ func (c *Coordinator) Rebalance(ctx context.Context, over float64, window time.D
 	}
 	n := len(cur.Nodes)
 	finished := c.moving(n, n)
+	c.movingTo(next)
 	final, err := m.Migrate(ctx, cur, next, c.publishMove, ps.WithPublishLock(c.lockTable))
 	c.noteProgress(m.Progress())
 	finished(err)
@@ -513,10 +515,36 @@ func (c *Coordinator) moving(from, to int) func(error) {
 		c.repStatus.Lock()
 		defer c.repStatus.Unlock()
 		c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
+		c.repStatus.target = nil
 		if err != nil {
 			c.repStatus.s.Err = err.Error()
 		}
 	}
+}
+
+// movingTo records the owner table a move under way aims at (Status.Migrating).
+func (c *Coordinator) movingTo(next *ps.OwnerTable) {
+	c.repStatus.Lock()
+	c.repStatus.target = next
+	c.repStatus.Unlock()
+}
+
+// migrating returns the slots whose owner in served differs from the one the move under way
+// gives them.
+func (c *Coordinator) migrating(served *ps.OwnerTable) []int {
+	c.repStatus.Lock()
+	target := c.repStatus.target
+	c.repStatus.Unlock()
+	if target == nil || target.Slots != served.Slots {
+		return nil
+	}
+	var out []int
+	for sl := 0; sl < served.Slots; sl++ {
+		if served.Owner(sl).ID != target.Owner(sl).ID {
+			out = append(out, sl)
+		}
+	}
+	return out
 }
 
 func (c *Coordinator) noteProgress(p ps.MigrationProgress) {

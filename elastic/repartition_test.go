@@ -53,6 +53,13 @@ func TestLiveRepartitionWhileTraining(t *testing.T) {
 		table, err := c.OwnerTable(ctx, 0)
 		require.NoError(t, err)
 		assert.Len(t, table.Nodes, move.servers)
+		st := c.Status()
+		require.Len(t, st.Owners, table.Slots)
+		for sl, id := range st.Owners {
+			assert.Equal(t, table.Owner(sl).ID, id, "slot %d", sl)
+		}
+		assert.Empty(t, st.Migrating, "the move is over")
+		assert.Zero(t, st.ExactlyOnceViolations)
 	}
 	require.NoError(t, scaler.Wait(ctx))
 	_, err := c.Checkpoint(ctx)

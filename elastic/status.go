@@ -71,6 +71,14 @@ type Status struct {
 	LostRecords int64 `json:"lost_records"`
 	// Repartition describes the newest change of the server count, under way or done.
 	Repartition *RepartitionStatus `json:"repartition,omitempty"`
+	// Owners names each slot's server in the served owner table (TableVersion), by slot;
+	// Migrating lists the slots a move under way (a change of the server count or a
+	// rebalance) is still to hand to another server.
+	Owners    []string `json:"owners,omitempty"`
+	Migrating []int    `json:"migrating,omitempty"`
+	// ExactlyOnceViolations sums EpochCheck.Violations over the epochs (ExactlyOnce): the
+	// positions trained twice, or lost. It stays zero.
+	ExactlyOnceViolations int64 `json:"exactly_once_violations"`
 }
 
 // ServerStatus is one parameter server of a Status.
@@ -95,7 +103,16 @@ type ServerStatus struct {
 	Uptime      time.Duration `json:"uptime_ns,omitempty"`
 	Busy        time.Duration `json:"busy_ns,omitempty"`
 	MemoryBytes int64         `json:"memory_bytes,omitempty"`
-	UsageError  string        `json:"usage_error,omitempty"`
+	// Usage only: the server's process (ps.ServerStats.Process), identified by Host and Pid,
+	// its CPU time (user and system) since it started, and the memory it holds in RAM.
+	// SharedProcess is set when the process also runs the coordinator or another server (an
+	// in-process job): its figures are then not the server's alone.
+	Host          string        `json:"host,omitempty"`
+	Pid           int           `json:"pid,omitempty"`
+	CPU           time.Duration `json:"cpu_ns,omitempty"`
+	ResidentBytes int64         `json:"resident_bytes,omitempty"`
+	SharedProcess bool          `json:"shared_process,omitempty"`
+	UsageError    string        `json:"usage_error,omitempty"`
 }
 
 // WorkerStatus is one worker of a Status.
@@ -117,10 +134,19 @@ func (c *Coordinator) Status() Status {
 	now := c.clock.now()
 	c.svc.mu.Lock()
 	pr := c.disp.Progress()
+	checks := c.exactlyOnceLocked(pr)
 	c.svc.mu.Unlock()
 	st := Status{Job: c.cfg.Job, Recovery: c.cfg.Recovery.String()}
+	for _, e := range checks {
+		st.ExactlyOnceViolations += e.Violations()
+	}
 	if t := c.holder.Get(); t != nil {
 		st.TableVersion = t.Version
+		st.Owners = make([]string, t.Slots)
+		for sl := range st.Owners {
+			st.Owners[sl] = t.Owner(sl).ID
+		}
+		st.Migrating = c.migrating(t)
 	}
 	st.Epoch, st.Epochs, st.Finished = pr.Epoch, pr.Epochs, pr.Finished
 	for _, e := range pr.EpochRecords {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/procstat"
 )
 
-// Usage is Status with every server's counters read (ServerStatus's Uptime, Busy and
-// MemoryBytes): what an autoscaler samples, taking differences between two readings. It reads
+// Usage is Status with every server's counters read (ServerStatus's Uptime, Busy,
+// MemoryBytes and its process's figures): what an autoscaler samples, taking differences between two readings. It reads
 // every server of the owner table (one call each, like Rebalance's measurement); a server that
 // does not answer, and one the owner table does not hold (failed, or not serving yet), has
 // UsageError set. Usage fails only when ctx ends or the coordinator cannot
@@ -35,6 +37,8 @@ func (c *Coordinator) Usage(ctx context.Context) (Status, error) {
 			continue
 		}
 		s.Uptime = stats.Uptime
+		p := stats.Process
+		s.Host, s.Pid, s.CPU, s.ResidentBytes = p.Host, p.Pid, p.CPU, p.ResidentBytes
 		for _, sl := range stats.Slots {
 			s.Busy += time.Duration(sl.BusyNanos)
 		}
@@ -47,7 +51,27 @@ func (c *Coordinator) Usage(ctx context.Context) (Status, error) {
 			st.Servers[i].UsageError = "not in the owner table"
 		}
 	}
+	markShared(st.Servers, procstat.Read())
 	return st, nil
+}
+
+// markShared sets SharedProcess on the servers whose process is the coordinator's (self) or
+// another server's.
+func markShared(servers []ServerStatus, self procstat.Sample) {
+	type proc struct {
+		host string
+		pid  int
+	}
+	n := map[proc]int{{self.Host, self.Pid}: 1}
+	for _, s := range servers {
+		if s.Pid != 0 {
+			n[proc{s.Host, s.Pid}]++
+		}
+	}
+	for i := range servers {
+		s := &servers[i]
+		s.SharedProcess = s.Pid != 0 && n[proc{s.Host, s.Pid}] > 1
+	}
 }
 
 // workerSteps times a worker's batches, from Begin to End.

@@ -2,6 +2,7 @@ package elastic_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,6 +71,11 @@ func TestUsage(t *testing.T) {
 		tab, ok := job.Servers[map[string]int{"ps-0": 0, "ps-1": 1}[s.ID]].Server().Table("emb")
 		require.True(t, ok)
 		assert.Equal(t, tab.MemoryBytes(), s.MemoryBytes, s.ID)
+		assert.Equal(t, os.Getpid(), s.Pid, "an in-process server's process is the test's")
+		assert.NotEmpty(t, s.Host)
+		assert.Positive(t, s.CPU, s.ID)
+		assert.Positive(t, s.ResidentBytes, s.ID)
+		assert.True(t, s.SharedProcess, "%s runs in the coordinator's process", s.ID)
 	}
 	releaseAll()
 	require.NoError(t, scaler.Wait(ctx))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"time"
 
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/internal/rpc"
@@ -122,6 +123,7 @@ func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buff
 	if err != nil {
 		return remote(codeBadRequest, "malformed dense pull")
 	}
+	start := time.Now()
 	s.own.RLock()
 	defer s.own.RUnlock()
 	if err := s.checkDenseLocked(r.table, r.version); err != nil {
@@ -142,6 +144,7 @@ func (s *Server) handlePullDense(ctx context.Context, req []byte, resp *rpc.Buff
 		return remote(codeBadRequest, "%v", err)
 	}
 	putFloats(resp.Extend(4*h.length), all[:h.length])
+	s.stats.denseDone(h, rows, start, false)
 	return nil
 }
 
@@ -150,6 +153,7 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	if err != nil {
 		return remote(codeBadRequest, "malformed dense push")
 	}
+	start := time.Now()
 	s.own.RLock()
 	if err := s.checkDenseLocked(r.table, r.version); err != nil {
 		s.own.RUnlock()
@@ -179,18 +183,27 @@ func (s *Server) handlePushDense(ctx context.Context, req []byte, resp *rpc.Buff
 	if h.bar != nil {
 		s.own.RUnlock()
 		admit := s.syncAdmit(r, func() error { return s.checkDenseLocked(r.table, r.version) })
-		return h.bar.push(ctx, r.worker, syncStep(r.step), ids, g, admit, func(ids []uint64, g []float32, step uint32) error {
+		err := h.bar.push(ctx, r.worker, syncStep(r.step), ids, g, admit, func(ids []uint64, g []float32, step uint32) error {
 			return s.applyLocking(h, ids, g, step)
 		})
+		if err == nil {
+			s.stats.denseDone(h, rows, start, true)
+		}
+		return err
 	}
-	defer s.own.RUnlock()
 	if r.flags&flagPosition != 0 {
 		held := s.holdsBackLocked(r.table, DataShard{r.pos.Epoch, r.pos.Shard})
-		return applyErr(s.own.applied[r.table].applyOnce(r.pos, []int32{int32(h.slot)}, held, func(func(int) bool) error {
+		err = applyErr(s.own.applied[r.table].applyOnce(r.pos, []int32{int32(h.slot)}, held, func(func(int) bool) error {
 			return h.t.Apply(ids, g, rowStep(r.step))
 		}))
+	} else {
+		err = applyErr(h.t.Apply(ids, g, rowStep(r.step)))
 	}
-	return applyErr(h.t.Apply(ids, g, rowStep(r.step)))
+	s.own.RUnlock()
+	if err == nil {
+		s.stats.denseDone(h, rows, start, true)
+	}
+	return err
 }
 
 // DenseLength returns the length of the dense tensor name hosted here, or false.

@@ -101,5 +101,6 @@ func (s *Server) fencedLocked(epoch uint64) error {
 	if !s.fence.refused(epoch) {
 		return nil
 	}
+	s.stats.fenced.Add(1)
 	return remote(codeFenced, "server %s refuses epoch %d.%d (fenced)", s.cfg.ID, epoch>>32, epoch&math.MaxUint32)
 }

@@ -201,6 +201,7 @@ func (s *Server) closeMigrations() {
 // movedLocked builds the refusal of a fenced slot; the data is the server's version, the slot
 // and the destination's ID.
 func (s *Server) movedLocked(slot int) error {
+	s.stats.moved.Add(1)
 	to := ""
 	s.mig.mu.Lock()
 	for _, m := range s.mig.out {

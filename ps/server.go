@@ -69,6 +69,7 @@ type hosted struct {
 	ids    []uint64 // dense: the row ids 0..rows-1, read only
 	slot   int      // dense: the slot of its name
 	bar    *barrier
+	counts tableCounters
 }
 
 // NewServer returns a server hosting cfg.Tables. It owns no slot until SetOwnerTable.
@@ -286,6 +287,7 @@ func (s *Server) version() uint64 {
 
 // wrongOwner builds the refusal of slot; the data is the server's version.
 func (s *Server) wrongOwnerLocked(slot int) error {
+	s.stats.wrongOwner.Add(1)
 	v := s.version()
 	var d [12]byte
 	binary.LittleEndian.PutUint64(d[:], v)
@@ -411,7 +413,7 @@ func (s *Server) handlePull(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	if err != nil {
 		return remote(codeBadRequest, "%v", err)
 	}
-	s.stats.record(sc, len(r.ids), time.Since(start), false)
+	s.stats.record(h, sc, len(r.ids), time.Since(start), false)
 	return nil
 }
 
@@ -474,7 +476,7 @@ func (s *Server) handlePush(ctx context.Context, req []byte, resp *rpc.Buffer) e
 	if err != nil {
 		return applyErr(err)
 	}
-	s.stats.record(sc, len(r.ids), time.Since(start), true)
+	s.stats.record(h, sc, len(r.ids), time.Since(start), true)
 	return nil
 }
 
@@ -492,7 +494,7 @@ func (s *Server) pushSync(ctx context.Context, h *hosted, r tableReq, sc *reqScr
 		return s.applyLocking(h, ids, g, step)
 	})
 	if err == nil {
-		s.stats.record(sc, len(r.ids), time.Since(start), true)
+		s.stats.record(h, sc, len(r.ids), time.Since(start), true)
 	}
 	return err
 }

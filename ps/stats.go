@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/embedding"
+	"github.com/elasticps/elasticps/internal/procstat"
 	"github.com/elasticps/elasticps/internal/rpc"
 )
 
@@ -24,6 +25,86 @@ type slotStats struct {
 	pushes  atomic.Uint64
 	rowsIn  atomic.Uint64
 	rowsOut atomic.Uint64
+
+	// Requests refused, by reason.
+	wrongOwner, moved, fenced atomic.Uint64
+	pullLatency, pushLatency  latency
+}
+
+// tableCounters counts one table's requests and what they carried (dense tensors included).
+type tableCounters struct {
+	pulls, pushes, rowsOut, rowsIn, bytesOut, bytesIn atomic.Uint64
+}
+
+func (c *tableCounters) add(rows, bytes int, push bool) {
+	if push {
+		c.pushes.Add(1)
+		c.rowsIn.Add(uint64(rows))
+		c.bytesIn.Add(uint64(bytes))
+		return
+	}
+	c.pulls.Add(1)
+	c.rowsOut.Add(uint64(rows))
+	c.bytesOut.Add(uint64(bytes))
+}
+
+// latencyBounds are the upper bounds of the serving-time buckets, from 25µs to 2.5s.
+var latencyBounds = [...]time.Duration{
+	25 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond, 250 * time.Microsecond,
+	500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2500 * time.Millisecond,
+}
+
+// latency counts serving times in the buckets of latencyBounds (one more above them).
+type latency struct {
+	counts [len(latencyBounds) + 1]atomic.Uint64
+	sum    atomic.Uint64 // nanoseconds
+}
+
+func (l *latency) observe(d time.Duration) {
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
+	}
+	l.counts[i].Add(1)
+	l.sum.Add(uint64(max(d, 0)))
+}
+
+func (l *latency) histogram() Histogram {
+	h := Histogram{Bounds: make([]float64, len(latencyBounds)), Counts: make([]uint64, len(l.counts))}
+	for i, b := range latencyBounds {
+		h.Bounds[i] = b.Seconds()
+	}
+	for i := range l.counts {
+		h.Counts[i] = l.counts[i].Load()
+		h.Count += h.Counts[i]
+	}
+	h.Sum = time.Duration(l.sum.Load()).Seconds()
+	return h
+}
+
+// Histogram is a distribution of serving times.
+type Histogram struct {
+	// Bounds are the buckets' upper bounds in seconds, ascending; one more bucket holds what
+	// is above the last.
+	Bounds []float64
+	// Counts has len(Bounds)+1 counts, each of its own bucket only (not cumulative).
+	Counts []uint64
+	// Count is the number of requests, Sum their serving time in seconds.
+	Count uint64
+	Sum   float64
+}
+
+// ProcessStats is what a server's process uses. Several servers in one process (an in-process
+// job) report the same process: the same Pid and Host.
+type ProcessStats struct {
+	Pid  int
+	Host string
+	// CPU is the user and system time the process has used since it started.
+	CPU time.Duration
+	// ResidentBytes is the memory it holds in RAM (zero where the system does not say).
+	ResidentBytes int64
 }
 
 // statShard is one set of per-slot counters, padded so that shards do not share a cache line.
@@ -55,13 +136,17 @@ func (st *slotStats) init(slots int) {
 }
 
 // record adds one request's per-slot counts (in sc, which it clears).
-func (st *slotStats) record(sc *reqScratch, rows int, d time.Duration, push bool) {
+func (st *slotStats) record(h *hosted, sc *reqScratch, rows int, d time.Duration, push bool) {
+	bytes := rows * 4 * h.t.Dim()
+	h.counts.add(rows, bytes, push)
 	if push {
 		st.pushes.Add(1)
 		st.rowsIn.Add(uint64(rows))
+		st.pushLatency.observe(d)
 	} else {
 		st.pulls.Add(1)
 		st.rowsOut.Add(uint64(rows))
+		st.pullLatency.observe(d)
 	}
 	per := uint64(0)
 	if rows > 0 {
@@ -79,6 +164,16 @@ func (st *slotStats) record(sc *reqScratch, rows int, d time.Duration, push bool
 	}
 	sh.mu.Unlock()
 	sc.slots = sc.slots[:0]
+}
+
+// denseDone counts a dense tensor's pull or push of rows rows, begun at start.
+func (st *slotStats) denseDone(h *hosted, rows int, start time.Time, push bool) {
+	h.counts.add(rows, 4*h.length, push)
+	if push {
+		st.pushLatency.observe(time.Since(start))
+	} else {
+		st.pullLatency.observe(time.Since(start))
+	}
 }
 
 // lock locks and returns a shard: the first free one from a rotating start, else waits for the
@@ -119,9 +214,18 @@ type ServerStats struct {
 	ID      string
 	Version uint64 // owner-table version
 	Uptime  time.Duration
-	// Pulls and Pushes count requests; RowsOut and RowsIn the rows they carried.
+	// Pulls and Pushes count requests for rows of sparse tables; RowsOut and RowsIn the rows
+	// they carried.
 	Pulls, Pushes, RowsOut, RowsIn uint64
-	Tables                         []TableStats
+	// RefusedWrongOwner counts requests refused for a slot the server does not own,
+	// RefusedMoved for a slot it is handing over, RefusedFenced pushes of a fenced epoch.
+	RefusedWrongOwner, RefusedMoved, RefusedFenced uint64
+	// PullLatency and PushLatency are the serving times of pull and push requests, dense
+	// tensors' included (a synchronous push's includes its wait for the step to complete).
+	PullLatency, PushLatency Histogram
+	// Process is what the server's process uses.
+	Process ProcessStats
+	Tables  []TableStats
 	// Slots lists every owned slot and every slot with activity or rows.
 	Slots []SlotStats
 }
@@ -133,6 +237,9 @@ type TableStats struct {
 	Dim         int
 	Rows        int
 	MemoryBytes int64
+	// Pulls and Pushes count the requests for the table, RowsOut and RowsIn the rows they
+	// carried, BytesOut and BytesIn the bytes of those rows (4 per value).
+	Pulls, Pushes, RowsOut, RowsIn, BytesOut, BytesIn uint64
 }
 
 // SlotStats describes one slot on one server.
@@ -163,10 +270,16 @@ func (s *Server) Stats(withRows bool) ServerStats {
 	sort.Slice(hs, func(i, j int) bool { return hs[i].name < hs[j].name })
 	st := &s.stats
 	out.Pulls, out.Pushes, out.RowsOut, out.RowsIn = st.pulls.Load(), st.pushes.Load(), st.rowsOut.Load(), st.rowsIn.Load()
+	out.RefusedWrongOwner, out.RefusedMoved, out.RefusedFenced = st.wrongOwner.Load(), st.moved.Load(), st.fenced.Load()
+	out.PullLatency, out.PushLatency = st.pullLatency.histogram(), st.pushLatency.histogram()
+	p := procstat.Read()
+	out.Process = ProcessStats{Pid: p.Pid, Host: p.Host, CPU: p.CPU, ResidentBytes: p.ResidentBytes}
 	rows := make([]int, s.cfg.Slots)
 	bytes := make([]int64, s.cfg.Slots)
 	for _, h := range hs {
-		out.Tables = append(out.Tables, TableStats{Name: h.name, Dense: h.dense, Dim: h.t.Dim(), Rows: h.t.Len(), MemoryBytes: h.t.MemoryBytes()})
+		c := &h.counts
+		out.Tables = append(out.Tables, TableStats{Name: h.name, Dense: h.dense, Dim: h.t.Dim(), Rows: h.t.Len(), MemoryBytes: h.t.MemoryBytes(),
+			Pulls: c.pulls.Load(), Pushes: c.pushes.Load(), RowsOut: c.rowsOut.Load(), RowsIn: c.rowsIn.Load(), BytesOut: c.bytesOut.Load(), BytesIn: c.bytesIn.Load()})
 		if !withRows {
 			continue
 		}

@@ -74,7 +74,8 @@ type RunnerConfig struct {
 	Now func() time.Time
 	// WorkerCPU and ServerCPU are the cores of a worker and a server when the coordinator's
 	// plan sets none (elastic.Plan.Worker.CPUs, Server.CPUs); default 1. A server's CPU share
-	// is its serving time per second over ServerCPU.
+	// is its process's CPU time per second over ServerCPU, or its serving time per second when
+	// it shares its process (elastic.ServerStatus.SharedProcess).
 	WorkerCPU, ServerCPU float64
 	// RestartServer restarts server id, whose new size the coordinator's plan already holds
 	// (SetPlan), so that it restores its slots from the newest flash checkpoint: for an
@@ -261,11 +262,7 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 			continue
 		}
 		cur.servers[s.ID] = s
-		sl := ServerLoad{ID: s.ID, Memory: s.MemoryBytes, MemoryLimit: obs.Shape.Server.Memory}
-		if p, ok := prev.server(s.ID); ok && s.Uptime > p.Uptime && s.Busy >= p.Busy {
-			sl.CPU = float64(s.Busy-p.Busy) / float64(s.Uptime-p.Uptime) / obs.Shape.Server.CPU
-		}
-		obs.Servers = append(obs.Servers, sl)
+		obs.Servers = append(obs.Servers, serverLoad(s, prev, obs.Shape.Server))
 	}
 	for _, w := range st.Workers {
 		cur.workers[w.ID] = w
@@ -279,6 +276,30 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 		obs.Pending = r.cfg.Pending()
 	}
 	return obs, nil
+}
+
+// serverLoad is a server's figures from two readings of it. A server alone in its process
+// reports what the process really uses: its CPU time, and the resident memory as its memory,
+// with Busy the share of the time it served. A server sharing its process (an in-process job)
+// counts its serving time as its CPU, and its tables' memory as its memory.
+func serverLoad(s elastic.ServerStatus, prev *reading, size Resources) ServerLoad {
+	sl := ServerLoad{ID: s.ID, Memory: s.MemoryBytes, MemoryLimit: size.Memory}
+	alone := !s.SharedProcess && s.Pid != 0
+	if alone && s.ResidentBytes > 0 {
+		sl.Memory = s.ResidentBytes
+	}
+	p, ok := prev.server(s.ID)
+	if !ok || s.Uptime <= p.Uptime || s.Busy < p.Busy {
+		return sl
+	}
+	up := float64(s.Uptime - p.Uptime)
+	if alone && p.Pid == s.Pid && p.Host == s.Host && s.CPU >= p.CPU {
+		sl.CPU = float64(s.CPU-p.CPU) / up / size.CPU
+		sl.Busy = min(float64(s.Busy-p.Busy)/up, 1)
+		return sl
+	}
+	sl.CPU = float64(s.Busy-p.Busy) / up / size.CPU
+	return sl
 }
 
 func (p *reading) server(id string) (elastic.ServerStatus, bool) {
