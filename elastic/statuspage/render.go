@@ -251,7 +251,8 @@ const (
 
 type chartView struct {
 	Name, Title, Unit string
-	Last              string // the newest value
+	Last              string  // the newest value
+	LastV             float64 // unformatted, for a script
 	N                 int
 	Points            string // the polyline
 	DotX, DotY        float64
@@ -287,7 +288,11 @@ func chartOf(se Series, at time.Time, every time.Duration) chartView {
 		}
 		hi, lo = hi+pad, max(lo-pad, min(lo, 0))
 	}
+	top := hi
 	hi += (hi - lo) * 0.05
+	if lo >= 0 && top <= 1 {
+		hi = min(hi, 1) // a share (AUC, accuracy) is not drawn above 1
+	}
 	t0, t1 := se.Points[0].At, se.Points[len(se.Points)-1].At
 	span := t1.Sub(t0)
 	x := func(t time.Time) float64 {
@@ -306,7 +311,7 @@ func chartOf(se Series, at time.Time, every time.Duration) chartView {
 	}
 	last := se.Points[len(se.Points)-1]
 	c.Points, c.DotX, c.DotY = b.String(), math.Round(x(last.At)*10)/10, math.Round(y(last.V)*10)/10
-	c.Last, c.YHi, c.YLo = num(last.V), num(hi), num(lo)
+	c.Last, c.LastV, c.YHi, c.YLo = num(last.V), last.V, num(hi), num(lo)
 	c.Span = "last " + durText(max(span, every).Round(time.Second))
 	return c
 }
@@ -347,10 +352,15 @@ type ckptRow struct {
 	Failed                             bool
 }
 
-const ckptBars = 48
+// The checkpoint timeline is twice as wide as a chart: it has a half-width section to itself.
+const (
+	ckptBars  = 48
+	ckptW     = 2 * chartW
+	ckptPlotW = ckptW - chartLeft - chartRight
+)
 
 func ckptOf(cs []Checkpoint) ckptView {
-	v := ckptView{N: len(cs), W: chartW, H: chartH, X0: chartX0, Y1: chartY1, LabelY: chartLabelY, RightX: chartRightX, TickX: chartX0 - 4}
+	v := ckptView{N: len(cs), W: ckptW, H: chartH, X0: chartX0, Y1: chartY1, LabelY: chartLabelY, RightX: ckptW - chartRight, TickX: chartX0 - 4}
 	if len(cs) > ckptBars {
 		cs = cs[len(cs)-ckptBars:]
 	}
@@ -361,7 +371,7 @@ func ckptOf(cs []Checkpoint) ckptView {
 	for _, c := range cs {
 		pauseMax, lagMax = max(pauseMax, c.Blocked), max(lagMax, c.CommitLag)
 	}
-	slot := float64(chartPlotW) / ckptBars
+	slot := float64(ckptPlotW) / ckptBars
 	for i, c := range cs {
 		x := chartX0 + float64(i)*slot
 		class := ""
