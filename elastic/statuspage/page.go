@@ -35,8 +35,7 @@ type Page struct {
 	mu struct {
 		sync.Mutex
 		src     Source
-		at      time.Time // of the newest sample; zero before the first
-		prevAt  time.Time
+		at      time.Time      // of the newest sample; zero before the first
 		status  elastic.Status // at the newest sample
 		members []Member
 		series  map[string]*series

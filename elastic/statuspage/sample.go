@@ -37,7 +37,7 @@ func (p *Page) noteLocked(now time.Time, st elastic.Status) {
 		dt = 0
 	}
 	p.mu.members = members(p.mu.members, prev, st, dt)
-	p.mu.prevAt, p.mu.at, p.mu.status = prevAt, now, st
+	p.mu.at, p.mu.status = now, st
 }
 
 // trained returns the records trained from prev to cur, across epochs; a data position that

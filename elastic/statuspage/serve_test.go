@@ -251,3 +251,39 @@ func TestFetchErrors(t *testing.T) {
 	_, err = Fetch(ctx, "::not a url", nil)
 	assert.Error(t, err)
 }
+
+// Everything a snapshot holds comes back from its JSON: a status command sees what the page
+// shows.
+func TestSnapshotJSON(t *testing.T) {
+	ctx := context.Background()
+	src := &usageSource{fakeSource: fakeSource{st: twoServers()}}
+	p, _, clk := newTestPage(t, Config{Source: src})
+	p.Sample(ctx)
+	ev := elastic.RecoveryEvent{Policy: elastic.Partial, Failed: map[string]string{"ps-1": "killed"}, Replaced: []string{"ps-1"},
+		Step: 40, TableVersion: 3, Detected: clk.now(), Replacement: time.Second, Duration: 2 * time.Second, LostRecords: 7, TrainedRecords: 900}
+	clk.advance(time.Second)
+	src.set(func(st *elastic.Status) {
+		st.Plan = elastic.Plan{Servers: 3, Workers: 2, Server: elastic.Resources{CPUs: 2, Memory: 1 << 30}}
+		st.Repartition = &elastic.RepartitionStatus{Running: true, From: 2, To: 3, SlotsDone: 1, SlotsTotal: 3}
+		st.Migrating = []int{1, 5}
+		st.Recoveries, st.LastRecovery = 1, &ev
+		st.Servers[0].Host, st.Servers[0].CPU, st.Servers[0].ResidentBytes = "node-a", time.Second, 1<<20
+		st.EpochDone, st.Step = 500, 9
+	})
+	p.Observe("auc", 0.75)
+	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 9, Bytes: 10, Full: true, Blocked: time.Millisecond})
+	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 9, Commit: true, Persist: time.Second})
+	p.Sample(ctx)
+
+	want := p.Snapshot()
+	b, err := json.Marshal(want)
+	require.NoError(t, err)
+	var got Snapshot
+	require.NoError(t, json.Unmarshal(b, &got))
+	// What the JSON leaves out on purpose: a recovery's spans (elastic.RecoveryEvent's
+	// json:"-" fields), empty here.
+	assert.Equal(t, want, got)
+	assert.NotEmpty(t, got.Recoveries)
+	assert.NotEmpty(t, got.Checkpoints)
+	assert.NotNil(t, got.Status.Repartition)
+}
