@@ -62,8 +62,8 @@ type Job struct {
 	Servers []*server.Server
 
 	secret []byte
-	log    *slog.Logger // the job's own records, on the coordinator's side
-	jobLog *slog.Logger // the records' logger before the role and node are added
+	log    *slog.Logger      // the job's own records, on the coordinator's side
+	jobLog *slog.Logger      // the records' logger before the role and node are added
 	server ps.ServerConfig   // every server's but ID, for a restart
 	ck     checkpoint.Config // every server's checkpointer's
 	listen string
