@@ -292,13 +292,15 @@ func TestMembers(t *testing.T) {
 	src.set(func(st *elastic.Status) {
 		st.Servers[0].Host, st.Servers[0].Pid, st.Servers[0].CPU, st.Servers[0].ResidentBytes = "node-a", 100, time.Second, 1<<30
 		st.Servers[1].Host, st.Servers[1].Busy, st.Servers[1].MemoryBytes = "node-b", time.Second, 1<<20
+		// ps-1 shares its process: its process's figures are not its own.
+		st.Servers[1].Pid, st.Servers[1].SharedProcess, st.Servers[1].CPU, st.Servers[1].ResidentBytes = 7, true, 10*time.Second, 1<<30
 		st.Workers[0].Steps = 10
 	})
 	p.Sample(ctx)
 	clk.advance(2 * time.Second)
 	src.set(func(st *elastic.Status) {
 		st.Servers[0].CPU = 4 * time.Second
-		st.Servers[1].Busy, st.Servers[1].Silent = 2*time.Second, true
+		st.Servers[1].Busy, st.Servers[1].Silent, st.Servers[1].CPU = 2*time.Second, true, 20*time.Second
 		st.Workers[0].Steps, st.Workers[0].InBatch = 50, true
 		st.Migrating = []int{1, 2, 3}
 	})
@@ -307,8 +309,8 @@ func TestMembers(t *testing.T) {
 	require.Len(t, m, 4)
 	assert.Equal(t, Member{Role: RoleServer, ID: "ps-0", Addr: "127.0.0.1:7000", Host: "node-a", Pid: 100, Health: HealthServing,
 		Incarnation: 11, Slots: 4, Migrating: 1, CPU: 1.5, Memory: 1 << 30}, m[0], "CPU: the process's, 3 s over 2 s")
-	assert.Equal(t, Member{Role: RoleServer, ID: "ps-1", Addr: "127.0.0.1:7001", Host: "node-b", Health: HealthSilent,
-		Incarnation: 12, Slots: 4, Migrating: 2, CPU: 0.5, Memory: 1 << 20}, m[1], "CPU: the serving time without the process's")
+	assert.Equal(t, Member{Role: RoleServer, ID: "ps-1", Addr: "127.0.0.1:7001", Host: "node-b", Pid: 7, Health: HealthSilent,
+		Incarnation: 12, Slots: 4, Migrating: 2, CPU: 0.5, Memory: 1 << 20}, m[1], "CPU and memory: the serving time and the tables' of a server sharing its process")
 	assert.Equal(t, Member{Role: RoleWorker, ID: "worker-0", Health: HealthBatch, Steps: 50, StepsPerSecond: 20}, m[2])
 	assert.Equal(t, HealthIdle, m[3].Health)
 

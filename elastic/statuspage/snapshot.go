@@ -74,8 +74,9 @@ type Member struct {
 	Steps          uint64  `json:"steps,omitempty"`
 	StepsPerSecond float64 `json:"steps_per_second,omitempty"`
 	// CPU is the cores a server used since the previous sample (its process's CPU time where
-	// the counters have it, else its serving time); Memory the bytes its process holds (its
-	// tables' where the counters have no resident size). Zero: not read.
+	// the counters have it and the process is the server's alone, else its serving time);
+	// Memory the bytes its process holds (its tables' where the counters have no resident size
+	// or the process is shared). Zero: not read.
 	CPU    float64 `json:"cpu,omitempty"`
 	Memory int64   `json:"memory_bytes,omitempty"`
 }

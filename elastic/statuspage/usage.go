@@ -18,17 +18,21 @@ func ownership(st elastic.Status) (slots, migrating map[string]int) {
 }
 
 // usage fills m's host, process and memory from the servers' counters in s, where the page
-// read them: the process's resident memory, else its tables'.
+// read them: the process's resident memory, else (or when the process is shared with other
+// parts of the job) its tables'.
 func usage(m *Member, s elastic.ServerStatus) {
 	m.Host, m.Pid = s.Host, s.Pid
 	m.Memory = cmpOr(s.ResidentBytes, s.MemoryBytes)
+	if s.SharedProcess {
+		m.Memory = s.MemoryBytes
+	}
 }
 
 // cpu returns the cores a server used from prev to cur, dt seconds apart: its process's CPU
-// time where the counters have it, else its serving time.
+// time where the counters have it and the process is the server's alone, else its serving time.
 func cpu(prev, cur elastic.ServerStatus, dt float64) float64 {
 	a, b := prev.CPU, cur.CPU
-	if a == 0 || b == 0 {
+	if a == 0 || b == 0 || cur.SharedProcess || prev.Pid != cur.Pid {
 		a, b = prev.Busy, cur.Busy
 	}
 	if a == 0 || b < a {

@@ -578,7 +578,7 @@ func acceptedBy(d *shard.Dispatcher) int64 {
 // workerCounters are one worker process's figures.
 type workerCounters struct{ samples atomic.Int64 }
 
-func (c *workerCounters) trained(n int, _ float64) { c.samples.Add(int64(n)) }
+func (c *workerCounters) trained(_ string, st stepFigures) { c.samples.Add(int64(st.samples)) }
 
 // RunWorker runs one worker until the data is done, the coordinator stops training, or ctx
 // ends. It pulls from and pushes to the parameter servers of rc.PS, leases data shards from the

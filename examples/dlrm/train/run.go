@@ -89,10 +89,10 @@ type run struct {
 	lastBlk  time.Duration
 }
 
-func (r *run) trained(n int, loss float64) {
-	r.samples.Add(int64(n))
+func (r *run) trained(_ string, st stepFigures) {
+	r.samples.Add(int64(st.samples))
 	r.mu.Lock()
-	r.lossSum += loss
+	r.lossSum += st.loss
 	r.lossN++
 	r.mu.Unlock()
 }
