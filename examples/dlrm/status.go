@@ -13,23 +13,32 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/statuspage"
 )
 
 // runStatus is the status sub-command: it asks the coordinator of a running multi-process job
 // for its status and prints it.
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	cf := newControlFlags("status", "-dispatcher HOST:PORT -secret-file FILE [-json]",
-		"Prints the status of a running job: its phase, servers, workers, data progress, checkpoints and recoveries.", 10*time.Second, stderr)
+	cf := newControlFlags("status", "{-dispatcher HOST:PORT | -page URL} [-secret-file FILE] [-json]",
+		"Prints the status of a running job: its phase, servers, workers, data progress, checkpoints and recoveries.\n"+
+			"It asks the coordinator over its control port (-dispatcher, with -secret-file), or reads its status page's JSON (-page; -secret-file unless the page is on loopback).", 10*time.Second, stderr)
 	fs, addr, secretFile, timeout := cf.fs, cf.addr, cf.secretFile, cf.timeout
 	asJSON := fs.Bool("json", false, "print the status as JSON")
+	page := fs.String("page", "", "the coordinator's status page (the URL the coordinator prints), read instead of the control port")
 	if code, ok := cf.parse(args); !ok {
 		return code
 	}
-	if *addr == "" || *secretFile == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "dlrm status: -dispatcher and -secret-file are required, and nothing else")
+	if (*addr == "") == (*page == "") || (*addr != "" && *secretFile == "") || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "dlrm status: one of -dispatcher (with -secret-file) or -page is required, and nothing else")
 		return 2
 	}
-	st, err := fetchStatus(*addr, *secretFile, *timeout)
+	var st elastic.Status
+	var err error
+	if *page != "" {
+		st, err = fetchPage(*page, *secretFile, *timeout)
+	} else {
+		st, err = fetchStatus(*addr, *secretFile, *timeout)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dlrm status: %v\n", err)
 		return 1
@@ -95,6 +104,23 @@ func (cf controlFlags) parse(args []string) (int, bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// fetchPage reads the status from the coordinator's status page at url, with the secret in
+// secretFile (none: a page on loopback).
+func fetchPage(url, secretFile string, timeout time.Duration) (elastic.Status, error) {
+	var secret []byte
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return elastic.Status{}, err
+		}
+		secret = bytes.TrimSpace(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	snap, err := statuspage.Fetch(ctx, url, secret)
+	return snap.Status, err
 }
 
 // dialControl reaches the coordinator at addr with the secret in secretFile.

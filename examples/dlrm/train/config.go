@@ -183,6 +183,10 @@ type Config struct {
 	// host restores from memory. Default false: they are deleted (the storage copy stays).
 	// Regions of servers the run does not have are deleted either way once it has committed.
 	KeepShm bool
+	// StatusAddr, if set, is the address (HOST:PORT) the coordinator serves its live status
+	// page on (package statuspage), with its JSON at /status; a Note event gives its URL.
+	// Off loopback the page asks for the token of the cluster secret.
+	StatusAddr string
 	// Recovery is what the job does when a parameter server fails: elastic.Rollback (the
 	// default: every server returns to the newest commit) or elastic.Partial (only the failed
 	// server's slots do; the updates to them since the commit are lost and counted).

@@ -37,6 +37,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	r.job.SetScaler(r.scaler) // the coordinator's: SetParallelism goes through it
 	r.emit(Event{Kind: EventStart, Message: r.describe()})
+	r.watch.announce(r.emit, true)
 
 	r.start = time.Now()
 	r.lastTick, r.lastSamp = r.start, r.samples.Load()
@@ -332,6 +333,9 @@ func (r *run) setEval(ev Eval) {
 
 // emit fills in the progress and hands the event to OnEvent, one call at a time.
 func (r *run) emit(ev Event) {
+	if ev.Kind == EventEval {
+		r.watch.eval(ev.Eval)
+	}
 	if r.cfg.OnEvent == nil {
 		return
 	}
@@ -477,6 +481,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 // are deleted unless Config.KeepShm; kept or not, those of servers the run does not have (left
 // by an earlier run with more servers, read by a restore at most) go once it has committed.
 func (r *run) close() error {
+	r.watch.close()
 	var errs []error
 	if r.scaler != nil {
 		errs = append(errs, r.scaler.Close())

@@ -442,7 +442,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 				}
 				return r.jobState(ctx, step)
 			},
-			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint,
+			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint, OnRecovery: r.watch.recovery,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 			// Servers a scheduler adds (dlrm scale -add) are reached like these, and slots
 			// move between servers over their ports.
@@ -508,6 +508,11 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	defer stopGossip()
 	r.emit(Event{Kind: EventStart, Message: fmt.Sprintf("coordinator: dispatcher and control on %s, %d servers; %s", l.Addr(), len(rc.PS), data.desc)})
+	if err := r.watch.startPage(ctx, cfg.StatusAddr, rc.Secret, coord, cfg); err != nil {
+		return nil, err
+	}
+	defer r.watch.close()
+	r.watch.announce(r.emit, false)
 
 	r.start = time.Now()
 	tick := time.NewTicker(cfg.ProgressEvery)

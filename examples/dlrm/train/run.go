@@ -55,6 +55,7 @@ type run struct {
 	// the validation set when there is one, else the test set (testEval).
 	eval, testEval *evaluator
 	scaler         *local.Scaler // the workers
+	watch          watch         // the status page
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
@@ -90,6 +91,7 @@ type run struct {
 }
 
 func (r *run) trained(_ string, st stepFigures) {
+	r.watch.step(st)
 	r.samples.Add(int64(st.samples))
 	r.mu.Lock()
 	r.lossSum += st.loss
@@ -175,6 +177,7 @@ func (r *run) setUp(ctx context.Context) error {
 			},
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
+			OnRecovery:   r.watch.recovery,
 		},
 		Checkpoint: checkpoint.Config{ShmDir: r.shm.dir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
 		KeepShm:    cfg.KeepShm,
@@ -183,6 +186,9 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	if r.admin, err = r.job.Client(); err != nil {
+		return err
+	}
+	if err := r.watch.startPage(ctx, cfg.StatusAddr, r.job.Secret(), jobSource{r.job}, cfg); err != nil {
 		return err
 	}
 	if r.data.synth != nil {
@@ -291,6 +297,7 @@ func (r *run) checkJob(b []byte) error {
 }
 
 func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
+	r.watch.checkpoint(ev)
 	out := r.ck.record(ev)
 	if ev.Commit || ev.Err != nil { // a commit, or a snapshot that will not be committed
 		stale := r.best.committed(ev.Step, ev.Commit && ev.Err == nil)

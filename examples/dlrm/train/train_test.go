@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic/statuspage"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
 	"github.com/stretchr/testify/assert"
@@ -391,4 +392,40 @@ func TestCheckpointsByTime(t *testing.T) {
 			assert.Equal(t, uint64(s.Steps), s.Checkpoints.LastCommitted, "the final checkpoint holds the last step")
 		})
 	}
+}
+
+// A run with StatusAddr serves its status page while it trains, says where in a Note event,
+// and stops serving when it returns.
+func TestRunServesItsStatusPage(t *testing.T) {
+	cfg := smallConfig(t, 6000, 1)
+	cfg.StatusAddr = "127.0.0.1:0"
+	var url string
+	var snap statuspage.Snapshot
+	var fetchErr error
+	cfg.OnEvent = func(ev train.Event) {
+		if ev.Kind == train.EventNote && strings.HasPrefix(ev.Message, "status page at ") {
+			url = strings.TrimPrefix(ev.Message, "status page at ")
+		}
+		if ev.Kind == train.EventCommit && url != "" && snap.Status.Job == "" {
+			// The run waits while the page is read: it is read while the job trains.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			snap, fetchErr = statuspage.Fetch(ctx, url, nil)
+		}
+	}
+	s, err := train.Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, url, "the run said where its page is")
+	require.NoError(t, fetchErr)
+	assert.Equal(t, "dlrm", snap.Status.Job)
+	assert.Len(t, snap.Status.Servers, 2)
+	require.NotEmpty(t, snap.Status.Owners, "the owner table, slot by slot")
+	for _, id := range snap.Status.Owners {
+		require.Contains(t, []string{"ps-0", "ps-1"}, id)
+	}
+	assert.True(t, s.ExactlyOnce)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = statuspage.Fetch(ctx, url, nil)
+	assert.Error(t, err, "the page is gone with the run")
 }

@@ -1,0 +1,121 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/local"
+	"github.com/elasticps/elasticps/elastic/statuspage"
+)
+
+// watch is what lets a person watch a run: the coordinator's status page. Its methods do
+// nothing on a nil or empty watch, so the run calls them whether or not it serves anything.
+type watch struct {
+	page  atomic.Pointer[statuspage.Page]
+	url   string
+	token string // what a browser off loopback logs in with
+
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+// startPage serves the coordinator's status page on addr (nothing when addr is empty), with
+// the token of secret unless addr is loopback. The page reads src; it is served until close.
+func (w *watch) startPage(ctx context.Context, addr string, secret []byte, src statuspage.Source, cfg *Config) error {
+	if addr == "" {
+		return nil
+	}
+	page, err := statuspage.New(statuspage.Config{Source: src, Secret: secret, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("status page: %w", err)
+	}
+	ctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
+	w.page.Store(page)
+	w.url = pageURL(ln.Addr())
+	if t, ok := ln.Addr().(*net.TCPAddr); !ok || !t.IP.IsLoopback() {
+		w.token = statuspage.Token(secret)
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		if err := page.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
+			if cfg.Logger != nil {
+				cfg.Logger.Warn("status page stopped", "err", err)
+			}
+		}
+	}()
+	return nil
+}
+
+// announce says where the page is, in a Note event; with the token off loopback when
+// withToken (an embedded run, whose cluster secret nobody else knows: a job of several
+// processes logs in with the secret of its secret file).
+func (w *watch) announce(emit func(Event), withToken bool) {
+	switch {
+	case w.url == "":
+	case w.token != "" && withToken:
+		emit(Event{Kind: EventNote, Message: fmt.Sprintf("status page at %s (its token: %s)", w.url, w.token)})
+	default:
+		emit(Event{Kind: EventNote, Message: "status page at " + w.url})
+	}
+}
+
+// pageURL is the address a browser opens for a listener's address.
+func pageURL(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok && t.IP.IsUnspecified() {
+		return fmt.Sprintf("http://localhost:%d/", t.Port)
+	}
+	return "http://" + a.String() + "/"
+}
+
+// checkpoint, recovery, step and eval hand the run's events to the page.
+func (w *watch) checkpoint(ev elastic.CheckpointEvent) {
+	if p := w.page.Load(); p != nil {
+		p.ObserveCheckpoint(ev)
+	}
+}
+
+func (w *watch) recovery(ev elastic.RecoveryEvent) {
+	if p := w.page.Load(); p != nil {
+		p.ObserveRecovery(ev)
+	}
+}
+
+func (w *watch) step(st stepFigures) {
+	if p := w.page.Load(); p != nil {
+		p.Observe("loss", st.loss)
+	}
+}
+
+func (w *watch) eval(ev Eval) {
+	if p := w.page.Load(); p != nil {
+		p.Observe(ev.Set+" AUC", ev.AUC)
+	}
+}
+
+// close stops serving and waits for it.
+func (w *watch) close() {
+	if w.stop != nil {
+		w.stop()
+		w.wg.Wait()
+	}
+}
+
+// jobSource is the page's view of a local job: its coordinator of the moment.
+type jobSource struct{ job *local.Job }
+
+func (s jobSource) Status() elastic.Status { return s.job.Coordinator().Status() }
+
+func (s jobSource) Usage(ctx context.Context) (elastic.Status, error) {
+	return s.job.Coordinator().Usage(ctx)
+}
