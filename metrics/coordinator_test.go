@@ -34,9 +34,9 @@ func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
 func fakeStatus() elastic.Status {
 	return elastic.Status{Job: "j", Incarnation: 3, Phase: "checkpoint", Plan: elastic.Plan{Servers: 4, Workers: 5},
 		TableVersion: 17,
-		Servers: []elastic.ServerStatus{{ID: "ps-0"}, {ID: "ps-1", Silent: true}, {ID: "ps-2", Failed: true}, {ID: "ps-3"}},
-		Workers: []elastic.WorkerStatus{{ID: "worker-0", InBatch: true}, {ID: "worker-1"}, {ID: "worker-2"}},
-		Epoch:   1, Epochs: 6, EpochRecords: 1000, EpochDone: 700, EpochGivenUp: 8,
+		Servers:      []elastic.ServerStatus{{ID: "ps-0"}, {ID: "ps-1", Silent: true}, {ID: "ps-2", Failed: true}, {ID: "ps-3"}},
+		Workers:      []elastic.WorkerStatus{{ID: "worker-0", InBatch: true}, {ID: "worker-1"}, {ID: "worker-2"}},
+		Epoch:        1, Epochs: 6, EpochRecords: 1000, EpochDone: 700, EpochGivenUp: 8,
 		Step: 123, LastCommit: 120, Snapshots: 11, Commits: 10, CheckpointFailures: 2,
 		Fenced: 12, Evicted: 13, ServerFailures: 14, LostRecords: 15,
 		Repartition: &elastic.RepartitionStatus{Running: true, From: 3, To: 4, SlotsDone: 19, SlotsTotal: 30, Bytes: 4096},

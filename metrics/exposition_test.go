@@ -200,10 +200,13 @@ func TestExposition(t *testing.T) {
 
 	t.Run("coordinator", func(t *testing.T) {
 		m := expo["coordinator"].mfs
-		snaps, commits := countEvents(tj.events)
+		tj.mu.Lock()
+		events := slices.Clone(tj.events)
+		tj.mu.Unlock()
+		snaps, commits := countEvents(events)
 		var bytes int64
 		var blocked float64
-		for _, e := range tj.events {
+		for _, e := range events {
 			if e.Err == nil && !e.Commit {
 				bytes += e.Bytes
 				blocked += e.Blocked.Seconds()
@@ -325,7 +328,9 @@ func TestExposition(t *testing.T) {
 		var samples, steps float64
 		for _, id := range []string{"worker-0", "worker-1"} {
 			m := expo[id].mfs
-			ws := tj.workers[id]
+			tj.mu.Lock()
+			ws := *tj.workers[id]
+			tj.mu.Unlock()
 			assert.Equal(t, float64(ws.samples), value(t, m, "elasticps_worker_samples_total"), id)
 			for _, phase := range []string{metrics.PhasePull, metrics.PhaseCompute, metrics.PhasePush} {
 				assert.Equal(t, uint64(ws.steps), hist(t, m, "elasticps_worker_step_duration_seconds", "phase", phase).GetSampleCount(), id)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -52,7 +51,7 @@ type testJob struct {
 	nodes    map[string]*node // by node id: coordinator, ps-i, worker-i
 	workers  map[string]*workerState
 	events   []elastic.CheckpointEvent // every checkpoint event, in order
-	evCh     chan struct{}             // closed and replaced at each event
+	changed  chan struct{}             // closed and replaced at each event and each node served
 	serveErr chan error
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
@@ -80,7 +79,7 @@ const jobName = "metrics-test"
 func startJob(t *testing.T, o jobOptions) *testJob {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
-	tj := &testJob{t: t, ctx: ctx, stop: stop, nodes: map[string]*node{}, evCh: make(chan struct{}), workers: map[string]*workerState{}, serveErr: make(chan error, 16)}
+	tj := &testJob{t: t, ctx: ctx, stop: stop, nodes: map[string]*node{}, changed: make(chan struct{}), workers: map[string]*workerState{}, serveErr: make(chan error, 16)}
 	dir := t.TempDir()
 	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "checkpoints"))
 	require.NoError(t, err)
@@ -92,8 +91,7 @@ func startJob(t *testing.T, o jobOptions) *testJob {
 		OnCheckpoint: func(e elastic.CheckpointEvent) {
 			tj.mu.Lock()
 			tj.events = append(tj.events, e)
-			close(tj.evCh)
-			tj.evCh = make(chan struct{})
+			tj.changedLocked()
 			tj.mu.Unlock()
 		}}
 	tj.coord.Hook(&cc)
@@ -125,12 +123,14 @@ func startJob(t *testing.T, o jobOptions) *testJob {
 	return tj
 }
 
-// serve gives node id its own registry, with c and the process's series, served on loopback.
-// It may run on a worker's goroutine, so it returns its errors.
+// serve gives node id its own registry, with c (if not nil) and the process's series, served
+// on loopback. It may run on a worker's goroutine, so it returns its errors.
 func (tj *testJob) serve(id, role string, c prometheus.Collector) (*node, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(c); err != nil {
-		return nil, err
+	if c != nil {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	if err := metrics.RegisterProcess(reg, metrics.Config{Job: jobName, Role: role, Node: id}); err != nil {
 		return nil, err
@@ -142,6 +142,7 @@ func (tj *testJob) serve(id, role string, c prometheus.Collector) (*node, error)
 	n := &node{role: role, reg: reg, addr: ln.Addr().String()}
 	tj.mu.Lock()
 	tj.nodes[id] = n
+	tj.changedLocked()
 	tj.mu.Unlock()
 	tj.wg.Go(func() {
 		if err := metrics.Serve(tj.ctx, ln, reg, nil); err != nil {
@@ -151,11 +152,27 @@ func (tj *testJob) serve(id, role string, c prometheus.Collector) (*node, error)
 	return n, nil
 }
 
-// addServer serves the metrics of a server of the job.
+// reserve serves node id with the process's series only, as a process started but not yet a
+// member of the job does; addServer adds the server's series once it is.
+func (tj *testJob) reserve(id, role string) *node {
+	tj.t.Helper()
+	n, err := tj.serve(id, role, nil)
+	require.NoError(tj.t, err)
+	return n
+}
+
+// addServer serves the metrics of a server of the job, on its reserved node if it has one.
 func (tj *testJob) addServer(s *ps.Server) *node {
 	m, err := metrics.NewServer(s, metrics.Config{Job: jobName})
 	require.NoError(tj.t, err)
-	n, err := tj.serve(s.ID(), "server", m)
+	tj.mu.Lock()
+	n := tj.nodes[s.ID()]
+	tj.mu.Unlock()
+	if n != nil {
+		require.NoError(tj.t, n.reg.Register(m))
+		return n
+	}
+	n, err = tj.serve(s.ID(), "server", m)
 	require.NoError(tj.t, err)
 	return n
 }
@@ -282,21 +299,40 @@ func scrape(t *testing.T, addr string) (map[string]*dto.MetricFamily, string) {
 	return mfs, string(body)
 }
 
-// waitEvents waits until ok holds of the checkpoint events observed, and returns them.
-func (tj *testJob) waitEvents(ok func([]elastic.CheckpointEvent) bool) []elastic.CheckpointEvent {
+// changedLocked wakes the waits.
+func (tj *testJob) changedLocked() {
+	close(tj.changed)
+	tj.changed = make(chan struct{})
+}
+
+// wait waits until ok, called with tj.mu held, holds.
+func (tj *testJob) wait(what string, ok func() bool) {
 	tj.t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
 		tj.mu.Lock()
-		evs, ch := slices.Clone(tj.events), tj.evCh
+		done, ch := ok(), tj.changed
 		tj.mu.Unlock()
-		if ok(evs) {
-			return evs
+		if done {
+			return
 		}
 		select {
 		case <-ch:
 		case <-timeout:
-			tj.t.Fatalf("checkpoint events: still %d, not what the test waits for", len(evs))
+			tj.t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// waitEvents waits until ok holds of the checkpoint events observed.
+func (tj *testJob) waitEvents(ok func([]elastic.CheckpointEvent) bool) {
+	tj.t.Helper()
+	tj.wait("the checkpoint events", func() bool { return ok(tj.events) })
+}
+
+// waitNode waits until node id is served, and returns it.
+func (tj *testJob) waitNode(id string) *node {
+	tj.t.Helper()
+	tj.wait("node "+id, func() bool { return tj.nodes[id] != nil })
+	return tj.node(id)
 }
