@@ -7,9 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ErrInvalidConfig is returned (wrapped, with every problem) by a constructor given a bad Config.
-var ErrInvalidConfig = errors.New("metrics: invalid config")
-
 // Config names the process whose series a collector makes: every series carries its Job, Role
 // and Node as constant labels, so that series of many jobs and processes can share one
 // Prometheus (and one registry, when several roles run in one process).
@@ -81,6 +78,3 @@ func (c Config) withDefaults(role, node string) Config {
 	}
 	return c
 }
-
-// ErrNilSource is returned by NewServer given no source.
-var ErrNilSource = errors.New("metrics: nil source")

@@ -30,10 +30,6 @@ const (
 	ResultFailed = "failed"
 )
 
-// Phases of a coordinator (elastic.Status.Phase), the values of the label phase of
-// elasticps_coordinator_phase.
-var coordinatorPhases = []string{"training", "checkpoint", "recovering", "stopped", "superseded"}
-
 // Coordinator is a job's coordinator's metrics: a prometheus.Collector that reads the
 // coordinator's Status at each scrape (SetSource), and takes its checkpoint, recovery and
 // autoscaler events (ObserveCheckpoint, ObserveRecovery, ObserveDecision; Hook chains the
@@ -68,8 +64,8 @@ var coordinatorPhases = []string{"training", "checkpoint", "recovering", "stoppe
 //	elasticps_coordinator_repartition_copied_bytes          gauge    bytes the newest repartition copied
 //
 //	from the events:
-//	elasticps_coordinator_checkpoint_blocked_seconds        histogram  training paused at each snapshot's barrier
-//	elasticps_coordinator_checkpoint_persist_seconds        histogram  time from each snapshot to its commit
+//	elasticps_coordinator_checkpoint_blocked_seconds        histogram  training paused at each snapshot's barrier (snapshots that succeeded)
+//	elasticps_coordinator_checkpoint_persist_seconds        histogram  time from each snapshot to its commit (commits that succeeded)
 //	elasticps_coordinator_checkpoint_bytes_total            counter    bytes copied into shared memory by snapshots
 //	elasticps_coordinator_recoveries_total{policy,result}   counter    recoveries (result ok) and failed attempts
 //	elasticps_coordinator_recovery_duration_seconds{policy} histogram  time from a failure's detection until training went on
@@ -81,14 +77,12 @@ var coordinatorPhases = []string{"training", "checkpoint", "recovering", "stoppe
 // starts them again, which Prometheus's rate reads as a reset); the events' are this
 // Coordinator's.
 type Coordinator struct {
-	cfg Config
-
 	srcMu sync.Mutex
 	src   StatusSource
 
 	d coordinatorDescs
 
-	blocked, persist *prometheus.HistogramVec // no variable label; vecs for uniform Collect
+	blocked, persist prometheus.Histogram
 	ckBytes          prometheus.Counter
 	recoveries       *prometheus.CounterVec
 	recoveryTime     *prometheus.HistogramVec
@@ -122,7 +116,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg}
+	c := &Coordinator{}
 	c.d = coordinatorDescs{
 		servers:        cfg.desc("coordinator_servers", "Parameter servers by state: serving, silent (missed its last health checks), failed.", "state"),
 		workers:        cfg.desc("coordinator_workers", "Workers by state: training (in a batch), waiting (between batches).", "state"),
@@ -151,28 +145,22 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		repSlots:       cfg.desc("coordinator_repartition_slots", "Slots of the newest repartition by state: done (moved), todo (to move).", "state"),
 		repBytes:       cfg.desc("coordinator_repartition_copied_bytes", "Bytes the newest repartition copied between servers."),
 	}
-	opts := func(sub, name, help string) prometheus.HistogramOpts {
-		return prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: cfg.labels()}
+	hopts := func(sub, name, help string, buckets []float64) prometheus.HistogramOpts {
+		return prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: cfg.labels(), Buckets: buckets}
 	}
-	hist := func(o prometheus.HistogramOpts, buckets []float64, labels ...string) *prometheus.HistogramVec {
-		o.Buckets = buckets
-		return prometheus.NewHistogramVec(o, labels)
+	copts := func(sub, name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: cfg.labels()}
 	}
-	counter := func(sub, name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: cfg.labels()}, labels)
-	}
-	c.blocked = hist(opts("coordinator", "checkpoint_blocked_seconds", "Time training was paused at each snapshot's barrier."), blockedBuckets())
-	c.persist = hist(opts("coordinator", "checkpoint_persist_seconds", "Time from each snapshot to its commit."), persistBuckets())
-	c.ckBytes = counter("coordinator", "checkpoint_bytes_total", "Bytes copied into shared memory by the servers' snapshots.").WithLabelValues()
-	c.recoveries = counter("coordinator", "recoveries_total", "Recoveries from parameter-server failures (result ok) and failed attempts, by policy.", "policy", "result")
-	c.recoveryTime = hist(opts("coordinator", "recovery_duration_seconds", "Time from a server failure's detection until training could go on, by policy."), recoveryBuckets(), "policy")
-	c.decisions = counter("autoscale", "decisions_total", "Autoscaler decisions carried out, by kind and result.", "kind", "result")
-	c.decisionTime = hist(opts("autoscale", "decision_duration_seconds", "Time carrying out an autoscaler decision took, by kind."), decisionBuckets(), "kind")
-	c.movedSlots = counter("autoscale", "moved_slots_total", "Slots moved by the rebalances of autoscaler decisions.").WithLabelValues()
+	c.blocked = prometheus.NewHistogram(hopts("coordinator", "checkpoint_blocked_seconds", "Time training was paused at each snapshot's barrier.", blockedBuckets()))
+	c.persist = prometheus.NewHistogram(hopts("coordinator", "checkpoint_persist_seconds", "Time from each snapshot to its commit.", persistBuckets()))
+	c.ckBytes = prometheus.NewCounter(copts("coordinator", "checkpoint_bytes_total", "Bytes copied into shared memory by the servers' snapshots."))
+	c.recoveries = prometheus.NewCounterVec(copts("coordinator", "recoveries_total", "Recoveries from parameter-server failures (result ok) and failed attempts, by policy."), []string{"policy", "result"})
+	c.recoveryTime = prometheus.NewHistogramVec(hopts("coordinator", "recovery_duration_seconds", "Time from a server failure's detection until training could go on, by policy.", recoveryBuckets()), []string{"policy"})
+	c.decisions = prometheus.NewCounterVec(copts("autoscale", "decisions_total", "Autoscaler decisions carried out, by kind and result."), []string{"kind", "result"})
+	c.decisionTime = prometheus.NewHistogramVec(hopts("autoscale", "decision_duration_seconds", "Time carrying out an autoscaler decision took, by kind.", decisionBuckets()), []string{"kind"})
+	c.movedSlots = prometheus.NewCounter(copts("autoscale", "moved_slots_total", "Slots moved by the rebalances of autoscaler decisions."))
 
 	// Every series exists from the start, at zero, so that rates and dashboards see them.
-	c.blocked.WithLabelValues()
-	c.persist.WithLabelValues()
 	for _, p := range []elastic.RecoveryPolicy{elastic.Rollback, elastic.Partial} {
 		c.recoveries.WithLabelValues(p.String(), ResultOK)
 		c.recoveries.WithLabelValues(p.String(), ResultFailed)
@@ -209,17 +197,18 @@ func (c *Coordinator) Hook(cfg *elastic.Config) {
 	}
 }
 
-// ObserveCheckpoint records a snapshot or a commit, or the failure of either
-// (elastic.Config.OnCheckpoint).
+// ObserveCheckpoint records a snapshot (its pause and bytes) or a commit (its persist time)
+// (elastic.Config.OnCheckpoint). A failure is not recorded here: the Status counts it
+// (elasticps_coordinator_checkpoint_failures_total).
 func (c *Coordinator) ObserveCheckpoint(e elastic.CheckpointEvent) {
 	if e.Err != nil {
-		return // counted by the Status's failures
-	}
-	if e.Commit {
-		c.persist.WithLabelValues().Observe(seconds(e.Persist))
 		return
 	}
-	c.blocked.WithLabelValues().Observe(seconds(e.Blocked))
+	if e.Commit {
+		c.persist.Observe(seconds(e.Persist))
+		return
+	}
+	c.blocked.Observe(seconds(e.Blocked))
 	c.ckBytes.Add(float64(max(e.Bytes, 0)))
 }
 
@@ -307,7 +296,7 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.servers, float64(failed), "failed")
 	gauge(d.workers, float64(training), "training")
 	gauge(d.workers, float64(waiting), "waiting")
-	for _, p := range coordinatorPhases {
+	for _, p := range [...]string{"training", "checkpoint", "recovering", "stopped", "superseded"} { // elastic.Status.Phase
 		v := 0.0
 		if st.Phase == p {
 			v = 1

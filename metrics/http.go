@@ -62,3 +62,13 @@ func Serve(ctx context.Context, ln net.Listener, g prometheus.Gatherer, log *slo
 	}
 	return nil
 }
+
+// ListenAndServe listens on addr (host:port, as a program's flag gives it) and serves g's
+// exposition there as Serve does, until ctx ends.
+func ListenAndServe(ctx context.Context, addr string, g prometheus.Gatherer, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return Serve(ctx, ln, g, log)
+}

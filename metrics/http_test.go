@@ -70,4 +70,10 @@ func TestServe(t *testing.T) {
 	require.NoError(t, err)
 	ln.Close()
 	assert.Error(t, metrics.Serve(context.Background(), ln, prometheus.NewRegistry(), nil))
+
+	// ListenAndServe takes an address, and fails on a bad one.
+	assert.Error(t, metrics.ListenAndServe(context.Background(), "127.0.0.1:-1", prometheus.NewRegistry(), nil))
+	ctx, stop = context.WithCancel(context.Background())
+	stop()
+	assert.NoError(t, metrics.ListenAndServe(ctx, "127.0.0.1:0", prometheus.NewRegistry(), nil), "serves until ctx ends")
 }

@@ -85,9 +85,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 
 // ObserveStep records one training step. Negative durations and samples count as zero.
 func (w *Worker) ObserveStep(s Step) {
-	w.pull.Observe(max(s.Pull, 0).Seconds())
-	w.compute.Observe(max(s.Compute, 0).Seconds())
-	w.push.Observe(max(s.Push, 0).Seconds())
+	w.pull.Observe(seconds(s.Pull))
+	w.compute.Observe(seconds(s.Compute))
+	w.push.Observe(seconds(s.Push))
 	w.samples.Add(float64(max(s.Samples, 0)))
 	w.mu.Lock()
 	w.last, w.hasLoss = s.Loss, true
