@@ -423,7 +423,7 @@ func (c *Checkpointer) planShm(p *restorePlan, np *nodePlan, n commitNode) {
 	r, err := openRegion(dir, c.cfg.Job, n.Node, p.rec.Slots, false, c.log)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			c.log.Info("checkpoint: not using another node's shared memory", "node", n.Node, "err", err)
+			c.log.Info("checkpoint: not using another node's shared memory", "region_of", n.Node, "err", err)
 		}
 		return
 	}
@@ -663,7 +663,7 @@ func (c *Checkpointer) verify(ctx context.Context, p *restorePlan, o *restoreOpt
 		if !errors.Is(err, ErrCorrupt) {
 			return err
 		}
-		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "node", np.node, "err", err)
+		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "region_of", np.node, "err", err)
 		if err := p.cancelBulk(); err != nil {
 			return err
 		}
@@ -808,7 +808,7 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 	if errors.Is(err, ErrCorrupt) {
 		// A piece failed its checksum as it was about to be loaded; every table is as it was.
 		np := bulkNode
-		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "node", np.node, "err", err)
+		c.log.Warn("checkpoint: shared memory failed its checksums; reading storage instead", "region_of", np.node, "err", err)
 		if err := c.toStorage(ctx, p, np); err != nil {
 			return nil, err
 		}

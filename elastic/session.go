@@ -55,7 +55,9 @@ type SessionConfig struct {
 	// caller's cancellation does not end (a stopping worker finishes the batch in hand, so a
 	// final checkpoint finds no batch half applied) but this timeout does. Default 1m.
 	ApplyTimeout time.Duration
-	// Logger receives the session's events. Nil discards.
+	// Logger receives the session's events. Nil discards. The records do not name the worker:
+	// give a logger With its identity where several share a log (local.Job.NewSession adds
+	// the job, "role" and "node").
 	Logger *slog.Logger
 }
 
@@ -115,7 +117,7 @@ func NewSession(cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reader: %w", ErrInvalidConfig, err)
 	}
-	return &Session{cfg: cfg, log: cfg.Logger.With("worker", cfg.Worker), rc: rc, reader: r}, nil
+	return &Session{cfg: cfg, log: cfg.Logger, rc: rc, reader: r}, nil
 }
 
 // Batch is a batch of training data as a step's function sees it: the records, and pushes that

@@ -126,7 +126,9 @@ type ServerConfig struct {
 	// this long before its fence (its destination or coordinator died): its change tracking
 	// costs every write. Default 1 minute.
 	MigrationTTL time.Duration
-	// Logger receives refused requests and connection problems. Nil discards.
+	// Logger receives refused requests and connection problems. Nil discards. The records do
+	// not name the server: where several share a log, give each a logger With its identity
+	// (local.Start adds the job, "role" and "node").
 	Logger *slog.Logger
 }
 

@@ -78,7 +78,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("ps", cfg.ID), started: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now()}
 	s.own.tables = map[string]*hosted{}
 	s.own.applied = map[string]*appliedSet{}
 	s.own.slots = embedding.NewSlotSet(cfg.Slots)

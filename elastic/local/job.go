@@ -40,7 +40,9 @@ type Config struct {
 	// protocol.
 	TLS *ps.TLS
 	// Coordinator configures the coordinator; Job, Servers and Slots are filled in, and Secret
-	// (when unset) and TLS (when unset and TLS is set) are the job's.
+	// (when unset) and TLS (when unset and TLS is set) are the job's. Its Logger receives the
+	// records of every part of the job, each with the attributes "job", "role" ("coordinator",
+	// "ps" or "worker") and "node" (the node id).
 	Coordinator elastic.Config
 	// Checkpoint configures each server's checkpointer (ShmDir, FullEvery, Codec, ...); Job and
 	// Storage are the coordinator's, Node, Slots and Tables the server's. Without a Gate the
@@ -60,7 +62,8 @@ type Job struct {
 	Servers []*server.Server
 
 	secret []byte
-	log    *slog.Logger
+	log    *slog.Logger      // the job's own records, on the coordinator's side
+	jobLog *slog.Logger      // the records' logger before the role and node are added
 	server ps.ServerConfig   // every server's but ID, for a restart
 	ck     checkpoint.Config // every server's checkpointer's
 	listen string
@@ -101,11 +104,16 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	j := &Job{secret: cfg.Secret, log: log, listen: cfg.Listen, ck: cfg.Checkpoint, down: map[int]bool{}, keepShm: cfg.KeepShm,
-		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, Logger: log, TLS: cfg.TLS}}
+	// Every record names the job, and the role and node id of the part that made it.
+	jobLog := log.With("job", cfg.Job)
+	j := &Job{secret: cfg.Secret, log: tagged(jobLog, elastic.RoleCoordinator, elastic.CoordinatorID), jobLog: jobLog, listen: cfg.Listen,
+		ck: cfg.Checkpoint, down: map[int]bool{}, keepShm: cfg.KeepShm,
+		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, TLS: cfg.TLS}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
-		j.ck.Logger = log
+		j.ck.Logger = jobLog
+	} else {
+		j.ck.Logger = j.ck.Logger.With("job", cfg.Job)
 	}
 	if j.ck.Gate == nil {
 		j.ck.Gate = checkpoint.NewCopyGate()
@@ -122,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		servers = append(servers, ls)
 	}
 	cc := cfg.Coordinator
-	cc.Job, cc.Servers, cc.Slots = cfg.Job, servers, cfg.Slots
+	cc.Job, cc.Servers, cc.Slots, cc.Logger = cfg.Job, servers, cfg.Slots, j.log
 	if cc.Secret == nil {
 		cc.Secret = cfg.Secret // the coordinator moves slots when the server count changes
 	}
@@ -143,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *server.Server, error) {
 	sc := j.server
 	sc.ID = id
+	sc.Logger = tagged(j.jobLog, elastic.RoleServer, id)
 	srv, err := ps.NewServer(sc)
 	if err != nil {
 		return nil, nil, nil, err
@@ -152,7 +161,9 @@ func (j *Job) newServer(id, addr string) (*ps.Server, net.Listener, *server.Serv
 		srv.Close()
 		return nil, nil, nil, err
 	}
-	ls, err := server.New(srv, l.Addr().String(), j.ck)
+	ck := j.ck
+	ck.Logger = tagged(ck.Logger, elastic.RoleServer, id)
+	ls, err := server.New(srv, l.Addr().String(), ck)
 	if err != nil {
 		l.Close()
 		srv.Close()
@@ -175,7 +186,7 @@ func (j *Job) serve(srv *ps.Server, l net.Listener) {
 	go func() {
 		defer j.wg.Done()
 		if err := srv.Serve(l); err != nil {
-			j.log.Error("parameter server stopped", "server", srv.ID(), "err", err)
+			tagged(j.jobLog, elastic.RoleServer, srv.ID()).Error("parameter server stopped", "err", err)
 		}
 	}()
 }
@@ -406,8 +417,11 @@ func (j *Job) Secret() []byte { return j.secret }
 // coordinator. The job closes it at Close. Its pushes carry no fence epoch (0), which the
 // servers refuse (ps.ErrFenced) once a coordinator has resumed or taken the job over: its floor
 // voids every epoch of the incarnations before it. Train through sessions (NewSession).
-func (j *Job) Client() (*ps.Client, error) {
-	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: j.log, TLS: j.server.TLS.ClientTLS()})
+func (j *Job) Client() (*ps.Client, error) { return j.client(j.jobLog) }
+
+// client is Client, logging to log.
+func (j *Job) client(log *slog.Logger) (*ps.Client, error) {
+	cli, err := ps.NewClient(ps.ClientConfig{Secret: j.secret, Resolver: jobControl{j}, Logger: log, TLS: j.server.TLS.ClientTLS()})
 	if err != nil {
 		return nil, err
 	}
@@ -424,12 +438,13 @@ func (j *Job) Client() (*ps.Client, error) {
 // NewSession returns a session of an in-process worker: its own client, the coordinator's
 // dispatcher, and reader settings rc (Source and BatchSize; Service is set here).
 func (j *Job) NewSession(worker string, rc shard.ReaderConfig) (*elastic.Session, error) {
-	cli, err := j.Client()
+	log := tagged(j.jobLog, elastic.RoleWorker, worker)
+	cli, err := j.client(log)
 	if err != nil {
 		return nil, err
 	}
 	rc.Service = jobService{j}
-	return elastic.NewSession(elastic.SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: j.log})
+	return elastic.NewSession(elastic.SessionConfig{Worker: worker, Control: jobControl{j}, Client: cli, Reader: rc, Logger: log})
 }
 
 // Close stops the coordinator, the clients and the servers, and closes the checkpointers. It
@@ -609,4 +624,9 @@ func (j *Job) RestartServerByID(ctx context.Context, id, reason string) error {
 		}
 	}
 	return fmt.Errorf("%w: restart %s: the job has no such server", elastic.ErrInvalidConfig, id)
+}
+
+// tagged is log with the role and node id of the part of the job that logs.
+func tagged(log *slog.Logger, role elastic.Role, node string) *slog.Logger {
+	return log.With("role", role.String(), "node", node)
 }

@@ -25,6 +25,7 @@ type options struct {
 	// its own under the default (runDir), and -resume or -evaluate the newest of them.
 	defaultDir bool
 	verbose    bool
+	logJSON    bool // log records as JSON lines instead of text
 	gossip     string
 	seeds      string
 
@@ -157,6 +158,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
+	logFormat := fs.String("log-format", "text", "the log records' format on stderr: text or json (each record names the job, role and node)")
 	fs.Float64Var(&skew, "skew", 1.2, "synthetic data: Zipf exponent of the ids (larger is easier to learn)")
 	fs.IntVar(&vocabCap, "vocab-cap", 20_000, "synthetic data: cap on each field's number of distinct ids (0: Criteo's own sizes, up to 100000)")
 	if err := fs.Parse(args); err != nil {
@@ -169,6 +171,13 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	o.defaultDir = !ckDirSet
 	var errs []error
 	var err error
+	switch *logFormat {
+	case "text":
+	case "json":
+		o.logJSON = true
+	default:
+		errs = append(errs, fmt.Errorf("-log-format %q: text or json", *logFormat))
+	}
 	if c.ScaleAt, err = train.ParseScaleAt(scaleAt); err != nil {
 		errs = append(errs, fmt.Errorf("-scale-at: %w", err))
 	}

@@ -86,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		disp.event(ev)
 	}
 	if o.verbose {
-		o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		o.cfg.Logger = newLogger(stderr, slog.LevelInfo, o.logJSON)
 	}
 	go func() {
 		<-ctx.Done()
@@ -165,7 +165,7 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-servers: %w", err)
 	}
 	if o.cfg.Logger == nil {
-		o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		o.cfg.Logger = newLogger(stderr, slog.LevelWarn, o.logJSON)
 	}
 	rc := train.RoleConfig{Config: o.cfg, ID: o.id, Listen: o.listen, PS: nodes, Dispatcher: o.dispatcher, Workers: o.workers, Secret: secret, Gossip: o.gossip}
 	if o.seeds != "" {
@@ -203,4 +203,13 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+}
+
+// newLogger logs records from level on to w, as text or as JSON lines.
+func newLogger(w io.Writer, level slog.Level, asJSON bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if asJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

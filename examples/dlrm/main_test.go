@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -223,4 +224,23 @@ func TestDefaultCheckpointDirIsEachRunsOwn(t *testing.T) {
 
 	_, err := runDir(filepath.Join(t.TempDir(), "none"), true, time.Now())
 	assert.ErrorContains(t, err, "no earlier run")
+}
+
+// With -log-format json every line on stderr is a record that names the job, the role and the
+// node; the embedded cluster's records come from the coordinator, servers and workers alike.
+func TestJSONLogsNameJobRoleAndNode(t *testing.T) {
+	var out, errs bytes.Buffer
+	code := run(strings.Fields("-v -log-format json -train-records 3000 -test-records 1000 -duration 0 -dim 4 -bottom 8 -top 8 -batch 100 -checkpoint-every 10 -checkpoint-dir "+t.TempDir()), &out, &errs)
+	require.Equal(t, 0, code, errs.String())
+	lines := strings.Split(strings.TrimSpace(errs.String()), "\n")
+	require.NotEmpty(t, lines)
+	for _, line := range lines {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "%s", line)
+		assert.Equal(t, "dlrm", rec["job"], line)
+		assert.Contains(t, []any{"coordinator", "ps", "worker"}, rec["role"], line)
+		assert.NotEmpty(t, rec["node"], line)
+	}
+	_, err := parseFlags(strings.Fields("-log-format yaml"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, `-log-format "yaml"`)
 }

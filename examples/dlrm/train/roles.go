@@ -151,7 +151,9 @@ func cutEq(s string) (string, string, bool) {
 	return "", "", false
 }
 
-func (rc *RoleConfig) prepare() error {
+// prepare checks rc and fills its defaults for a process of role; the records of its logger
+// name the job, the role and the node.
+func (rc *RoleConfig) prepare(role elastic.Role) error {
 	if err := rc.Config.Validate(); err != nil {
 		return err
 	}
@@ -159,6 +161,11 @@ func (rc *RoleConfig) prepare() error {
 	if rc.Logger == nil {
 		rc.Logger = discardLogger()
 	}
+	node := rc.ID
+	if role == elastic.RoleCoordinator && node == "" {
+		node = elastic.CoordinatorID
+	}
+	rc.Logger = rc.Logger.With("job", jobName, "role", role.String(), "node", node)
 	var errs []error
 	if len(rc.Secret) == 0 {
 		errs = append(errs, errors.New("a cluster secret is required"))
@@ -217,7 +224,7 @@ const (
 // rc.Listen, and the coordinator's control calls on the same port (owner table, fences,
 // snapshots, restores). It sends EventStart to OnEvent once the port is bound and served.
 func RunServer(ctx context.Context, rc RoleConfig) error {
-	if err := rc.prepare(); err != nil {
+	if err := rc.prepare(elastic.RoleServer); err != nil {
 		return err
 	}
 	cfg := &rc.Config
@@ -355,7 +362,7 @@ func checkListen(ctx context.Context, listen string, self ps.Node) error {
 // whether Resume is set or not. The returned summary holds the data, progress,
 // exactly-once and checkpoint figures (the evaluation belongs to the embedded mode).
 func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
-	if err := rc.prepare(); err != nil {
+	if err := rc.prepare(elastic.RoleCoordinator); err != nil {
 		return nil, err
 	}
 	cfg := &rc.Config
@@ -571,7 +578,7 @@ func acceptedBy(d *shard.Dispatcher) int64 {
 // workerCounters are one worker process's figures.
 type workerCounters struct{ samples atomic.Int64 }
 
-func (c *workerCounters) trained(n int, _ float64) { c.samples.Add(int64(n)) }
+func (c *workerCounters) trained(_ string, st stepFigures) { c.samples.Add(int64(st.samples)) }
 
 // RunWorker runs one worker until the data is done, the coordinator stops training, or ctx
 // ends. It pulls from and pushes to the parameter servers of rc.PS, leases data shards from the
@@ -579,7 +586,7 @@ func (c *workerCounters) trained(n int, _ float64) { c.samples.Add(int64(n)) }
 // the job (waiting for the coordinator), pauses at its checkpoint barriers, and every push
 // carries its fence epoch and the batch's position. It returns the samples it trained.
 func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
-	if err := rc.prepare(); err != nil {
+	if err := rc.prepare(elastic.RoleWorker); err != nil {
 		return 0, err
 	}
 	if rc.ID == "" || rc.Dispatcher == "" {

@@ -39,12 +39,13 @@ var ErrNothingTrained = errors.New("train: nothing was trained")
 
 // run is one training run of the embedded cluster.
 type run struct {
-	cfg    Config
-	logger *slog.Logger
-	data   *dataSet
-	mcfg   model.Config
-	tables sparseTables // server-side names of the sparse fields' tables
-	dense  []denseTensor
+	cfg       Config
+	logger    *slog.Logger // the run's own records
+	jobLogger *slog.Logger // the logger the local job's parts tag
+	data      *dataSet
+	mcfg      model.Config
+	tables    sparseTables // server-side names of the sparse fields' tables
+	dense     []denseTensor
 
 	job   *local.Job
 	shm   shmPlace // the shared-memory tier (dir "" until placed)
@@ -88,10 +89,10 @@ type run struct {
 	lastBlk  time.Duration
 }
 
-func (r *run) trained(n int, loss float64) {
-	r.samples.Add(int64(n))
+func (r *run) trained(_ string, st stepFigures) {
+	r.samples.Add(int64(st.samples))
 	r.mu.Lock()
-	r.lossSum += loss
+	r.lossSum += st.loss
 	r.lossN++
 	r.mu.Unlock()
 }
@@ -117,10 +118,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
-	r := &run{cfg: cfg, logger: cfg.Logger, earlyStop: make(chan struct{}, 1)}
-	if r.logger == nil {
-		r.logger = discardLogger()
+	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1)}
+	if r.jobLogger == nil {
+		r.jobLogger = discardLogger()
 	}
+	// The local job names each part in its records; the run's own are the coordinator's side.
+	r.logger = r.jobLogger.With("job", jobName, "role", elastic.RoleCoordinator.String(), "node", elastic.CoordinatorID)
 	defer r.close()
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
@@ -165,7 +168,7 @@ func (r *run) setUp(ctx context.Context) error {
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
 			Storage: st, CheckpointEvery: max(cfg.CheckpointEvery, 0), CheckpointInterval: max(cfg.CheckpointInterval, 0),
-			Logger: r.logger, Recovery: cfg.Recovery,
+			Logger: r.jobLogger, Recovery: cfg.Recovery,
 			Dispatcher: r.dispatcherConfig(),
 			JobState: func(step uint64) []byte {
 				return r.jobState(context.WithoutCancel(ctx), step) // the final one follows an interrupt

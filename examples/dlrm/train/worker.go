@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
@@ -32,7 +33,15 @@ type worker struct {
 
 // counters are the training figures every worker adds to.
 type counters interface {
-	trained(samples int, loss float64)
+	trained(worker string, st stepFigures)
+}
+
+// stepFigures are one trained batch's: its samples and loss, and the time its pulls, its
+// gradients and its pushes took.
+type stepFigures struct {
+	samples             int
+	loss                float64
+	pull, compute, push time.Duration
 }
 
 func newWorker(name string, mcfg model.Config, sess *elastic.Session, tables sparseTables, dense []denseTensor) (*worker, error) {
@@ -106,6 +115,7 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 		return err
 	}
 	w.rt.split(w.bb.Keys())
+	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fanOut)
 	pull := func(ctx context.Context, table string, ids []uint64, dst []float32) error {
@@ -120,9 +130,11 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}
+	pulled := time.Now()
 	if err := w.m.ComputeGradients(w.bb.Batch(), &w.g); err != nil {
 		return fmt.Errorf("gradients: %w", err)
 	}
+	computed := time.Now()
 	pg, pctx := errgroup.WithContext(ctx)
 	pg.SetLimit(fanOut)
 	w.rt.push(pctx, pg, b.Push, w.tables.emb, w.g.Rows)
@@ -133,7 +145,7 @@ func (w *worker) step(ctx context.Context, b *elastic.Batch, c counters) error {
 	if err := pg.Wait(); err != nil {
 		return fmt.Errorf("push: %w", err)
 	}
-	c.trained(n, w.g.Loss)
+	c.trained(w.name, stepFigures{samples: n, loss: w.g.Loss, pull: pulled.Sub(start), compute: computed.Sub(pulled), push: time.Since(computed)})
 	return nil
 }
 
