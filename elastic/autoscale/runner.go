@@ -96,6 +96,9 @@ type RunnerConfig struct {
 	RebalanceOver   float64
 	RebalanceWindow time.Duration
 	RebalanceMoves  int
+	// OnApplied, if set, is called with every decision Tick (and so Run) carries out, failed
+	// ones included, in order: where a program counts them (metrics.Coordinator.ObserveDecision).
+	OnApplied func(Applied)
 	// Logger receives a line per decision carried out; nil discards.
 	Logger *slog.Logger
 }
@@ -225,6 +228,9 @@ func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
 	for _, d := range r.cfg.Planner.Observe(obs) {
 		a := r.Apply(ctx, d)
 		r.log.Info("autoscale: applied", "decision", d, "took", a.Took, "moves", a.Moves, "err", a.Err)
+		if r.cfg.OnApplied != nil {
+			r.cfg.OnApplied(a)
+		}
 		out = append(out, a)
 	}
 	return out, nil

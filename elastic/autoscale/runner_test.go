@@ -219,11 +219,14 @@ func TestLiveMemoryLimitRestartsServerLarger(t *testing.T) {
 
 	p, err := autoscale.NewPlanner(autoscale.Config{Settle: 1000})
 	require.NoError(t, err)
-	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: l.c, Planner: p, RestartServer: l.job.RestartServerByID})
+	var told []autoscale.Applied
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: l.c, Planner: p, RestartServer: l.job.RestartServerByID,
+		OnApplied: func(a autoscale.Applied) { told = append(told, a) }})
 	require.NoError(t, err)
 	applied, err := r.Tick(ctx)
 	require.NoError(t, err)
 	require.Len(t, applied, 1)
+	assert.Equal(t, applied, told, "OnApplied hears of every decision carried out")
 	a := applied[0]
 	require.NoError(t, a.Err)
 	assert.Equal(t, autoscale.RestartServer, a.Decision.Kind)
