@@ -15,7 +15,7 @@ type Config struct {
 	// not called job: Prometheus gives every scraped series the scrape configuration's job
 	// label, and would rename an exposed one to exported_job.) Required.
 	Job string
-	// Role is the label role: default "server" for NewServer, "coordinator" for NewCoordinator
+	// Role is the label role: default "ps" for NewServer, "coordinator" for NewCoordinator
 	// and "worker" for NewWorker; RegisterProcess leaves the label out when it is empty.
 	Role string
 	// Node is the label node, the process's node id: default the server's ID for NewServer and

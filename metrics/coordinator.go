@@ -112,7 +112,7 @@ func decisionBuckets() []float64 { return prometheus.ExponentialBuckets(0.01, 2,
 // the event series are reported. cfg.Role defaults to "coordinator", cfg.Node to
 // "coordinator".
 func NewCoordinator(cfg Config) (*Coordinator, error) {
-	cfg = cfg.withDefaults("coordinator", "coordinator")
+	cfg = cfg.withDefaults(elastic.RoleCoordinator.String(), elastic.CoordinatorID)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

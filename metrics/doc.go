@@ -7,7 +7,7 @@
 // on an address its flags give:
 //
 //	reg := prometheus.NewRegistry()
-//	metrics.RegisterProcess(reg, metrics.Config{Job: "ctr", Role: "server", Node: "ps-0"})
+//	metrics.RegisterProcess(reg, metrics.Config{Job: "ctr", Role: "ps", Node: "ps-0"})
 //	srv, _ := metrics.NewServer(psServer, metrics.Config{Job: "ctr"}) // reads psServer.Stats at each scrape
 //	reg.MustRegister(srv)
 //	go metrics.Serve(ctx, ln, reg, logger) // GET /metrics

@@ -29,7 +29,7 @@ var (
 // families are the package's series by role, with their types: a role's exposition holds
 // exactly these (with the Go and process series).
 var families = map[string]map[string]dto.MetricType{
-	"server": {
+	"ps": {
 		"elasticps_server_requests_total":              counter,
 		"elasticps_server_rows_total":                  counter,
 		"elasticps_server_bytes_total":                 counter,

@@ -172,7 +172,7 @@ func (tj *testJob) addServer(s *ps.Server) *node {
 		require.NoError(tj.t, n.reg.Register(m))
 		return n
 	}
-	n, err = tj.serve(s.ID(), "server", m)
+	n, err = tj.serve(s.ID(), "ps", m)
 	require.NoError(tj.t, err)
 	return n
 }

@@ -230,7 +230,7 @@ func TestPrometheus(t *testing.T) {
 	// ps-2's process is up from the start (it serves its process's series), as one a scaler
 	// started would be; it becomes a server of the job at the scale-out.
 	addrs := []string{tj.node("coordinator").addr, tj.node("ps-0").addr, tj.node("ps-1").addr, tj.waitNode("worker-0").addr,
-		tj.reserve("ps-2", "server").addr}
+		tj.reserve("ps-2", "ps").addr}
 
 	prom := startPrometheus(t, bin, addrs...)
 	prom.waitQuery(`sum_over_time(up[1m])`, scrapedTwice(addrs...))

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"cmp"
+	"github.com/elasticps/elasticps/elastic"
 	"slices"
 	"strconv"
 	"sync"
@@ -83,7 +84,7 @@ func NewServer(src StatsSource, cfg Config) (*Server, error) {
 	if s, ok := src.(*ps.Server); ok && s != nil {
 		node = s.ID()
 	}
-	cfg = cfg.withDefaults("server", node)
+	cfg = cfg.withDefaults(elastic.RoleServer.String(), node)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func TestServerSeries(t *testing.T) {
 	stats := fakeServer()
 	m, err := metrics.NewServer(metrics.StatsFunc(func(bool) ps.ServerStats { return stats }), metrics.Config{Job: "j", Node: "ps-7", HotSlots: 2})
 	require.NoError(t, err)
-	l := seriesLabels(metrics.LabelJob, "j", metrics.LabelRole, "server", metrics.LabelNode, "ps-7")
+	l := seriesLabels(metrics.LabelJob, "j", metrics.LabelRole, "ps", metrics.LabelNode, "ps-7")
 	want := `
 # HELP elasticps_server_requests_total Pull and push requests served, by table.
 # TYPE elasticps_server_requests_total counter

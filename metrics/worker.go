@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"github.com/elasticps/elasticps/elastic"
 	"math"
 	"sync"
 	"time"
@@ -59,7 +60,7 @@ func stepBuckets() []float64 { return prometheus.ExponentialBuckets(0.00025, 2, 
 // NewWorker returns a worker's metrics; cfg.Node (the worker's id) is required, cfg.Role
 // defaults to "worker".
 func NewWorker(cfg Config) (*Worker, error) {
-	cfg = cfg.withDefaults("worker", "")
+	cfg = cfg.withDefaults(elastic.RoleWorker.String(), "")
 	err := cfg.Validate()
 	if cfg.Node == "" {
 		err = errors.Join(err, fmt.Errorf("%w: Node is required for a worker", ErrInvalidConfig))

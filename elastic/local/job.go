@@ -386,6 +386,14 @@ func (j *Job) StopServers(ctx context.Context, ids []string) error {
 	return errors.Join(errs...)
 }
 
+// ServerList returns the job's servers now: a copy of Servers read under the job's lock, for a
+// reader that runs while servers start, stop or restart (a metrics scrape, a status page).
+func (j *Job) ServerList() []*server.Server {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.Servers)
+}
+
 func (j *Job) serverCount() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
