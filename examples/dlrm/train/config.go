@@ -187,6 +187,10 @@ type Config struct {
 	// page on (package statuspage), with its JSON at /status; a Note event gives its URL.
 	// Off loopback the page asks for the token of the cluster secret.
 	StatusAddr string
+	// MetricsAddr, if set, is the address (HOST:PORT) each process serves its Prometheus
+	// metrics on, at /metrics (package metrics): the embedded run all of its parts', a role
+	// its own. A Note event gives the URL.
+	MetricsAddr string
 	// Recovery is what the job does when a parameter server fails: elastic.Rollback (the
 	// default: every server returns to the newest commit) or elastic.Partial (only the failed
 	// server's slots do; the updates to them since the commit are lost and counted).

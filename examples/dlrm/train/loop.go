@@ -38,6 +38,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	r.job.SetScaler(r.scaler) // the coordinator's: SetParallelism goes through it
 	r.emit(Event{Kind: EventStart, Message: r.describe()})
 	r.watch.announce(r.emit, true)
+	r.metrics.announce(r.emit)
 
 	r.start = time.Now()
 	r.lastTick, r.lastSamp = r.start, r.samples.Load()
@@ -482,6 +483,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 // by an earlier run with more servers, read by a restore at most) go once it has committed.
 func (r *run) close() error {
 	r.watch.close()
+	r.metrics.close()
 	var errs []error
 	if r.scaler != nil {
 		errs = append(errs, r.scaler.Close())

@@ -289,9 +289,21 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 		return err
 	}
 	defer stopGossip()
+	met, err := newMetered(cfg.MetricsAddr, elastic.RoleServer, rc.ID, false)
+	if err == nil {
+		err = met.server(srv)
+	}
+	if err == nil {
+		err = met.serve(ctx, cfg.MetricsAddr, cfg)
+	}
+	if err != nil {
+		return err
+	}
+	defer met.close()
 	rc.Logger.Info("parameter server up", "id", rc.ID, "addr", l.Addr().String())
 	if rc.OnEvent != nil {
 		rc.OnEvent(Event{Kind: EventStart, Message: fmt.Sprintf("parameter server %s serving on %s", rc.ID, l.Addr())})
+		met.announce(rc.OnEvent)
 	}
 	<-ctx.Done()
 	return nil
@@ -374,6 +386,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	r := &run{cfg: *cfg, logger: rc.Logger, data: data}
+	if r.metrics, err = newMetered(cfg.MetricsAddr, elastic.RoleCoordinator, elastic.CoordinatorID, true); err != nil {
+		return nil, err
+	}
 	r.mcfg = model.Config{DenseFeatures: data.dense, Fields: len(data.fields), EmbeddingDim: cfg.EmbeddingDim,
 		BottomHidden: cfg.BottomHidden, TopHidden: cfg.TopHidden, FieldPooling: data.pooling, Seed: cfg.Seed}
 	m0, err := model.New(r.mcfg)
@@ -442,7 +457,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 				}
 				return r.jobState(ctx, step)
 			},
-			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint, OnRecovery: r.watch.recovery,
+			CheckJob: r.checkJob, OnCheckpoint: r.onCheckpoint, OnRecovery: r.onRecovery,
 			WorkerSilence: workerSilence, Recovery: cfg.Recovery,
 			// Servers a scheduler adds (dlrm scale -add) are reached like these, and slots
 			// move between servers over their ports.
@@ -513,6 +528,12 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	defer r.watch.close()
 	r.watch.announce(r.emit, false)
+	r.metrics.coordinator(coord)
+	if err := r.metrics.serve(ctx, cfg.MetricsAddr, cfg); err != nil {
+		return nil, err
+	}
+	defer r.metrics.close()
+	r.metrics.announce(r.emit)
 
 	r.start = time.Now()
 	tick := time.NewTicker(cfg.ProgressEvery)
@@ -581,9 +602,15 @@ func acceptedBy(d *shard.Dispatcher) int64 {
 }
 
 // workerCounters are one worker process's figures.
-type workerCounters struct{ samples atomic.Int64 }
+type workerCounters struct {
+	samples atomic.Int64
+	metrics *metered
+}
 
-func (c *workerCounters) trained(_ string, st stepFigures) { c.samples.Add(int64(st.samples)) }
+func (c *workerCounters) trained(worker string, st stepFigures) {
+	c.samples.Add(int64(st.samples))
+	c.metrics.step(worker, st)
+}
 
 // RunWorker runs one worker until the data is done, the coordinator stops training, or ctx
 // ends. It pulls from and pushes to the parameter servers of rc.PS, leases data shards from the
@@ -654,7 +681,18 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var c workerCounters
+	met, err := newMetered(cfg.MetricsAddr, elastic.RoleWorker, rc.ID, false)
+	if err == nil {
+		err = met.serve(ctx, cfg.MetricsAddr, cfg)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer met.close()
+	if rc.OnEvent != nil {
+		met.announce(rc.OnEvent)
+	}
+	c := workerCounters{metrics: met}
 	err = w.run(ctx, &c)
 	return c.samples.Load(), err
 }

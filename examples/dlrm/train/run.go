@@ -56,6 +56,7 @@ type run struct {
 	eval, testEval *evaluator
 	scaler         *local.Scaler // the workers
 	watch          watch         // the status page
+	metrics        *metered      // the Prometheus metrics
 
 	start    time.Time
 	samples  atomic.Int64 // the model's samples
@@ -90,8 +91,9 @@ type run struct {
 	lastBlk  time.Duration
 }
 
-func (r *run) trained(_ string, st stepFigures) {
+func (r *run) trained(worker string, st stepFigures) {
 	r.watch.step(st)
+	r.metrics.step(worker, st)
 	r.samples.Add(int64(st.samples))
 	r.mu.Lock()
 	r.lossSum += st.loss
@@ -120,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
-	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1)}
+	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1), metrics: &metered{}}
 	if r.jobLogger == nil {
 		r.jobLogger = discardLogger()
 	}
@@ -166,6 +168,9 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.shm, err = prepareShm(cfg, "", r.logger); err != nil {
 		return err
 	}
+	if r.metrics, err = newMetered(cfg.MetricsAddr, elastic.RoleCoordinator, elastic.CoordinatorID, true); err != nil {
+		return err
+	}
 	r.job, err = local.Start(ctx, local.Config{
 		Job: jobName, Servers: cfg.Servers, Tables: specs, Slots: cfg.Slots,
 		Coordinator: elastic.Config{
@@ -177,7 +182,7 @@ func (r *run) setUp(ctx context.Context) error {
 			},
 			CheckJob:     r.checkJob,
 			OnCheckpoint: r.onCheckpoint,
-			OnRecovery:   r.watch.recovery,
+			OnRecovery:   r.onRecovery,
 		},
 		Checkpoint: checkpoint.Config{ShmDir: r.shm.dir, FullEvery: cfg.FullEvery, OnStorageVerified: r.storageVerified},
 		KeepShm:    cfg.KeepShm,
@@ -189,6 +194,13 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	if err := r.watch.startPage(ctx, cfg.StatusAddr, r.job.Secret(), jobSource{r.job}, cfg); err != nil {
+		return err
+	}
+	r.metrics.coordinator(jobSource{r.job})
+	if err := r.metrics.localServers(r.job); err != nil {
+		return err
+	}
+	if err := r.metrics.serve(ctx, cfg.MetricsAddr, cfg); err != nil {
 		return err
 	}
 	if r.data.synth != nil {
@@ -296,8 +308,15 @@ func (r *run) checkJob(b []byte) error {
 	return nil
 }
 
+// onRecovery hands a recovery to the status page and the metrics.
+func (r *run) onRecovery(ev elastic.RecoveryEvent) {
+	r.watch.recovery(ev)
+	r.metrics.recovery(ev)
+}
+
 func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
 	r.watch.checkpoint(ev)
+	r.metrics.checkpoint(ev)
 	out := r.ck.record(ev)
 	if ev.Commit || ev.Err != nil { // a commit, or a snapshot that will not be committed
 		stale := r.best.committed(ev.Step, ev.Commit && ev.Err == nil)

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	pmodel "github.com/prometheus/common/model"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -394,30 +398,64 @@ func TestCheckpointsByTime(t *testing.T) {
 	}
 }
 
-// A run with StatusAddr serves its status page while it trains, says where in a Note event,
-// and stops serving when it returns.
-func TestRunServesItsStatusPage(t *testing.T) {
+// A run with StatusAddr and MetricsAddr serves its status page and its metrics while it
+// trains, says where in Note events, and stops serving when it returns. The metrics hold every
+// part of the embedded job: the coordinator, each server and each worker, and the process.
+func TestRunServesItsStatusPageAndMetrics(t *testing.T) {
 	cfg := smallConfig(t, 6000, 1)
-	cfg.StatusAddr = "127.0.0.1:0"
-	var url string
+	cfg.StatusAddr, cfg.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0"
+	var url, metricsURL string
 	var snap statuspage.Snapshot
-	var fetchErr error
+	var fetchErr, scrapeErr error
+	var families map[string]*dto.MetricFamily
+	commits, commitsThen := 0, 0
 	cfg.OnEvent = func(ev train.Event) {
 		if ev.Kind == train.EventNote && strings.HasPrefix(ev.Message, "status page at ") {
 			url = strings.TrimPrefix(ev.Message, "status page at ")
+		}
+		if ev.Kind == train.EventNote && strings.HasPrefix(ev.Message, "metrics at ") {
+			metricsURL = strings.TrimPrefix(ev.Message, "metrics at ")
+		}
+		if ev.Kind == train.EventCommit && ev.Checkpoint.Err == nil {
+			commits++
 		}
 		if ev.Kind == train.EventCommit && url != "" && snap.Status.Job == "" {
 			// The run waits while the page is read: it is read while the job trains.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			snap, fetchErr = statuspage.Fetch(ctx, url, nil)
+			families, scrapeErr = scrape(metricsURL)
+			commitsThen = commits
 		}
 	}
 	s, err := train.Run(context.Background(), cfg)
 	require.NoError(t, err)
 	require.NotEmpty(t, url, "the run said where its page is")
 	require.NoError(t, fetchErr)
+	require.NoError(t, scrapeErr)
 	assert.Equal(t, "dlrm", snap.Status.Job)
+	nodes := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range families[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "node" {
+					out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	samples := nodes("elasticps_worker_samples_total")
+	assert.Len(t, samples, 2, "a series per worker: %v", samples)
+	for w, n := range samples {
+		assert.Positive(t, n, w)
+	}
+	requests := nodes("elasticps_server_requests_total")
+	assert.Len(t, requests, 2, "a series per server: %v", requests)
+	persist := families["elasticps_coordinator_checkpoint_persist_seconds"].GetMetric()
+	require.Len(t, persist, 1)
+	assert.Equal(t, uint64(commitsThen), persist[0].GetHistogram().GetSampleCount(), "every commit reported so far, the one being reported included")
+	assert.Contains(t, families, "process_cpu_seconds_total")
 	assert.Len(t, snap.Status.Servers, 2)
 	require.NotEmpty(t, snap.Status.Owners, "the owner table, slot by slot")
 	for _, id := range snap.Status.Owners {
@@ -428,4 +466,21 @@ func TestRunServesItsStatusPage(t *testing.T) {
 	defer cancel()
 	_, err = statuspage.Fetch(ctx, url, nil)
 	assert.Error(t, err, "the page is gone with the run")
+	_, err = scrape(metricsURL)
+	assert.Error(t, err, "the metrics are gone with the run")
+	assert.Positive(t, commits)
+}
+
+// scrape reads and parses the Prometheus exposition at url.
+func scrape(url string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(pmodel.LegacyValidation)
+	return p.TextToMetricFamilies(resp.Body)
 }
