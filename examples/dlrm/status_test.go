@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/local"
 	"github.com/elasticps/elasticps/elastic/remote"
+	"github.com/elasticps/elasticps/elastic/statuspage"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/ps"
 	"github.com/elasticps/elasticps/shard"
@@ -67,4 +69,30 @@ func TestStatusSubcommand(t *testing.T) {
 	assert.Equal(t, 1, run(strings.Fields("status -timeout 2s -dispatcher "+addr+" -secret-file "+bad), &out, &errs), "a wrong secret is refused")
 	assert.Contains(t, errs.String(), "dlrm status:")
 	assert.Equal(t, 2, run([]string{"status", "-dispatcher", addr}, &out, &errs))
+
+	// The same status read from the coordinator's status page, served as on loopback and as
+	// off it (where the page asks for the secret's token).
+	page, err := statuspage.New(statuspage.Config{Source: job.Coordinator(), Secret: secret})
+	require.NoError(t, err)
+	page.Sample(ctx)
+	for _, auth := range []bool{false, true} {
+		hs := httptest.NewServer(page.Handler(auth))
+		url := hs.URL + "/"
+		out.Reset()
+		require.Equal(t, 0, run([]string{"status", "-page", url, "-secret-file", good, "-json"}, &out, &errs), errs.String())
+		st = elastic.Status{}
+		require.NoError(t, json.Unmarshal(out.Bytes(), &st))
+		assert.Equal(t, "status", st.Job, url)
+		assert.Len(t, st.Servers, 2, url)
+		errs.Reset()
+		code := run([]string{"status", "-page", url, "-secret-file", bad}, &out, &errs)
+		if !auth {
+			assert.Equal(t, 0, code, "a page on loopback asks for nothing")
+		} else {
+			assert.Equal(t, 1, code, "off loopback, a wrong secret is refused")
+			assert.Contains(t, errs.String(), "dlrm status:")
+		}
+		hs.Close()
+	}
+	assert.Equal(t, 2, run([]string{"status", "-page", "http://127.0.0.1:1/", "-dispatcher", addr}, &out, &errs), "one of -page and -dispatcher")
 }
