@@ -17,7 +17,7 @@ import (
 
 // metered is a process's Prometheus metrics (package metrics), served on Config.MetricsAddr:
 // the coordinator's, its servers' and its workers' series, as many of them as run in the
-// process. Its methods do nothing on a metered with no registry (no address given).
+// process. Its methods do nothing on a nil metered or one with no registry (no address given).
 type metered struct {
 	reg   *prometheus.Registry
 	coord *metrics.Coordinator
@@ -55,7 +55,7 @@ func newMetered(addr string, role elastic.Role, node string, withCoordinator boo
 
 // serve serves the registry on addr until close.
 func (m *metered) serve(ctx context.Context, addr string, cfg *Config) error {
-	if m.reg == nil {
+	if m == nil || m.reg == nil {
 		return nil
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -76,14 +76,14 @@ func (m *metered) serve(ctx context.Context, addr string, cfg *Config) error {
 
 // announce says where the metrics are, in a Note event.
 func (m *metered) announce(emit func(Event)) {
-	if m.addr != "" {
+	if m != nil && m.addr != "" {
 		emit(Event{Kind: EventNote, Message: fmt.Sprintf("metrics at http://%s%s", m.addr, metrics.Path)})
 	}
 }
 
 // close stops serving and waits for it.
 func (m *metered) close() {
-	if m.stop != nil {
+	if m != nil && m.stop != nil {
 		m.stop()
 		m.wg.Wait()
 	}
@@ -91,26 +91,26 @@ func (m *metered) close() {
 
 // coordinator points the coordinator's series at src.
 func (m *metered) coordinator(src metrics.StatusSource) {
-	if m.coord != nil {
+	if m != nil && m.coord != nil {
 		m.coord.SetSource(src)
 	}
 }
 
 func (m *metered) checkpoint(ev elastic.CheckpointEvent) {
-	if m.coord != nil {
+	if m != nil && m.coord != nil {
 		m.coord.ObserveCheckpoint(ev)
 	}
 }
 
 func (m *metered) recovery(ev elastic.RecoveryEvent) {
-	if m.coord != nil {
+	if m != nil && m.coord != nil {
 		m.coord.ObserveRecovery(ev)
 	}
 }
 
 // server adds the series of a server of this process.
 func (m *metered) server(srv *ps.Server) error {
-	if m.reg == nil {
+	if m == nil || m.reg == nil {
 		return nil
 	}
 	s, err := metrics.NewServer(srv, metrics.Config{Job: jobName})
@@ -123,7 +123,7 @@ func (m *metered) server(srv *ps.Server) error {
 // localServers adds the series of a local job's servers, those it has at each scrape (servers
 // start, stop and restart while it trains).
 func (m *metered) localServers(job *local.Job) error {
-	if m.reg == nil {
+	if m == nil || m.reg == nil {
 		return nil
 	}
 	return m.reg.Register(&jobServers{job: job, each: map[string]*jobServer{}})
@@ -131,7 +131,7 @@ func (m *metered) localServers(job *local.Job) error {
 
 // step records a worker's step in its series, made at its first step.
 func (m *metered) step(worker string, st stepFigures) {
-	if m.reg == nil {
+	if m == nil || m.reg == nil {
 		return
 	}
 	m.mu.Lock()
