@@ -2,9 +2,12 @@ package train_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,8 +65,29 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	secret := []byte("a cluster secret shared by every process")
 	nodes := []ps.Node{{ID: "ps-0", Addr: freeAddr(t)}, {ID: "ps-1", Addr: freeAddr(t)}}
 	coordAddr := freeAddr(t)
+	// Every role serves its metrics; the coordinator's first commit has them all scraped.
+	metricsAt := map[string]string{}
+	for _, id := range []string{"ps-0", "ps-1", "coordinator", "worker-0", "worker-1"} {
+		metricsAt[id] = freeAddr(t)
+	}
+	scraped := map[string]map[string]*dto.MetricFamily{}
+	var scrapeErrs []error
 	role := func(id, listen string) train.RoleConfig {
-		return train.RoleConfig{Config: base, ID: id, Listen: listen, PS: nodes, Dispatcher: coordAddr, Workers: 2, Secret: secret}
+		cfg := base
+		cfg.MetricsAddr = metricsAt[id]
+		if id == "coordinator" {
+			cfg.OnEvent = func(ev train.Event) {
+				if ev.Kind != train.EventCommit || len(scraped) > 0 {
+					return
+				}
+				for id, addr := range metricsAt {
+					m, err := scrape("http://" + addr + "/metrics")
+					scraped[id] = m
+					scrapeErrs = append(scrapeErrs, err)
+				}
+			}
+		}
+		return train.RoleConfig{Config: cfg, ID: id, Listen: listen, PS: nodes, Dispatcher: coordAddr, Workers: 2, Secret: secret}
 	}
 
 	// startServers runs every parameter server until the returned function stops them.
@@ -125,6 +149,24 @@ func TestRolesInSeparateRunners(t *testing.T) {
 	assert.GreaterOrEqual(t, sum.Checkpoints.Committed, 2, "periodic and final checkpoints")
 	assert.Zero(t, sum.Checkpoints.Failed)
 	t.Logf("%d checkpoints committed, blocked %v on average", sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked())
+	require.NoError(t, errors.Join(scrapeErrs...))
+	require.Len(t, scraped, len(metricsAt), "every role's metrics scraped at the first commit")
+	own := map[string]string{"ps": "elasticps_server_requests_total", "worker": "elasticps_worker_samples_total", "coordinator": "elasticps_coordinator_step"}
+	for id, fams := range scraped {
+		r := strings.TrimRight(id, "-0123456789")
+		require.Contains(t, fams, own[r], id)
+		for _, name := range []string{own[r], "process_cpu_seconds_total"} {
+			for _, m := range fams[name].GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				assert.Equal(t, r, labels["role"], "%s %s", id, name)
+				assert.Equal(t, id, labels["node"], "%s %s", id, name)
+				assert.Equal(t, "dlrm", labels["training_job"], "%s %s", id, name)
+			}
+		}
+	}
 
 	// The servers still run: a coordinator started with Resume takes the job over from its
 	// newest commit, leaving their rows alone.
