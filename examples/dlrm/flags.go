@@ -158,7 +158,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
-	fs.StringVar(&c.StatusAddr, "status-addr", "127.0.0.1:0", "the embedded run or -role coordinator: serve the live status page on this address (empty: none); off loopback it asks for the cluster secret's token")
+	fs.StringVar(&c.StatusAddr, "status-addr", train.CommandDefaults().StatusAddr, "the embedded run or -role coordinator: serve the live status page on this address (empty: none); off loopback it asks for the cluster secret's token")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve this process's Prometheus metrics on this address, at /metrics (empty: none)")
 	logFormat := fs.String("log-format", "text", "the log records' format on stderr: text or json (each record names the job, role and node)")
 	fs.Float64Var(&skew, "skew", 1.2, "synthetic data: Zipf exponent of the ids (larger is easier to learn)")

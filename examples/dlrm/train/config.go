@@ -263,6 +263,7 @@ func CommandDefaults() Config {
 		Duration: time.Minute, Servers: DefaultServers, Workers: DefaultWorkers,
 		CheckpointEvery: DefaultCheckpointEvery, CheckpointInterval: DefaultCheckpointInterval,
 		FullEvery: DefaultFullEvery, EvalEvery: DefaultEvalEvery,
+		StatusAddr: "127.0.0.1:0", // the status page on loopback, on a port of its own
 	}
 }
 
