@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -53,8 +54,8 @@ func newMetered(addr string, role elastic.Role, node string, withCoordinator boo
 	return m, nil
 }
 
-// serve serves the registry on addr until close.
-func (m *metered) serve(ctx context.Context, addr string, cfg *Config) error {
+// serve serves the registry on addr until close, logging to log.
+func (m *metered) serve(ctx context.Context, addr string, log *slog.Logger) error {
 	if m == nil || m.reg == nil {
 		return nil
 	}
@@ -67,8 +68,8 @@ func (m *metered) serve(ctx context.Context, addr string, cfg *Config) error {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if err := metrics.Serve(ctx, ln, m.reg, cfg.Logger); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) && cfg.Logger != nil {
-			cfg.Logger.Warn("metrics stopped", "err", err)
+		if err := metrics.Serve(ctx, ln, m.reg, log); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics stopped", "err", err)
 		}
 	}()
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -26,12 +27,13 @@ type watch struct {
 }
 
 // startPage serves the coordinator's status page on addr (nothing when addr is empty), with
-// the token of secret unless addr is loopback. The page reads src; it is served until close.
-func (w *watch) startPage(ctx context.Context, addr string, secret []byte, src statuspage.Source, cfg *Config) error {
+// the token of secret unless addr is loopback, logging to log. The page reads src; it is
+// served until close.
+func (w *watch) startPage(ctx context.Context, addr string, secret []byte, src statuspage.Source, log *slog.Logger) error {
 	if addr == "" {
 		return nil
 	}
-	page, err := statuspage.New(statuspage.Config{Source: src, Secret: secret, Logger: cfg.Logger})
+	page, err := statuspage.New(statuspage.Config{Source: src, Secret: secret, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -49,9 +51,7 @@ func (w *watch) startPage(ctx context.Context, addr string, secret []byte, src s
 	go func() {
 		defer w.wg.Done()
 		if err := page.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
-			if cfg.Logger != nil {
-				cfg.Logger.Warn("status page stopped", "err", err)
-			}
+			log.Warn("status page stopped", "err", err)
 		}
 	}()
 	return nil

@@ -294,7 +294,7 @@ func RunServer(ctx context.Context, rc RoleConfig) error {
 		err = met.server(srv)
 	}
 	if err == nil {
-		err = met.serve(ctx, cfg.MetricsAddr, cfg)
+		err = met.serve(ctx, cfg.MetricsAddr, rc.Logger)
 	}
 	if err != nil {
 		return err
@@ -523,13 +523,13 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	}
 	defer stopGossip()
 	r.emit(Event{Kind: EventStart, Message: fmt.Sprintf("coordinator: dispatcher and control on %s, %d servers; %s", l.Addr(), len(rc.PS), data.desc)})
-	if err := r.watch.startPage(ctx, cfg.StatusAddr, rc.Secret, coord, cfg); err != nil {
+	if err := r.watch.startPage(ctx, cfg.StatusAddr, rc.Secret, coord, rc.Logger); err != nil {
 		return nil, err
 	}
 	defer r.watch.close()
 	r.watch.announce(r.emit, false)
 	r.metrics.coordinator(coord)
-	if err := r.metrics.serve(ctx, cfg.MetricsAddr, cfg); err != nil {
+	if err := r.metrics.serve(ctx, cfg.MetricsAddr, rc.Logger); err != nil {
 		return nil, err
 	}
 	defer r.metrics.close()
@@ -683,7 +683,7 @@ func RunWorker(ctx context.Context, rc RoleConfig) (int64, error) {
 	}
 	met, err := newMetered(cfg.MetricsAddr, elastic.RoleWorker, rc.ID, false)
 	if err == nil {
-		err = met.serve(ctx, cfg.MetricsAddr, cfg)
+		err = met.serve(ctx, cfg.MetricsAddr, rc.Logger)
 	}
 	if err != nil {
 		return 0, err

@@ -193,14 +193,14 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.admin, err = r.job.Client(); err != nil {
 		return err
 	}
-	if err := r.watch.startPage(ctx, cfg.StatusAddr, r.job.Secret(), jobSource{r.job}, cfg); err != nil {
+	if err := r.watch.startPage(ctx, cfg.StatusAddr, r.job.Secret(), jobSource{r.job}, r.logger); err != nil {
 		return err
 	}
 	r.metrics.coordinator(jobSource{r.job})
 	if err := r.metrics.localServers(r.job); err != nil {
 		return err
 	}
-	if err := r.metrics.serve(ctx, cfg.MetricsAddr, cfg); err != nil {
+	if err := r.metrics.serve(ctx, cfg.MetricsAddr, r.logger); err != nil {
 		return err
 	}
 	if r.data.synth != nil {
