@@ -2,7 +2,7 @@
 # build-tools.sh builds the control plane that package kubetest runs (etcd, kube-apiserver,
 # kube-scheduler) from the pinned module in tools/, and prints the directory that holds them.
 #
-# The directory is $ELASTICPS_KUBE_TOOLS when set, else
+# The directory is $ELASTICPS_KUBE_TOOLS when set (kubetest wants it absolute), else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/elasticps/kube/<key>, where <key> is the first 16 hex digits of
 # the SHA-256 of tools/go.mod followed by tools/go.sum (kubetest computes the same key). A binary
 # that is already there is not built again, so a second call costs nothing; the first takes about
@@ -18,6 +18,8 @@ tools="$here/tools"
 
 key=$(cat "$tools/go.mod" "$tools/go.sum" | sha256sum | cut -c1-16)
 dir=${ELASTICPS_KUBE_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/elasticps/kube/$key}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd) # the build runs elsewhere, and the caller gets a path that works anywhere
 
 # name=package, built with `go build` in the tools module.
 bins=(
@@ -32,7 +34,6 @@ for b in "${bins[@]}"; do
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
-  mkdir -p "$dir"
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   cd "$tools"

@@ -10,7 +10,8 @@ import (
 )
 
 // EnvTools names the environment variable that, when set, is the directory holding the
-// control plane's binaries, in place of the default cache directory.
+// control plane's binaries, in place of the default cache directory. Give an absolute path: a
+// test runs in its package's directory.
 const EnvTools = "ELASTICPS_KUBE_TOOLS"
 
 // BuildScript is the script, relative to the module's root, that builds the binaries.
