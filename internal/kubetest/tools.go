@@ -33,8 +33,8 @@ var ErrNoTools = errors.New("kubetest: control plane binaries not built")
 
 // ToolsDir returns the directory that holds (or will hold) the control plane's binaries: the
 // value of EnvTools when set, else ${XDG_CACHE_HOME:-$HOME/.cache}/elasticps/kube/KEY, where KEY
-// is the first 16 hex digits of the SHA-256 of the tools module's go.mod followed by its go.sum,
-// so that a change of versions builds anew. It finds the tools module by walking up from the
+// is the first 16 hex digits of the SHA-256 of the tools module's go.sum, so that a change of
+// versions builds anew. It finds the tools module by walking up from the
 // working directory, which for a test is its package's directory inside the module.
 func ToolsDir() (string, error) {
 	if dir := os.Getenv(EnvTools); dir != "" {
@@ -44,14 +44,11 @@ func ToolsDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	for _, name := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(root, toolsModule, name))
-		if err != nil {
-			return "", fmt.Errorf("kubetest: %w", err)
-		}
-		h.Write(b)
+	sum, err := os.ReadFile(filepath.Join(root, toolsModule, "go.sum"))
+	if err != nil {
+		return "", fmt.Errorf("kubetest: %w", err)
 	}
+	h := sha256.Sum256(sum)
 	cache := os.Getenv("XDG_CACHE_HOME")
 	if cache == "" {
 		home, err := os.UserHomeDir()
@@ -60,7 +57,7 @@ func ToolsDir() (string, error) {
 		}
 		cache = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(cache, "elasticps", "kube", hex.EncodeToString(h.Sum(nil))[:16]), nil
+	return filepath.Join(cache, "elasticps", "kube", hex.EncodeToString(h[:8])), nil
 }
 
 // moduleRoot returns the nearest directory, from the working directory up, that holds the

@@ -1,7 +1,7 @@
 // Module tools builds the control plane that package kubetest runs: etcd, kube-apiserver and
 // kube-scheduler, at pinned versions, with no kubelet and no controller manager. It is a module of
 // its own so that the main module neither builds nor depends on Kubernetes' server code;
-// build-tools.sh beside it builds the three binaries once into a cache keyed by this module's go.sum.
+// ../build-tools.sh builds the three binaries once into a cache keyed by this module's go.sum.
 //
 // k8s.io/kubernetes refers to its staging modules (k8s.io/api, k8s.io/apiserver, ...) as v0.0.0
 // and replaces them with directories of its own tree; a module that requires it must replace each
