@@ -1,0 +1,29 @@
+// Package kubetest runs a real Kubernetes control plane for tests: etcd, kube-apiserver and
+// kube-scheduler as processes on loopback ports, with no kubelet and no controller manager.
+//
+// The binaries are built from the pinned module in tools/ by build-tools.sh, once, into a cache
+// directory (see ToolsDir). A test that finds them missing is skipped, or fails when the
+// environment says CI=true, with a message that names the script.
+//
+// What the absent components would do, the package does for them: it creates each namespace's
+// default ServiceAccount (the controller manager's job), and AddNode registers a Node that is Ready
+// and schedulable (a kubelet's job), so that the scheduler binds pods to it and reports why it
+// cannot. A bound pod never runs; its spec.nodeName is the outcome a test watches for.
+//
+//	cp := kubetest.Start(t, kubetest.Options{Namespaces: []string{"train"}})
+//	require.NoError(t, cp.AddNode(ctx, "node-1", corev1.ResourceList{
+//		corev1.ResourceCPU:    resource.MustParse("4"),
+//		corev1.ResourceMemory: resource.MustParse("8Gi"),
+//	}))
+//	pod, err := cp.Client.CoreV1().Pods("train").Create(ctx, somePod, metav1.CreateOptions{})
+//	// ... cp.WaitPod(ctx, "train", pod.Name, kubetest.Scheduled)
+//
+// Start ties the control plane to one test; a Fixture shares one among the tests of a test
+// binary, which is cheaper: a start costs a few seconds of two cores.
+//
+// The clients authenticate with static bearer tokens: Config and Client act as an administrator
+// (group system:masters), the scheduler as system:kube-scheduler under the default RBAC roles, and
+// TokenFor issues a ServiceAccount's token so that a test can act with only what a Role grants.
+//
+// A ControlPlane's methods are safe for concurrent use. Stop is idempotent.
+package kubetest
