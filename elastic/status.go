@@ -115,6 +115,27 @@ type ServerStatus struct {
 	UsageError    string        `json:"usage_error,omitempty"`
 }
 
+// Use is what the server itself uses, as far as a Usage reading tells: its process's resident
+// memory (own) when the process is its own (read, and not SharedProcess), else its tables'
+// memory. Its CPU is UsedSince's.
+func (s ServerStatus) Use() (memory int64, own bool) {
+	if s.Pid == 0 || s.SharedProcess {
+		return s.MemoryBytes, false
+	}
+	return cmp.Or(s.ResidentBytes, s.MemoryBytes), true
+}
+
+// UsedSince is the CPU time the server used between prev and s, two Usage readings of it: its
+// process's (own) when both readings are of one process of its own, else its serving time
+// (Busy); zero when the counters went back (a restart).
+func (s ServerStatus) UsedSince(prev ServerStatus) (cpu time.Duration, own bool) {
+	_, was := prev.Use()
+	if _, is := s.Use(); is && was && s.Pid == prev.Pid && s.Host == prev.Host && s.CPU >= prev.CPU {
+		return s.CPU - prev.CPU, true
+	}
+	return max(s.Busy-prev.Busy, 0), false
+}
+
 // WorkerStatus is one worker of a Status.
 type WorkerStatus struct {
 	ID      string `json:"id"`

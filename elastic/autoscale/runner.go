@@ -289,22 +289,18 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 // with Busy the share of the time it served. A server sharing its process (an in-process job)
 // counts its serving time as its CPU, and its tables' memory as its memory.
 func serverLoad(s elastic.ServerStatus, prev *reading, size Resources) ServerLoad {
-	sl := ServerLoad{ID: s.ID, Memory: s.MemoryBytes, MemoryLimit: size.Memory}
-	alone := !s.SharedProcess && s.Pid != 0
-	if alone && s.ResidentBytes > 0 {
-		sl.Memory = s.ResidentBytes
-	}
+	sl := ServerLoad{ID: s.ID, MemoryLimit: size.Memory}
+	sl.Memory, _ = s.Use()
 	p, ok := prev.server(s.ID)
 	if !ok || s.Uptime <= p.Uptime || s.Busy < p.Busy {
 		return sl
 	}
 	up := float64(s.Uptime - p.Uptime)
-	if alone && p.Pid == s.Pid && p.Host == s.Host && s.CPU >= p.CPU {
-		sl.CPU = float64(s.CPU-p.CPU) / up / size.CPU
+	used, own := s.UsedSince(p)
+	sl.CPU = float64(used) / up / size.CPU
+	if own {
 		sl.Busy = min(float64(s.Busy-p.Busy)/up, 1)
-		return sl
 	}
-	sl.CPU = float64(s.Busy-p.Busy) / up / size.CPU
 	return sl
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/elastictest"
 )
 
 // fakeSource is a Source a test sets the status of.
@@ -33,24 +34,9 @@ func (f *fakeSource) set(change func(st *elastic.Status)) {
 	change(&f.st)
 }
 
-// fakeClock is a clock a test moves.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newFakeClock is a clock a test moves.
+func newFakeClock() *elastictest.Clock {
+	return elastictest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // twoServers is a job of two servers owning four slots each and two workers.
@@ -66,13 +52,13 @@ func twoServers() elastic.Status {
 	}
 }
 
-func newTestPage(t *testing.T, cfg Config) (*Page, *fakeSource, *fakeClock) {
+func newTestPage(t *testing.T, cfg Config) (*Page, *fakeSource, *elastictest.Clock) {
 	t.Helper()
 	src, clk := &fakeSource{st: twoServers()}, newFakeClock()
 	if cfg.Source == nil {
 		cfg.Source = src
 	}
-	cfg.Now = clk.now
+	cfg.Now = clk.Now
 	p, err := New(cfg)
 	require.NoError(t, err)
 	return p, src, clk
@@ -95,13 +81,13 @@ func TestThroughput(t *testing.T) {
 	ctx := context.Background()
 	p, src, clk := newTestPage(t, Config{})
 	p.Sample(ctx)
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	src.set(func(st *elastic.Status) { st.EpochDone = 3000 })
 	p.Sample(ctx)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) { st.Epoch, st.EpochDone = 1, 500 }) // 7000 to end epoch 0, 500 of epoch 1
 	p.Sample(ctx)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) { st.EpochDone = 100 }) // a rollback
 	p.Sample(ctx)
 
@@ -113,7 +99,7 @@ func TestThroughput(t *testing.T) {
 		got = append(got, pt.V)
 	}
 	assert.Equal(t, []float64{1500, 7500, 0}, got, "the first sample has nothing to compare with")
-	assert.Equal(t, clk.now(), s.At)
+	assert.Equal(t, clk.Now(), s.At)
 }
 
 func TestObserve(t *testing.T) {
@@ -127,11 +113,11 @@ func TestObserve(t *testing.T) {
 	p.Sample(ctx)
 	p.Observe("auc", 0.61)
 	p.Observe("extra", 1) // a third series: refused
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	p.Sample(ctx)
 	for i := range 5 {
 		p.Observe("loss", float64(i))
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		p.Sample(ctx)
 	}
 
@@ -144,7 +130,7 @@ func TestObserve(t *testing.T) {
 	loss := s.Series[1].Points
 	require.Len(t, loss, 3, "History bounds every series")
 	assert.Equal(t, []float64{2, 3, 4}, []float64{loss[0].V, loss[1].V, loss[2].V}, "the newest points")
-	assert.Equal(t, clk.now(), loss[2].At)
+	assert.Equal(t, clk.Now(), loss[2].At)
 	require.Len(t, s.Series[2].Points, 1, "a period with no value adds no point")
 	assert.Equal(t, 0.61, s.Series[2].Points[0].V)
 
@@ -159,7 +145,7 @@ func TestEvents(t *testing.T) {
 	ctx := context.Background()
 	p, src, clk := newTestPage(t, Config{})
 	step := func(change func(st *elastic.Status)) {
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		src.set(change)
 		p.Sample(ctx)
 	}
@@ -215,14 +201,14 @@ func TestEvents(t *testing.T) {
 func TestCheckpoints(t *testing.T) {
 	p, _, clk := newTestPage(t, Config{})
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 10, Bytes: 4096, Full: true, Blocked: 3 * time.Millisecond})
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 20, Bytes: 512, Blocked: time.Millisecond})
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 10, Commit: true, Persist: 400 * time.Millisecond})
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 20, Commit: true, Persist: time.Second, Err: errors.New("storage: quota")})
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 5, Commit: true, Persist: time.Second}) // its snapshot came before the page
 
 	s := p.Snapshot()
-	start := newFakeClock().now()
+	start := newFakeClock().Now()
 	assert.Equal(t, []Checkpoint{
 		{Step: 10, At: start, Bytes: 4096, Full: true, Blocked: 3 * time.Millisecond, Committed: true, CommitLag: 400 * time.Millisecond},
 		{Step: 20, At: start.Add(time.Second), Bytes: 512, Blocked: time.Millisecond, CommitLag: time.Second, Err: "storage: quota"},
@@ -236,20 +222,20 @@ func TestRecoveries(t *testing.T) {
 	ctx := context.Background()
 	p, src, clk := newTestPage(t, Config{})
 	p.Sample(ctx)
-	detected := clk.now().Add(-time.Second)
+	detected := clk.Now().Add(-time.Second)
 	ev := elastic.RecoveryEvent{Policy: elastic.Rollback, Failed: map[string]string{"ps-1": "killed"}, Replaced: []string{"ps-1"},
 		Step: 40, TableVersion: 3, Detected: detected, Duration: 800 * time.Millisecond}
 	p.ObserveRecovery(elastic.RecoveryEvent{Policy: elastic.Rollback, Failed: map[string]string{"ps-1": "killed"}, Detected: detected,
 		Err: errors.New("replacement not ready")})
 	p.ObserveRecovery(ev)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) { st.Recoveries, st.LastRecovery = 1, &ev })
 	p.Sample(ctx) // the same recovery: not twice
 
 	// A recovery the page was not told of is found in the status.
 	ev2 := ev
-	ev2.Detected, ev2.Step, ev2.Policy, ev2.LostRecords = clk.now(), 60, elastic.Partial, 25
-	clk.advance(time.Second)
+	ev2.Detected, ev2.Step, ev2.Policy, ev2.LostRecords = clk.Now(), 60, elastic.Partial, 25
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) { st.Recoveries, st.LastRecovery = 2, &ev2 })
 	p.Sample(ctx)
 
@@ -297,7 +283,7 @@ func TestMembers(t *testing.T) {
 		st.Workers[0].Steps = 10
 	})
 	p.Sample(ctx)
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	src.set(func(st *elastic.Status) {
 		st.Servers[0].CPU = 4 * time.Second
 		st.Servers[1].Busy, st.Servers[1].Silent, st.Servers[1].CPU = 2*time.Second, true, 20*time.Second
@@ -316,7 +302,7 @@ func TestMembers(t *testing.T) {
 
 	// Usage fails: the status without counters, the host kept.
 	src.fail = errors.New("a server does not answer")
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) {
 		st.Servers[0].Host, st.Servers[0].Pid, st.Servers[0].CPU = "", 0, 0
 		st.Servers[1].Failed, st.Servers[1].Reason = true, "timeout"
@@ -329,7 +315,7 @@ func TestMembers(t *testing.T) {
 	assert.Equal(t, HealthFailed, m[1].Health)
 	assert.Equal(t, "timeout", m[1].Reason)
 
-	p2, err := New(Config{Source: src, NoUsage: true, Now: clk.now})
+	p2, err := New(Config{Source: src, NoUsage: true, Now: clk.Now})
 	require.NoError(t, err)
 	src.fail = nil
 	src.set(func(st *elastic.Status) { st.Servers[0].Host = "from-usage" })

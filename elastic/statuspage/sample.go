@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -74,7 +75,7 @@ func members(old []Member, prev, st elastic.Status, dt float64) []Member {
 			m.CPU = cpu(prev.Servers[i], s, dt)
 		}
 		if j := slices.IndexFunc(old, func(o Member) bool { return o.Role == RoleServer && o.ID == s.ID }); j >= 0 && old[j].Incarnation == s.Incarnation {
-			m.Host, m.Pid = cmpOr(m.Host, old[j].Host), cmpOr(m.Pid, old[j].Pid)
+			m.Host, m.Pid = cmp.Or(m.Host, old[j].Host), cmp.Or(m.Pid, old[j].Pid)
 		}
 		out = append(out, m)
 	}
@@ -93,14 +94,6 @@ func members(old []Member, prev, st elastic.Status, dt float64) []Member {
 	}
 	slices.SortFunc(out[nServers:], func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out
-}
-
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
 }
 
 // changesLocked records the changes from prev to cur as events.

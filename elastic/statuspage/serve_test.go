@@ -118,7 +118,7 @@ func TestHandlerContent(t *testing.T) {
 	p.Sample(ctx)
 	p.Observe("loss", 0.69)
 	p.ObserveCheckpoint(elastic.CheckpointEvent{Step: 10, Bytes: 1 << 20, Blocked: 2 * time.Millisecond})
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) {
 		st.EpochDone, st.Step = 1000, 40
 		st.Migrating = []int{3}
@@ -260,8 +260,8 @@ func TestSnapshotJSON(t *testing.T) {
 	p, _, clk := newTestPage(t, Config{Source: src})
 	p.Sample(ctx)
 	ev := elastic.RecoveryEvent{Policy: elastic.Partial, Failed: map[string]string{"ps-1": "killed"}, Replaced: []string{"ps-1"},
-		Step: 40, TableVersion: 3, Detected: clk.now(), Replacement: time.Second, Duration: 2 * time.Second, LostRecords: 7, TrainedRecords: 900}
-	clk.advance(time.Second)
+		Step: 40, TableVersion: 3, Detected: clk.Now(), Replacement: time.Second, Duration: 2 * time.Second, LostRecords: 7, TrainedRecords: 900}
+	clk.Advance(time.Second)
 	src.set(func(st *elastic.Status) {
 		st.Plan = elastic.Plan{Servers: 3, Workers: 2, Server: elastic.Resources{CPUs: 2, Memory: 1 << 30}}
 		st.Repartition = &elastic.RepartitionStatus{Running: true, From: 2, To: 3, SlotsDone: 1, SlotsTotal: 3}

@@ -22,21 +22,15 @@ func ownership(st elastic.Status) (slots, migrating map[string]int) {
 // parts of the job) its tables'.
 func usage(m *Member, s elastic.ServerStatus) {
 	m.Host, m.Pid = s.Host, s.Pid
-	m.Memory = cmpOr(s.ResidentBytes, s.MemoryBytes)
-	if s.SharedProcess {
-		m.Memory = s.MemoryBytes
-	}
+	m.Memory, _ = s.Use()
 }
 
 // cpu returns the cores a server used from prev to cur, dt seconds apart: its process's CPU
 // time where the counters have it and the process is the server's alone, else its serving time.
 func cpu(prev, cur elastic.ServerStatus, dt float64) float64 {
-	a, b := prev.CPU, cur.CPU
-	if a == 0 || b == 0 || cur.SharedProcess || prev.Pid != cur.Pid {
-		a, b = prev.Busy, cur.Busy
+	used, own := cur.UsedSince(prev)
+	if !own && prev.Busy == 0 {
+		return 0 // no serving time in the previous sample (its counters were not read): no rate
 	}
-	if a == 0 || b < a {
-		return 0
-	}
-	return (b - a).Seconds() / dt
+	return used.Seconds() / dt
 }

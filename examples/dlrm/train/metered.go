@@ -2,11 +2,9 @@ package train
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -27,8 +25,7 @@ type metered struct {
 	mu      sync.Mutex
 	workers map[string]*metrics.Worker
 
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	serving
 }
 
 // newMetered makes the registry of a process of role, with its process's series, when addr is
@@ -59,19 +56,13 @@ func (m *metered) serve(ctx context.Context, addr string, log *slog.Logger) erro
 	if m == nil || m.reg == nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	at, err := m.listen(ctx, addr, "metrics", log, func(ctx context.Context, ln net.Listener) error {
+		return metrics.Serve(ctx, ln, m.reg, log)
+	})
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return err
 	}
-	m.addr = ln.Addr().String()
-	ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		if err := metrics.Serve(ctx, ln, m.reg, log); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics stopped", "err", err)
-		}
-	}()
+	m.addr = at.String()
 	return nil
 }
 
@@ -84,9 +75,8 @@ func (m *metered) announce(emit func(Event)) {
 
 // close stops serving and waits for it.
 func (m *metered) close() {
-	if m != nil && m.stop != nil {
-		m.stop()
-		m.wg.Wait()
+	if m != nil {
+		m.serving.close()
 	}
 }
 

@@ -21,9 +21,40 @@ type watch struct {
 	page  atomic.Pointer[statuspage.Page]
 	url   string
 	token string // what a browser off loopback logs in with
+	serving
+}
 
+// serving is a server run in the background until close: the status page's, the metrics'.
+type serving struct {
 	wg   sync.WaitGroup
 	stop context.CancelFunc
+}
+
+// listen listens on addr and runs serve on the listener until close (not until ctx ends: a
+// run's final checkpoint follows an interrupt), logging how it stopped if not by close; what
+// names it in errors and logs. It returns the listener's address.
+func (s *serving) listen(ctx context.Context, addr, what string, log *slog.Logger, serve func(context.Context, net.Listener) error) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn(what+" stopped", "err", err)
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// close stops serving and waits for it; it does nothing if nothing was served.
+func (s *serving) close() {
+	if s.stop != nil {
+		s.stop()
+		s.wg.Wait()
+	}
 }
 
 // startPage serves the coordinator's status page on addr (nothing when addr is empty), with
@@ -37,23 +68,15 @@ func (w *watch) startPage(ctx context.Context, addr string, secret []byte, src s
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	at, err := w.listen(ctx, addr, "status page", log, page.Serve)
 	if err != nil {
-		return fmt.Errorf("status page: %w", err)
+		return err
 	}
-	ctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
 	w.page.Store(page)
-	w.url = pageURL(ln.Addr())
-	if t, ok := ln.Addr().(*net.TCPAddr); !ok || !t.IP.IsLoopback() {
+	w.url = pageURL(at)
+	if t, ok := at.(*net.TCPAddr); !ok || !t.IP.IsLoopback() {
 		w.token = statuspage.Token(secret)
 	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		if err := page.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("status page stopped", "err", err)
-		}
-	}()
 	return nil
 }
 
@@ -100,14 +123,6 @@ func (w *watch) step(st stepFigures) {
 func (w *watch) eval(ev Eval) {
 	if p := w.page.Load(); p != nil {
 		p.Observe(ev.Set+" AUC", ev.AUC)
-	}
-}
-
-// close stops serving and waits for it.
-func (w *watch) close() {
-	if w.stop != nil {
-		w.stop()
-		w.wg.Wait()
 	}
 }
 
