@@ -233,7 +233,7 @@ func (p *Page) recoveryLocked(now time.Time, ev elastic.RecoveryEvent) {
 }
 
 func recoveryOf(ev elastic.RecoveryEvent) Recovery {
-	r := Recovery{At: ev.Detected, Policy: ev.Policy.String(), Failed: ev.Failed, Replaced: ev.Replaced, Returned: ev.Returned, Step: ev.Step,
+	r := Recovery{At: ev.Detected, Policy: ev.Policy.String(), Failed: ev.Failed, Replaced: ev.Replaced, Step: ev.Step,
 		TableVersion: ev.TableVersion, Replacement: ev.Replacement, Duration: ev.Duration,
 		LostRecords: ev.LostRecords, TrainedRecords: ev.TrainedRecords}
 	if ev.Err != nil {

@@ -126,8 +126,6 @@ type Recovery struct {
 	// over (the slots of the others went to the survivors).
 	Failed   map[string]string `json:"failed"`
 	Replaced []string          `json:"replaced,omitempty"`
-	// Returned are those that answered again as themselves (stalled, not dead), taken back.
-	Returned []string `json:"returned,omitempty"`
 	// Step is the commit restored (0: none); TableVersion the owner table published at the end.
 	Step         uint64 `json:"step"`
 	TableVersion uint64 `json:"table_version"`
@@ -181,7 +179,6 @@ func (s Snapshot) clone() Snapshot {
 func (r Recovery) clone() Recovery {
 	r.Failed = maps.Clone(r.Failed)
 	r.Replaced = slices.Clone(r.Replaced)
-	r.Returned = slices.Clone(r.Returned)
 	return r
 }
 
@@ -200,7 +197,6 @@ func cloneStatus(st elastic.Status) elastic.Status {
 		r := *st.LastRecovery
 		r.Failed = maps.Clone(r.Failed)
 		r.Replaced = slices.Clone(r.Replaced)
-		r.Returned = slices.Clone(r.Returned)
 		r.Lost = slices.Clone(r.Lost)
 		r.Held = slices.Clone(r.Held)
 		r.Skipped = slices.Clone(r.Skipped)
