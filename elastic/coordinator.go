@@ -310,12 +310,6 @@ func (c *Coordinator) applyLocked(acts []action) {
 	close(c.changed)
 	c.changed = make(chan struct{})
 	for i := range acts {
-		if acts[i].kind == actFence {
-			// Counted when decided, not when done: a recovery fences a server it takes back,
-			// or a replacement, with every epoch fenced so far, while the executor that will
-			// fence them on the others is busy with the recovery itself.
-			c.fenced = append(c.fenced, acts[i].epochs...)
-		}
 		if acts[i].kind == actEvict {
 			// The worker learns it was failed only after this critical section: every
 			// lease it holds now is at most this one, every lease it takes after joining
@@ -753,6 +747,7 @@ func (c *Coordinator) do(a action) {
 	case actFence:
 		c.log.Info("fencing", "epochs", epochsString(a.epochs), "reason", a.reason)
 		c.mu.Lock()
+		c.fenced = append(c.fenced, a.epochs...)
 		servers := slices.Clone(c.servers)
 		c.mu.Unlock()
 		errs := c.fenceEach(ctx, servers, 0, a.epochs)

@@ -16,15 +16,6 @@ import (
 //	restore  ActRestore: the commit, the policy, the servers and the owner table
 //
 // restoreDone ends it; a server that failed meanwhile, or a failed restore, starts a new round.
-//
-// A failed server that answers a probe as the very incarnation it was admitted with was not
-// dead but stalled past ServerTimeout (a long pause, a slow network, an overloaded machine):
-// nothing restarts it, so no new incarnation will ever come. It is taken back as its own
-// replacement, and restored as a replacement is: under Rollback every server reloads the
-// commit anyway; under Partial its slots are reloaded from the commit as on a fresh process, so
-// nothing trained on them since the commit is kept, and no worker begins a batch meanwhile
-// (the driver fences the batches in flight on it before the restore): unlike a replacement,
-// it serves its slots under the table it has while it is restored.
 
 // recPhase is where a recovery is.
 type recPhase uint8
@@ -46,14 +37,12 @@ type server struct {
 	probed   time.Time // the last probe a worker's report (suspect) caused
 	next     ps.Node   // failed: the new incarnation found at its node (nextInc 0: none yet)
 	nextInc  uint64
-	back     bool // next is the incarnation admitted, answering again: taken back as it is
 }
 
 // restorePlan is what ActRestore restores: the commit ev.Step under ev.Policy, onto servers
 // (the job's afterwards, in its order) under table; replaced are the failed servers a new
-// incarnation took over, or that were taken back (ev.Returned), with its incarnation; gaining
-// those that load slots under Partial (the replacements, those taken back, and the survivors
-// the table gives slots they did not have).
+// incarnation took over, with its incarnation; gaining those that load slots under Partial
+// (the replacements, and the survivors the table gives slots they did not have).
 type restorePlan struct {
 	ev       RecoveryEvent
 	replaced map[string]uint64
@@ -61,9 +50,6 @@ type restorePlan struct {
 	table    *ps.OwnerTable
 	gaining  []string
 }
-
-// takenBack reports whether the plan takes failed server id back as its own replacement.
-func (p *restorePlan) takenBack(id string) bool { return slices.Contains(p.ev.Returned, id) }
 
 // probeAnswer is a health answer from a failed server's node during a recovery.
 type probeAnswer struct {
@@ -149,11 +135,9 @@ func (c *core) serverFailed(now time.Time, id, reason string) []action {
 // recoveryStep moves the recovery on at now, given the answers to the last ActProbe (nil:
 // none since the last step), old the job's owner table and servers its servers, in order.
 // After a drain, the snapshots not committed are abandoned. A node that answers a probe as
-// another incarnation than the one admitted holds a replacement; one that answers as the
-// incarnation admitted holds the failed server itself, alive, which is taken back as its own
-// replacement. The restore goes ahead once every failed server is replaced or taken back, or
-// after a probe ReplaceWait has passed since the failure of each one that is not; until then,
-// the nodes are probed.
+// another incarnation than the one admitted holds a replacement; the restore goes ahead once
+// every failed server is replaced, or after a probe ReplaceWait has passed since the failure
+// of each one that is not; until then, the nodes are probed.
 func (c *core) recoveryStep(now time.Time, answers []probeAnswer, old *ps.OwnerTable, servers []ps.Node) []action {
 	c.tick(now)
 	if !c.recovering {
@@ -174,8 +158,8 @@ func (c *core) recoveryStep(now time.Time, answers []probeAnswer, old *ps.OwnerT
 		return acts
 	}
 	for _, a := range answers {
-		if s := c.servers[a.node.ID]; s != nil && s.failed && a.inc != 0 {
-			s.next, s.nextInc, s.back = a.node, a.inc, a.inc == s.inc
+		if s := c.servers[a.node.ID]; s != nil && s.failed && a.inc != s.inc {
+			s.next, s.nextInc = a.node, a.inc
 		}
 	}
 	for _, id := range c.unreplaced() {
@@ -186,8 +170,7 @@ func (c *core) recoveryStep(now time.Time, answers []probeAnswer, old *ps.OwnerT
 	return append(acts, c.restoreAction(old, servers))
 }
 
-// unreplaced returns the failed servers no new incarnation, nor the one admitted, has answered
-// for yet.
+// unreplaced returns the failed servers no new incarnation has answered for yet.
 func (c *core) unreplaced() []string {
 	var ids []string
 	for _, id := range c.failedServers() {
@@ -198,10 +181,8 @@ func (c *core) unreplaced() []string {
 	return ids
 }
 
-// restoreAction decides the restore: every failed server's slots go to its replacement (itself,
-// taken back), or, without one, to the survivors (only those slots move), and the policy says
-// how. Under Partial, a server taken back holds its workers until the end of the recovery: it
-// serves its slots while they are restored, so no batch may begin meanwhile.
+// restoreAction decides the restore: every failed server's slots go to its replacement, or,
+// without one, to the survivors (only those slots move), and the policy says how.
 func (c *core) restoreAction(old *ps.OwnerTable, servers []ps.Node) action {
 	p := &restorePlan{ev: RecoveryEvent{Policy: Rollback, Step: c.committed, Failed: map[string]string{}, Replacement: c.now.Sub(c.rec.since)},
 		replaced: map[string]uint64{}}
@@ -219,12 +200,7 @@ func (c *core) restoreAction(old *ps.OwnerTable, servers []ps.Node) action {
 		s := c.servers[id]
 		if p.ev.Failed[id] = s.reason; s.nextInc != 0 {
 			p.replaced[id] = s.nextInc
-			if s.back {
-				p.ev.Returned = append(p.ev.Returned, id)
-				c.hold = true // (already, under Rollback)
-			} else {
-				p.ev.Replaced = append(p.ev.Replaced, id)
-			}
+			p.ev.Replaced = append(p.ev.Replaced, id)
 		}
 		if p.ev.Detected.IsZero() || s.failedAt.Before(p.ev.Detected) {
 			p.ev.Detected = s.failedAt
@@ -250,8 +226,7 @@ func (c *core) restoreAction(old *ps.OwnerTable, servers []ps.Node) action {
 }
 
 // restoreDone ends the restore ActRestore asked for: err is its failure. On success the
-// replaced servers run as their new incarnation (those taken back, as the one admitted) and
-// the others are forgotten; if none failed
+// replaced servers run as their new incarnation and the others are forgotten; if none failed
 // meanwhile, the recovery is over (workers may begin again, their silence starting now, and a
 // checkpoint due meanwhile starts). Otherwise another round begins and the error says why.
 func (c *core) restoreDone(now time.Time, plan *restorePlan, err error) ([]action, error) {

@@ -44,8 +44,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files of the trace
 //	suspect ID                                 a worker could not reach ID: probe it now?
 //	serverfail ID [REASON]                     ID reported failed (or unfenceable, replaced)
 //	step                                       the driver moves the recovery on (recoveryStep)
-//	probed [ID@INC...]                         the same, with the answers to its probe (a new incarnation: a replacement;
-//	                                           the one admitted: the failed server itself, taken back)
+//	probed [ID@INC...]                         the same, with the answers to its probe (a new incarnation: a replacement)
 //	restored [ERR]                             the restore the last plan asked for is done
 //	rollback                                   the driver's rollback of the core, to the last commit
 //	abandoned STEP                             may the snapshot of STEP not be committed?
@@ -420,9 +419,7 @@ func (c *core) recoveryString() string {
 		fmt.Fprintf(&b, " recovering(hold=%t,%s)", c.hold, c.rec.phase)
 	}
 	for _, id := range c.failedServers() {
-		if s := c.servers[id]; s.back {
-			fmt.Fprintf(&b, " %s(failed,back)", id)
-		} else if next := s.nextInc; next != 0 {
+		if next := c.servers[id].nextInc; next != 0 {
 			fmt.Fprintf(&b, " %s(failed,next=%d)", id, next)
 		} else {
 			fmt.Fprintf(&b, " %s(failed)", id)
@@ -442,9 +439,6 @@ func (p *restorePlan) String() string {
 	}
 	s := fmt.Sprintf("%s to step=%d failed=%v replaced=%v servers=%v table=%d", p.ev.Policy, p.ev.Step,
 		slices.Sorted(maps.Keys(p.ev.Failed)), p.ev.Replaced, ids, p.ev.TableVersion)
-	if len(p.ev.Returned) > 0 {
-		s += fmt.Sprintf(" returned=%v", p.ev.Returned)
-	}
 	if p.ev.Policy == Partial {
 		s += fmt.Sprintf(" loading=%v", p.gaining)
 	}

@@ -102,12 +102,6 @@ const (
 	// over and finishes a publication its predecessor left half done calls it, after the
 	// server has installed the table.
 	RestoreForget
-	// RestoreOwned is RestoreNew as on a server without a table: it loads every slot the table
-	// gives the server, those its current table gives it too. A server failed on a false
-	// suspicion (alive, but stalled past ServerTimeout) and taken back as its own replacement
-	// under Partial is restored so; the coordinator calls it while no push can reach those slots
-	// (workers held, the batches in flight fenced on the server).
-	RestoreOwned
 )
 
 // Progress is how far the dispatcher has accepted the training data at a barrier: every data

@@ -70,12 +70,9 @@ type RecoveryEvent struct {
 	Policy RecoveryPolicy `json:"policy"`
 	// Failed are the servers that failed, with why.
 	Failed map[string]string `json:"failed"`
-	// Replaced are the failed servers a new incarnation took over; Returned those that answered
-	// again as the incarnation admitted (alive, but stalled past ServerTimeout: a false
-	// suspicion), each taken back as its own replacement and restored as one; the slots of the
-	// others went to the survivors.
+	// Replaced are the failed servers a new incarnation took over; the slots of the others
+	// went to the survivors.
 	Replaced []string `json:"replaced,omitempty"`
-	Returned []string `json:"returned,omitempty"`
 	// Step is the commit restored (0: none yet, so restored slots start afresh).
 	Step uint64 `json:"step"`
 	// TableVersion is the owner table published at the end.
@@ -565,51 +562,20 @@ func (c *Coordinator) rollbackTo(ctx context.Context, step uint64, servers []Par
 // go on.
 func (c *Coordinator) partial(ctx context.Context, p *restorePlan, servers []ParameterServer, replacement map[string]ParameterServer, old *ps.OwnerTable, ev *RecoveryEvent) error {
 	step, table := p.ev.Step, p.table
-	type evicted struct {
-		worker  string
-		granted uint64
-	}
-	var voided []evicted
-	void := func() { // c.mu held
-		ids, acts := c.core.voidBatches(c.clock.now()) // each logged as its worker is evicted
-		c.applyLocked(acts)
-		granted := c.disp.Granted()
-		for _, w := range ids {
-			voided = append(voided, evicted{w, granted})
-		}
-	}
 	c.mu.Lock()
-	if len(p.ev.Returned) > 0 {
-		// A server taken back serves its slots under the table it has while they are
-		// restored: no batch may reach them meanwhile. The core holds the workers (none
-		// begins a batch until the recovery ends); those in a batch now are voided, and their
-		// epochs fenced on it below, with every other epoch fenced so far, before its restore.
-		void()
-	}
 	floor, fenced := c.core.floor(), slices.Clone(c.fenced)
 	c.mu.Unlock()
 	gaining := slices.DeleteFunc(slices.Clone(servers), func(s ParameterServer) bool { return !slices.Contains(p.gaining, s.Node().ID) })
 	reps := slices.Collect(maps.Values(replacement))
 	// A replacement follows this coordinator and refuses whatever the survivors refuse before
-	// it serves anything; a server taken back refuses it before it is restored (it may have
-	// missed fences while it did not answer).
+	// it serves anything.
 	if err := c.lead(ctx, reps, floor>>32); err != nil {
 		return err
 	}
 	if err := c.fence(ctx, reps, floor, fenced); err != nil {
 		return err
 	}
-	err := onEach(ctx, gaining, func(ctx context.Context, _ int, s ParameterServer) error {
-		mode := RestoreNew
-		if p.takenBack(s.Node().ID) {
-			mode = RestoreOwned // its own table gives it its slots: they are restored all the same
-		}
-		if err := s.Restore(ctx, step, table, mode); err != nil {
-			return fmt.Errorf("restore step %d on %s: %w", step, s.Node().ID, err)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.restoreEach(ctx, gaining, step, table, RestoreNew); err != nil {
 		return err
 	}
 	_, led, err := c.commitData(ctx, step)
@@ -626,7 +592,9 @@ func (c *Coordinator) partial(ctx context.Context, p *restorePlan, servers []Par
 	// trained again: the servers that applied it skip it, those that took the restored slots
 	// apply it. A batch reported before the count is counted.
 	c.mu.Lock()
-	void()
+	voided, acts := c.core.voidBatches(c.clock.now()) // each logged as its worker is evicted
+	c.applyLocked(acts)
+	granted := c.disp.Granted()
 	c.mu.Unlock()
 	// What was trained from the commit until the table is published updated the failed
 	// slots on a server that is gone: count it, at the moment before the servers that now
@@ -635,8 +603,8 @@ func (c *Coordinator) partial(ctx context.Context, p *restorePlan, servers []Par
 	// fault; several recoveries in one epoch must not fail them), and only those they held
 	// when voided: one that joined again since keeps what it took after.
 	c.svc.mu.Lock()
-	for _, v := range voided {
-		c.svc.evictLocked(v.worker, v.granted, false)
+	for _, w := range voided {
+		c.svc.evictLocked(w, granted, false)
 	}
 	ev.Lost, ev.LostRecords, ev.Held = c.svc.ledger.sinceHeld(led, held)
 	ev.TrainedRecords = c.svc.ledger.trained()

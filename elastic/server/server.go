@@ -316,9 +316,9 @@ func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mod
 	switch mode {
 	case elastic.RestoreAll:
 		target = func(int) bool { return true }
-	case elastic.RestoreNew, elastic.RestoreOwned:
+	case elastic.RestoreNew:
 		cur := s.srv.OwnerTable()
-		if cur == nil || mode == elastic.RestoreOwned {
+		if cur == nil {
 			target = want.Has
 		} else {
 			have := cur.SlotsOf(s.srv.ID())
@@ -342,7 +342,7 @@ func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mod
 	s.newest = max(s.newest, step)
 	s.mu.Unlock()
 	if step == 0 {
-		if mode != elastic.RestoreAll {
+		if mode == elastic.RestoreNew {
 			return s.srv.RestoreApplied(nil, target) // they start afresh: nothing applied
 		}
 		return nil
@@ -361,7 +361,7 @@ func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mod
 			applied = append(applied, b.Data)
 		}
 	}
-	if mode != elastic.RestoreAll {
+	if mode == elastic.RestoreNew {
 		// The job goes on from where it is, not from the commit: the restored slots hold
 		// less than what is done of the data says.
 		return s.srv.RestoreApplied(applied, target)
