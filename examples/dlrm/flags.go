@@ -155,7 +155,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the coordinator's address")
 	fs.StringVar(&o.gossip, "gossip", "", "roles: gossip membership on this address (HOST:PORT), so the coordinator hears of failures at once (default: no gossip; health checks find them)")
 	fs.StringVar(&o.seeds, "seeds", "", "roles with -gossip: the -gossip addresses of the job's processes, HOST:PORT,... (the same list everywhere will do)")
-	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process)")
+	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process; default: the environment variable "+SecretEnv+", never a flag's value)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
 	fs.StringVar(&c.StatusAddr, "status-addr", train.CommandDefaults().StatusAddr, "the embedded run or -role coordinator: serve the live status page on this address (empty: none); off loopback it asks for the cluster secret's token")
@@ -271,8 +271,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	switch o.role {
 	case "":
 	case "ps", "worker", "coordinator", "dispatcher":
-		if o.secretFile == "" {
-			errs = append(errs, errors.New("-role needs -secret-file"))
+		if o.secretFile == "" && os.Getenv(SecretEnv) == "" {
+			errs = append(errs, fmt.Errorf("-role needs -secret-file or the environment variable %s", SecretEnv))
 		}
 		if o.psList == "" {
 			errs = append(errs, errors.New("-role needs -servers"))

@@ -152,13 +152,12 @@ func explain(w io.Writer, o *options, err error) {
 
 // runRole runs one role of a multi-process job until it is done or interrupted.
 func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
-	secret, err := os.ReadFile(o.secretFile)
+	secret, from, err := readSecret(o.secretFile)
 	if err != nil {
 		return err
 	}
-	secret = bytes.TrimSpace(secret)
 	if len(secret) < ps.MinSecretSize {
-		return fmt.Errorf("the secret in %s is %d bytes; use at least %d random bytes (head -c 32 /dev/urandom | base64)", o.secretFile, len(secret), ps.MinSecretSize)
+		return fmt.Errorf("the secret in %s is %d bytes; use at least %d random bytes (head -c 32 /dev/urandom | base64)", from, len(secret), ps.MinSecretSize)
 	}
 	nodes, err := train.ParseNodes(o.psList)
 	if err != nil {
@@ -203,6 +202,24 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+}
+
+// SecretEnv names the environment variable that holds the cluster secret of a process with
+// -role and no -secret-file: how a Kubernetes pod gets it from a Secret (env valueFrom
+// secretKeyRef) without its ever being on a command line.
+const SecretEnv = "ELASTICPS_SECRET"
+
+// readSecret returns the cluster secret from file, or from the environment variable SecretEnv
+// when file is empty, with surrounding space trimmed, and says where it came from.
+func readSecret(file string) (secret []byte, from string, err error) {
+	if file == "" {
+		return bytes.TrimSpace([]byte(os.Getenv(SecretEnv))), "the environment variable " + SecretEnv, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", err
+	}
+	return bytes.TrimSpace(b), file, nil
 }
 
 // newLogger logs records from level on to w, as text or as JSON lines.

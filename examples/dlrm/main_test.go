@@ -195,6 +195,22 @@ func TestServerBannerFollowsTheBind(t *testing.T) {
 	assert.Contains(t, errs.String(), "address already in use")
 }
 
+// A role with no -secret-file takes the cluster secret from the environment (a Kubernetes Secret
+// arrives there), and checks it as it checks a file's.
+func TestRoleTakesTheSecretFromTheEnvironment(t *testing.T) {
+	args := strings.Fields(tinyRun + " -role ps -id ps-0 -listen 127.0.0.1:1 -servers ps-0=127.0.0.1:1" +
+		" -checkpoint-dir " + t.TempDir() + " -shm-dir " + t.TempDir())
+	var out, errs bytes.Buffer
+	t.Setenv(SecretEnv, "")
+	require.Equal(t, 2, run(args, &out, &errs), "no secret anywhere is a usage error")
+	assert.Contains(t, errs.String(), "-secret-file or the environment variable "+SecretEnv)
+
+	errs.Reset()
+	t.Setenv(SecretEnv, "  too short \n")
+	require.Equal(t, 1, run(args, &out, &errs))
+	assert.Contains(t, errs.String(), "the secret in the environment variable "+SecretEnv+" is 9 bytes")
+}
+
 // The command typed twice with no -checkpoint-dir works both times: each run gets a directory
 // of its own under the default, and -resume continues the newest.
 func TestDefaultCheckpointDirIsEachRunsOwn(t *testing.T) {

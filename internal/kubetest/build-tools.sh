@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build-tools.sh builds the control plane that package kubetest runs (etcd, kube-apiserver,
-# kube-scheduler) from the pinned module in tools/, and prints the directory that holds them.
+# kube-scheduler, kube-controller-manager) from the pinned module in tools/, and prints the directory that holds them.
 #
 # The directory is $ELASTICPS_KUBE_TOOLS when set (kubetest wants it absolute), else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/elasticps/kube/<key>, where <key> is the first 16 hex digits of
@@ -27,6 +27,7 @@ bins=(
   "etcd=go.etcd.io/etcd/server/v3"
   "kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler"
+  "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
 )
 
 missing=()

@@ -39,6 +39,16 @@ type Options struct {
 	// ("--name=value"), so a later one overrides it.
 	APIServerFlags []string
 	SchedulerFlags []string
+
+	// Controllers, if not empty, starts a kube-controller-manager that runs these controllers
+	// (its --controllers names: "garbagecollector", "job", "replicaset", "deployment"...), as
+	// the administrator. Empty: no controller manager runs, so owner references delete
+	// nothing and no controller makes pods for a Job or a Deployment. The node lifecycle
+	// controller is best left out: no kubelet renews the nodes' Leases, and it would mark
+	// every node NotReady.
+	Controllers []string
+	// ControllerFlags are appended to the controller manager's flags.
+	ControllerFlags []string
 }
 
 // ServiceCIDR is the range of Service cluster IPs the apiserver allocates from.
@@ -67,7 +77,7 @@ type ControlPlane struct {
 	dir   string // holds certificates, data and logs; removed by Stop
 	caPEM []byte
 
-	procs []*process // etcd, kube-apiserver, kube-scheduler, in start order
+	procs []*process // etcd, kube-apiserver, kube-scheduler, kube-controller-manager, in start order
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by Stop: cuts WaitPod and the like short
@@ -143,7 +153,7 @@ func (cp *ControlPlane) launch(ctx context.Context, tl tools, opts Options) erro
 	}); err != nil {
 		return err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
@@ -151,6 +161,7 @@ func (cp *ControlPlane) launch(ctx context.Context, tl tools, opts Options) erro
 	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 	schedURL := "https://127.0.0.1:" + strconv.Itoa(ports[3])
+	controllerURL := "https://127.0.0.1:" + strconv.Itoa(ports[4])
 
 	cp.Config = cp.ConfigFor(adminToken)
 	if cp.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
@@ -226,6 +237,28 @@ func (cp *ControlPlane) launch(ctx context.Context, tl tools, opts Options) erro
 	}
 	cp.procs = append(cp.procs, scheduler)
 
+	var controller *process
+	if len(opts.Controllers) > 0 {
+		kubeconfig := filepath.Join(cp.dir, "controller-manager.kubeconfig")
+		if err := cp.WriteKubeconfig(kubeconfig, adminToken); err != nil {
+			return err
+		}
+		controller, err = startProcess(cp.dir, "kube-controller-manager", tl.controller, append([]string{
+			"--kubeconfig=" + kubeconfig,
+			"--controllers=" + strings.Join(opts.Controllers, ","),
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[4]),
+			"--tls-cert-file=" + certs.servingCert,
+			"--tls-private-key-file=" + certs.servingKey,
+			"--profiling=false",
+		}, opts.ControllerFlags...))
+		if err != nil {
+			return err
+		}
+		cp.procs = append(cp.procs, controller)
+	}
+
 	for _, ns := range append([]string{metav1.NamespaceDefault}, opts.Namespaces...) {
 		if err := cp.CreateNamespace(ctx, ns); err != nil {
 			return err
@@ -234,6 +267,11 @@ func (cp *ControlPlane) launch(ctx context.Context, tl tools, opts Options) erro
 	// The scheduler's readyz passes once its informers have synced: from then on it sees new pods.
 	if err := cp.waitHealthy(ctx, probe, schedURL+"/readyz", scheduler); err != nil {
 		return fmt.Errorf("kube-scheduler: %w", err)
+	}
+	if controller != nil {
+		if err := cp.waitHealthy(ctx, probe, controllerURL+"/healthz", controller); err != nil {
+			return fmt.Errorf("kube-controller-manager: %w", err)
+		}
 	}
 	return nil
 }

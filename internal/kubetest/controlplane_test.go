@@ -20,8 +20,12 @@ import (
 	"github.com/elasticps/elasticps/internal/wait"
 )
 
-// cluster is the control plane the tests share: one start per test binary.
-var cluster = kubetest.Fixture{Options: kubetest.Options{Namespaces: []string{"kubetest"}}}
+// cluster is the control plane the tests share: one start per test binary. It runs the
+// controllers a job's owner references and a coordinator's Job need.
+var cluster = kubetest.Fixture{Options: kubetest.Options{
+	Namespaces:  []string{"kubetest"},
+	Controllers: []string{"garbagecollector", "job"},
+}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -1,12 +1,13 @@
-// Package kubetest runs a real Kubernetes control plane for tests: etcd, kube-apiserver and
-// kube-scheduler as processes on loopback ports, with no kubelet and no controller manager.
+// Package kubetest runs a real Kubernetes control plane for tests: etcd, kube-apiserver,
+// kube-scheduler and, when Options.Controllers names some, kube-controller-manager, as processes
+// on loopback ports, with no kubelet.
 //
 // The binaries are built from the pinned module in tools/ by build-tools.sh, once, into a cache
 // directory (see ToolsDir). A test that finds them missing is skipped, or fails when the
 // environment says CI=true, with a message that names the script.
 //
 // What the absent components would do, the package does for them: it creates each namespace's
-// default ServiceAccount (the controller manager's job), and AddNode registers a Node that is Ready
+// default ServiceAccount (the controller manager's serviceaccount controller, which need not run), and AddNode registers a Node that is Ready
 // and schedulable (a kubelet's job), so that the scheduler binds pods to it and reports why it
 // cannot. A bound pod never runs; its spec.nodeName is the outcome a test watches for.
 //

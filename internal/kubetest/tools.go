@@ -22,9 +22,10 @@ const toolsModule = "internal/kubetest/tools"
 
 // Binary names, as build-tools.sh writes them.
 const (
-	binEtcd      = "etcd"
-	binAPIServer = "kube-apiserver"
-	binScheduler = "kube-scheduler"
+	binEtcd       = "etcd"
+	binAPIServer  = "kube-apiserver"
+	binScheduler  = "kube-scheduler"
+	binController = "kube-controller-manager"
 )
 
 // ErrNoTools is returned when the control plane's binaries are not where ToolsDir says: they
@@ -79,9 +80,9 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// tools are the paths of the three binaries.
+// tools are the paths of the binaries.
 type tools struct {
-	etcd, apiserver, scheduler string
+	etcd, apiserver, scheduler, controller string
 }
 
 // findTools returns the binaries' paths, or an error wrapping ErrNoTools that says how to build
@@ -92,11 +93,12 @@ func findTools() (tools, error) {
 		return tools{}, err
 	}
 	tl := tools{
-		etcd:      filepath.Join(dir, binEtcd),
-		apiserver: filepath.Join(dir, binAPIServer),
-		scheduler: filepath.Join(dir, binScheduler),
+		etcd:       filepath.Join(dir, binEtcd),
+		apiserver:  filepath.Join(dir, binAPIServer),
+		scheduler:  filepath.Join(dir, binScheduler),
+		controller: filepath.Join(dir, binController),
 	}
-	for _, p := range []string{tl.etcd, tl.apiserver, tl.scheduler} {
+	for _, p := range []string{tl.etcd, tl.apiserver, tl.scheduler, tl.controller} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 			return tools{}, fmt.Errorf("%w: no %s; build them with `bash %s` (about 25 CPU-minutes, once)", ErrNoTools, p, BuildScript)
 		}
