@@ -22,7 +22,13 @@ func TestScaleCommandArguments(t *testing.T) {
 	var out, errOut bytes.Buffer
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1"}, &out, &errOut), "no secret, nothing to do")
 	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1", "-secret-file", "f", "-add", "ps-2=h:2", "-remove", "ps-0"}, &out, &errOut), "both at once")
-	assert.Contains(t, errOut.String(), "one of -add, -remove or -rebalance")
+	assert.Contains(t, errOut.String(), "one of -add, -remove, -ps with -workers, or -rebalance")
+	errOut.Reset()
+	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1", "-ps", "3"}, &out, &errOut), "-ps alone")
+	assert.Contains(t, errOut.String(), "-ps and -workers go together")
+	errOut.Reset()
+	assert.Equal(t, 2, run([]string{"scale", "-dispatcher", "h:1", "-add", "ps-2"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "-add: \"ps-2\" is not ID=HOST:PORT")
 }
 
 func TestProgressLineShowsAMove(t *testing.T) {

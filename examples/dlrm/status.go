@@ -28,8 +28,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	if code, ok := cf.parse(args); !ok {
 		return code
 	}
-	if (*addr == "") == (*page == "") || (*addr != "" && *secretFile == "") || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "dlrm status: one of -dispatcher (with -secret-file) or -page is required, and nothing else")
+	if (*addr == "") == (*page == "") || (*addr != "" && *secretFile == "" && os.Getenv(SecretEnv) == "") || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "dlrm status: one of -dispatcher (with -secret-file or "+SecretEnv+") or -page is required, and nothing else")
 		return 2
 	}
 	var st elastic.Status
@@ -84,7 +84,7 @@ func newControlFlags(name, synopsis, about string, timeout time.Duration, stderr
 	cf := controlFlags{
 		fs:         fs,
 		addr:       fs.String("dispatcher", "", "the coordinator's address (its -listen)"),
-		secretFile: fs.String("secret-file", "", "the file holding the cluster secret"),
+		secretFile: fs.String("secret-file", "", "the file holding the cluster secret (default: the environment variable "+SecretEnv+")"),
 		timeout:    fs.Duration("timeout", timeout, "give up after this long"),
 	}
 	fs.Usage = func() {
@@ -109,7 +109,7 @@ func (cf controlFlags) parse(args []string) (int, bool) {
 // fetchPage reads the status from the coordinator's status page at url, with the secret in
 // secretFile (none: a page on loopback).
 func fetchPage(url, secretFile string, timeout time.Duration) (elastic.Status, error) {
-	var secret []byte
+	secret := bytes.TrimSpace([]byte(os.Getenv(SecretEnv)))
 	if secretFile != "" {
 		b, err := os.ReadFile(secretFile)
 		if err != nil {
@@ -125,9 +125,12 @@ func fetchPage(url, secretFile string, timeout time.Duration) (elastic.Status, e
 
 // dialControl reaches the coordinator at addr with the secret in secretFile.
 func dialControl(addr, secretFile string) (*remote.Control, error) {
-	secret, err := os.ReadFile(secretFile)
+	secret, from, err := readSecret(secretFile)
 	if err != nil {
 		return nil, err
 	}
-	return remote.NewControl(remote.Config{Addr: addr, Secret: bytes.TrimSpace(secret)})
+	if len(secret) == 0 {
+		return nil, fmt.Errorf("no cluster secret in %s", from)
+	}
+	return remote.NewControl(remote.Config{Addr: addr, Secret: secret})
 }
