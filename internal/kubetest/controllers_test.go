@@ -53,7 +53,7 @@ func TestJobControllerMakesAJobsPod(t *testing.T) {
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	job, err := cp.Client.BatchV1().Jobs("kubetest").Create(ctx, &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "made-by-controller"},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: tmpl.Spec}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
