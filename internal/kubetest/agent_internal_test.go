@@ -276,3 +276,14 @@ func TestStartScript(t *testing.T) {
 	assert.True(t, strings.HasSuffix(text, "exec \"$@\" 3>&-\n"), "the pod's binary replaces the shell: its pid is the one started")
 	assert.Less(t, strings.Index(text, "tmpfs"), strings.Index(text, "--bind '/tmp/n/pods"), "mounts under /run come after its tmpfs")
 }
+
+func TestRunNodeReportsEveryBadOption(t *testing.T) {
+	_, err := (&ControlPlane{}).RunNode(t.Context(), "n", NodeOptions{
+		Images:         map[string]string{"a": filepath.Join(t.TempDir(), "missing"), "b": t.TempDir()},
+		RestartBackoff: -time.Second,
+	})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	for _, want := range []string{"RestartBackoff", `image "a"`, `image "b"`} {
+		assert.ErrorContains(t, err, want)
+	}
+}

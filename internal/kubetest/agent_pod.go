@@ -271,13 +271,15 @@ func (n *Node) inRun(path string) bool {
 }
 
 // checkAddress refuses a pod whose address another live pod holds: for good if the other has
-// another name that hashes to the same address and was created first; for the time being if
-// it is an older pod of the same name, not yet terminal.
+// another name that hashes to the same address, for the time being if it is an older pod of
+// the same name. A live pod holds its address before pod does if it has it in its status and
+// pod has not, or was created first. (Two such pods created at the same moment on two nodes
+// may both run.)
 func (n *Node) checkAddress(pod *corev1.Pod) *refusal {
 	ip := PodIP(pod.Namespace, pod.Name)
 	for _, obj := range n.pods.List() {
 		o, ok := obj.(*corev1.Pod)
-		if !ok || o.UID == pod.UID || o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed || !createdBefore(o, pod) {
+		if !ok || o.UID == pod.UID || o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed || !holdsFirst(o, pod) {
 			continue
 		}
 		if o.Namespace == pod.Namespace && o.Name == pod.Name {
@@ -288,6 +290,15 @@ func (n *Node) checkAddress(pod *corev1.Pod) *refusal {
 		}
 	}
 	return nil
+}
+
+// holdsFirst reports whether pod a has the first claim to an address it shares with pod b: it
+// has the address in its status and b has not, or neither or both have and a was created first.
+func holdsFirst(a, b *corev1.Pod) bool {
+	if (a.Status.PodIP != "") != (b.Status.PodIP != "") {
+		return a.Status.PodIP != ""
+	}
+	return createdBefore(a, b)
 }
 
 // createdBefore orders pods by creation, then by namespace, name and UID.
