@@ -124,7 +124,7 @@ func (w *podWorker) live(ctx context.Context) {
 			return
 		}
 		term := w.terminated(p)
-		w.view.exited(term)
+		w.view.exited(pod, term)
 		w.n.log.Info("pod container ended", "pod", w.key(), "exitCode", term.ExitCode, "reason", term.Reason)
 		pod, _ = w.latest()
 		if end == endDeleting || !restarts(pod.Spec.RestartPolicy, term.ExitCode) {
@@ -566,6 +566,9 @@ func (w *podWorker) awaitRemoval(ctx context.Context) {
 		}
 		if pod.DeletionTimestamp != nil && !requested {
 			if err := w.deleteFromAPI(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
 				w.n.log.Error("pod removal", "pod", w.key(), "err", err)
 				retryTimer.Reset(retryEvery)
 			} else {

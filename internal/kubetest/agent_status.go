@@ -67,7 +67,8 @@ func (v *podView) running(pod *corev1.Pod, p *podProcess, binary string, ready b
 }
 
 // exited records the container's end.
-func (v *podView) exited(t *corev1.ContainerStateTerminated) {
+func (v *podView) exited(pod *corev1.Pod, t *corev1.ContainerStateTerminated) {
+	v.ensureContainer(pod) // a container that never started has said nothing yet
 	v.previous, v.last = v.last, t
 }
 

@@ -605,6 +605,14 @@ func TestAgentFailsPodsItCannotRun(t *testing.T) {
 	hostPath.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 	createPod(t, ctx, cp, hostPath)
 
+	// A start that fails before the binary runs ends as StartError; Always restarts it.
+	for _, policy := range []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyAlways} {
+		p := helperPod(ns, "no-workdir-"+strings.ToLower(string(policy)), node, "exit", "0")
+		p.Spec.RestartPolicy = policy
+		p.Spec.Containers[0].WorkingDir = "/nonexistent/kubetest"
+		createPod(t, ctx, cp, p)
+	}
+
 	// Two names that PodIP maps to one address: the later pod fails.
 	first, second := collidingNames(ns)
 	createPod(t, ctx, cp, helperPod(ns, first, node, "sleep"))
@@ -623,7 +631,27 @@ func TestAgentFailsPodsItCannotRun(t *testing.T) {
 		assert.Equal(t, reason, got.Status.Reason, name)
 		assert.NotEmpty(t, got.Status.Message, name)
 	}
-	got, err := cp.WaitPod(ctx, ns, first, inPhase(corev1.PodRunning))
+	got, err := cp.WaitPod(ctx, ns, "no-workdir-never", terminal)
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodFailed, got.Status.Phase)
+	if term := containerStatus(t, got).State.Terminated; assert.NotNil(t, term) {
+		assert.Equal(t, "StartError", term.Reason)
+		assert.Equal(t, int32(128), term.ExitCode)
+		assert.Contains(t, term.Message, "working directory")
+	}
+	got, err = cp.WaitPod(ctx, ns, "no-workdir-always", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 &&
+			p.Status.ContainerStatuses[0].State.Waiting != nil
+	})
+	require.NoError(t, err)
+	cs := containerStatus(t, got)
+	assert.Equal(t, "CrashLoopBackOff", cs.State.Waiting.Reason)
+	if last := cs.LastTerminationState.Terminated; assert.NotNil(t, last) {
+		assert.Equal(t, "StartError", last.Reason)
+	}
+	deleteAndWait(t, ctx, cp, ns, "no-workdir-always", nil)
+
+	got, err = cp.WaitPod(ctx, ns, first, inPhase(corev1.PodRunning))
 	require.NoError(t, err)
 	assert.Equal(t, kubetest.PodIP(ns, second), got.Status.PodIP, "the first keeps the address")
 	deleteAndWait(t, ctx, cp, ns, first, nil)
