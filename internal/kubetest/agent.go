@@ -172,8 +172,10 @@ type Node struct {
 //     waits as ContainerCreating while a volume's source is missing, and as
 //     CreateContainerConfigError while an env source is; the agent retries every second.
 //   - Resources: limits.memory and limits.cpu become the memory limit and CPU quota of a cgroup
-//     of the pod (cgroup v1 or v2, whichever the machine mounts), under this process's own
-//     cgroup; requests are not enforced. A process the kernel kills for memory ends OOMKilled.
+//     of the pod (cgroup v1 or v2, whichever the machine mounts), kubetest-NODE-UID under this
+//     process's own cgroup; requests are not enforced. A process the kernel kills for memory
+//     ends OOMKilled. Should the test binary die, the kernel kills the pods' processes (their
+//     parent-death signal), but their empty cgroups and the node's files stay behind.
 //   - Probes: tcpSocket and httpGet (plain HTTP) readiness probes run as a kubelet runs them; a
 //     container with none, or with an exec or gRPC one, is ready once it runs. Liveness and
 //     startup probes are not run.
