@@ -95,10 +95,10 @@ func TestFindCgroups(t *testing.T) {
 34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 `
-	const v1Self = "9:name=systemd:/\n4:memory:/process_api/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n"
+	const v1Self = "9:name=systemd:/\n4:memory:/tests/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n"
 	cg, err := findCgroups(v1Mounts, v1Self)
 	require.NoError(t, err)
-	assert.Equal(t, cgroups{memory: "/sys/fs/cgroup/memory/process_api/abc", cpu: "/sys/fs/cgroup/cpu"}, cg)
+	assert.Equal(t, cgroups{memory: "/sys/fs/cgroup/memory/tests/abc", cpu: "/sys/fs/cgroup/cpu"}, cg)
 
 	// Co-mounted cpu,cpuacct, and a mount whose root is the process's cgroup (a container).
 	const comounted = `31 30 0:28 /docker/x /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
