@@ -28,6 +28,9 @@ var cluster = kubetest.Fixture{Options: kubetest.Options{
 }}
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == helperArg {
+		os.Exit(runHelper(os.Args[2:])) // a pod's program: see agent_helpers_test.go
+	}
 	code := m.Run()
 	cluster.Stop()
 	os.Exit(code)

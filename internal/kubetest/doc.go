@@ -9,7 +9,8 @@
 // What the absent components would do, the package does for them: it creates each namespace's
 // default ServiceAccount (the controller manager's serviceaccount controller, which need not run), and AddNode registers a Node that is Ready
 // and schedulable (a kubelet's job), so that the scheduler binds pods to it and reports why it
-// cannot. A bound pod never runs; its spec.nodeName is the outcome a test watches for.
+// cannot. A pod bound to such a node never runs; its spec.nodeName is the outcome a test watches
+// for.
 //
 //	cp := kubetest.Start(t, kubetest.Options{Namespaces: []string{"train"}})
 //	require.NoError(t, cp.AddNode(ctx, "node-1", corev1.ResourceList{
@@ -26,5 +27,22 @@
 // (group system:masters), the scheduler as system:kube-scheduler under the default RBAC roles, and
 // TokenFor issues a ServiceAccount's token so that a test can act with only what a Role grants.
 //
-// A ControlPlane's methods are safe for concurrent use. Stop is idempotent.
+// # Node agents
+//
+// RunNode, or StartNode in a test, registers a node and runs an agent for it that does the rest
+// of a kubelet's job: the pods bound to it run as local processes (a container image is a local
+// binary, NodeOptions.Images), each with its own loopback address (PodIP), the names of the
+// cluster's pods with a hostname and subdomain in its /etc/hosts, its ServiceAccount's token
+// where rest.InClusterConfig looks for it, its memory and CPU limits in a cgroup, restarts by its
+// restartPolicy, graceful deletion, and the status a kubelet writes, OOMKilled included. RunNode
+// says where it differs from a kubelet. The agent needs Linux and root.
+//
+//	node := cp.StartNode(t, "node-1", kubetest.NodeOptions{
+//		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
+//		Images:   map[string]string{"example/dlrm": dlrmBinary},
+//	})
+//	// create pods of image example/dlrm with nodeSelector kubernetes.io/hostname=node-1, then
+//	// cp.WaitPod(ctx, ns, name, ...), node.Logs(ns, name), node.Pid(ns, name)
+//
+// A ControlPlane's and a Node's methods are safe for concurrent use. Stop is idempotent.
 package kubetest
