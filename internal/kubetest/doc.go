@@ -7,9 +7,9 @@
 // environment says CI=true, with a message that names the script.
 //
 // What the absent components would do, the package does for them: it creates each namespace's
-// default ServiceAccount (the controller manager's serviceaccount controller, which need not run), and AddNode registers a Node that is Ready
-// and schedulable (a kubelet's job), so that the scheduler binds pods to it and reports why it
-// cannot. A pod bound to such a node never runs; its spec.nodeName is the outcome a test watches
+// default ServiceAccount (the controller manager's serviceaccount controller, which need not
+// run), and AddNode registers a Node that is Ready and schedulable (a kubelet's job), so that the
+// scheduler binds pods to it and reports why it cannot. A pod bound to such a node never runs; its spec.nodeName is the outcome a test watches
 // for.
 //
 //	cp := kubetest.Start(t, kubetest.Options{Namespaces: []string{"train"}})
