@@ -85,7 +85,7 @@ func (s *Scaler) supervise(n *node) {
 	s.mu.Unlock()
 	for {
 		l := s.launch(n, restart, size)
-		p, err := s.start(n, l)
+		uid, adopted, err := s.start(n, l)
 		switch {
 		case errors.Is(err, errQuit):
 			return
@@ -98,16 +98,16 @@ func (s *Scaler) supervise(n *node) {
 			s.finish(n, err, true, ready)
 			return
 		}
-		if p.UID != "" && p.Annotations[AnnotationRestart] != strconv.Itoa(restart) { // adopted
-			restart, _ = strconv.Atoi(p.Annotations[AnnotationRestart])
-			l = s.launch(n, restart, sizeOf(p, s.cname))
-			size = l.Size
+		if adopted != nil { // the pod tells its start
+			restart, _ = strconv.Atoi(adopted.Annotations[AnnotationRestart])
+			size = sizeOf(adopted, s.cname)
+			l = s.launch(n, restart, size)
 		}
 		s.mu.Lock()
-		n.uid, n.restarts, n.size, n.phase, n.running = p.UID, restart, size, "", false
+		n.uid, n.restarts, n.size, n.phase, n.running = uid, restart, size, "", false
 		s.mu.Unlock()
 
-		ev, how := s.follow(n, l, p.UID, ready)
+		ev, how := s.follow(n, l, uid, ready)
 		ev.Launch = l
 		switch how {
 		case endQuit:
@@ -123,11 +123,11 @@ func (s *Scaler) supervise(n *node) {
 			log.Error("pod stayed unscheduled: deleting it", "pod", n.name, "after", s.cfg.PendingTimeout, "reason", ev.Message)
 			s.emit(ev)
 			err := fmt.Errorf("%w: pod %s for %v: %s", ErrPending, n.name, s.cfg.PendingTimeout, ev.Message)
-			if e := s.deletePod(s.ctx, n.name, p.UID, 0); e != nil {
+			if e := s.deletePod(s.ctx, n.name, uid, 0); e != nil {
 				log.Error("could not delete the pending pod", "pod", n.name, "err", e)
 			}
 			s.finish(n, err, true, ready)
-			s.waitGone(n, p.UID)
+			s.waitGone(n, uid)
 			return
 		}
 		// The pod ended by itself.
@@ -157,17 +157,14 @@ func (s *Scaler) supervise(n *node) {
 				err = fmt.Errorf("%s %s: %w (%d restarts): %s", n.role, n.id, ErrRestartLimit, restart, ev)
 			}
 			s.finish(n, err, false, ready)
-			s.linger(n, p.UID) // the ended pod stays, for its logs, until the node is stopped
+			s.linger(n, uid) // the ended pod stays, for its logs, until the node is stopped
 			return
 		}
 		// A replacement, once the ended pod is gone.
-		if e := s.deletePod(s.ctx, n.name, p.UID, 0); e != nil {
+		if e := s.deletePod(s.ctx, n.name, uid, 0); e != nil {
 			log.Error("could not delete the ended pod", "pod", n.name, "err", e)
 		}
-		if err := s.waitGone(n, p.UID); err != nil {
-			if errors.Is(err, ErrStopped) {
-				s.finish(n, err, false, ready)
-			}
+		if err := s.waitGone(n, uid); err != nil {
 			return
 		}
 		if ev.Kind == EventOOMKilled {
@@ -191,10 +188,11 @@ func (s *Scaler) finish(n *node, err error, retry bool, ready func()) {
 	ready()
 }
 
-// start creates node n's pod for start l and returns it. A live pod of the job under the name
-// (an earlier scaler's) is adopted; an ended one is deleted first, and one being deleted waited
-// for. ErrStopped: the node was stopped before; errQuit: the scaler closed.
-func (s *Scaler) start(n *node, l Launch) (*corev1.Pod, error) {
+// start creates node n's pod for start l and returns its uid. A live pod of the job under the
+// name (an earlier scaler's) is adopted instead, and returned; an ended one is deleted first,
+// and one being deleted waited for. ErrStopped: the node was stopped before; errQuit: the
+// scaler closed.
+func (s *Scaler) start(n *node, l Launch) (types.UID, *corev1.Pod, error) {
 	for {
 		ch := s.changes()
 		s.mu.Lock()
@@ -202,15 +200,15 @@ func (s *Scaler) start(n *node, l Launch) (*corev1.Pod, error) {
 		s.mu.Unlock()
 		switch stop {
 		case stopSet:
-			return nil, ErrStopped
+			return "", nil, ErrStopped
 		case stopRelease:
-			return nil, errQuit
+			return "", nil, errQuit
 		case stopAsked:
 			select {
 			case <-ch:
 				continue
 			case <-s.ctx.Done():
-				return nil, errQuit
+				return "", nil, errQuit
 			}
 		}
 		var there *corev1.Pod
@@ -221,43 +219,42 @@ func (s *Scaler) start(n *node, l Launch) (*corev1.Pod, error) {
 			created, err := s.pods.Create(s.ctx, s.pod(l), metav1.CreateOptions{})
 			if err == nil {
 				s.log.Info("pod created", "pod", n.name, "restart", l.Restart, "size", l.Size)
-				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: created.UID, Annotations: created.Annotations}}, nil
+				return created.UID, nil, nil
 			}
 			if s.ctx.Err() != nil {
-				return nil, errQuit
+				return "", nil, errQuit
 			}
 			if !apierrors.IsAlreadyExists(err) {
-				return nil, fmt.Errorf("kube: create pod %s: %w", n.name, err)
+				return "", nil, fmt.Errorf("kube: create pod %s: %w", n.name, err)
 			}
 			if there, err = s.pods.Get(s.ctx, n.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 				continue
 			} else if err != nil {
-				return nil, fmt.Errorf("kube: get pod %s: %w", n.name, err)
+				return "", nil, fmt.Errorf("kube: get pod %s: %w", n.name, err)
 			}
 		}
 		if !owned(there.Labels, s.cfg.Job) || there.Labels[LabelNode] != n.id {
-			return nil, fmt.Errorf("%w: pod %s/%s exists and is not node %s of job %s", ErrConflict, s.cfg.Namespace, n.name, n.id, s.cfg.Job)
+			return "", nil, fmt.Errorf("%w: pod %s/%s exists and is not node %s of job %s", ErrConflict, s.cfg.Namespace, n.name, n.id, s.cfg.Job)
 		}
 		if there.DeletionTimestamp == nil && !terminal(there) {
 			s.log.Info("adopting the job's pod that runs already", "pod", n.name, "uid", there.UID)
 			s.mu.Lock()
 			n.adopted = true
 			s.mu.Unlock()
-			return there, nil
+			return there.UID, there, nil
 		}
 		if there.DeletionTimestamp == nil {
 			if err := s.deletePod(s.ctx, n.name, there.UID, 0); err != nil {
-				return nil, err
+				return "", nil, err
 			}
 		}
 		if err := s.waitGone(n, there.UID); err != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
 }
 
-// waitGone waits until pod uid of node n is gone. ErrStopped: n was stopped meanwhile (its
-// deletion goes on); errQuit: the scaler closed.
+// waitGone waits until pod uid of node n is gone. errQuit: the scaler closed, or released n.
 func (s *Scaler) waitGone(n *node, uid types.UID) error {
 	for {
 		ch := s.changes()

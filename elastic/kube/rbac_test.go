@@ -58,14 +58,7 @@ func TestRBACExample(t *testing.T) {
 	}
 
 	// The same Role without "delete" on pods.
-	sa.Name, role.Name, binding.Name = "elasticps-nodelete", "elasticps-nodelete", "elasticps-nodelete"
-	binding.RoleRef.Name, binding.Subjects[0].Name = role.Name, sa.Name
-	for i, r := range role.Rules {
-		if slices.Contains(r.Resources, "pods") {
-			role.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "delete" })
-		}
-	}
-	cfg.Client = e.apply(sa, role, binding)
+	cfg.Client = e.apply(withoutDelete(sa, role, binding))
 	cfg.Job = "nodelete"
 	s, _ = e.scaler(cfg)
 	require.NoError(t, s.Scale(e.ctx, elastic.Plan{Servers: 1}))
@@ -82,6 +75,20 @@ func TestRBACExample(t *testing.T) {
 	for _, id := range []string{"ps-0", "ps-1"} {
 		require.NoError(t, e.cp.Client.CoreV1().Pods(e.ns).Delete(e.ctx, kube.PodName("nodelete", id), metav1.DeleteOptions{}))
 	}
+}
+
+// withoutDelete returns the example's account, Role and binding under another name, and without
+// the deletion of pods.
+func withoutDelete(sa *corev1.ServiceAccount, role *rbacv1.Role, binding *rbacv1.RoleBinding) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+	sa, role, binding = sa.DeepCopy(), role.DeepCopy(), binding.DeepCopy()
+	sa.Name, role.Name, binding.Name = "elasticps-nodelete", "elasticps-nodelete", "elasticps-nodelete"
+	binding.RoleRef.Name, binding.Subjects[0].Name = role.Name, sa.Name
+	for i, r := range role.Rules {
+		if slices.Contains(r.Resources, "pods") {
+			role.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "delete" })
+		}
+	}
+	return sa, role, binding
 }
 
 // readRBAC decodes the example file.

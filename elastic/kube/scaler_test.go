@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -277,6 +278,17 @@ func TestOOMKilledServerGetsMoreMemory(t *testing.T) {
 	list, err = e.cp.Client.CoreV1().Pods(e.ns).List(e.ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, list.Items, "Close deletes every pod, the failed one too")
+	assertNoScalerGoroutines(t)
+}
+
+// assertNoScalerGoroutines checks that no goroutine runs the package's code: Close joined them.
+func assertNoScalerGoroutines(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		assert.NotContains(t, g, "elasticps/elastic/kube.", "a goroutine of the scaler outlived Close")
+	}
 }
 
 // awaitRunning waits for node id's EventRunning of restart.
