@@ -69,6 +69,9 @@ func TestLeadOneAtATime(t *testing.T) {
 	a.cancel()
 	require.NoError(t, <-a.ended)
 	assert.Error(t, actx.Err(), "a's run was cancelled")
+	lease, err = e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, "a", *lease.Spec.HolderIdentity, "a released the lease when it stepped down")
 	var bctx context.Context
 	select {
 	case bctx = <-b.leading:
