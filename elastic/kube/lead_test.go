@@ -2,11 +2,13 @@ package kube_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -109,4 +111,40 @@ func TestLeaderConfigValidate(t *testing.T) {
 		assert.ErrorContains(t, err, want)
 	}
 	assert.ErrorIs(t, kube.Lead(context.Background(), kube.LeaderConfig{}, func(context.Context) {}), elastic.ErrInvalidConfig)
+}
+
+// Lead returns only once run has: here run, told to stop, lingers until it sees the lease
+// released, which Lead does before it returns.
+func TestLeadWaitsForRun(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	leading := make(chan struct{})
+	var returned atomic.Bool
+	ended := make(chan bool, 1)
+	go func() {
+		err := kube.Lead(ctx, e.leaderConfig("a"), func(ctx context.Context) {
+			close(leading)
+			<-ctx.Done()
+			w, err := e.cp.Client.CoordinationV1().Leases(e.ns).Watch(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=job"})
+			if err == nil {
+				for ev := range w.ResultChan() {
+					if l, ok := ev.Object.(*coordinationv1.Lease); ok && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a") {
+						break
+					}
+				}
+				w.Stop()
+			}
+			returned.Store(true)
+		})
+		assert.NoError(t, err)
+		ended <- returned.Load()
+	}()
+	select {
+	case <-leading:
+	case <-e.ctx.Done():
+		t.Fatal("never led")
+	}
+	cancel()
+	assert.True(t, <-ended, "run had returned when Lead did")
 }
