@@ -59,6 +59,7 @@
 //	Preempted  a DisruptionTarget condition of reason PreemptionByScheduler
 //	Deleted    deleted behind the scaler's back
 //	Stopped    deleted by the scaler (Scale, StopServers, Close)
+//	Refused    the apiserver refused to create it (an exceeded quota, say); the start fails
 //
 // A pod that ends by itself is reported at once to the Reporter (SetReporter; a
 // *elastic.Coordinator is one): every end of a server (ServerFailed), an abnormal end of a worker

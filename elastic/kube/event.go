@@ -34,10 +34,13 @@ const (
 	EventDeleted
 	// EventStopped: the scaler deleted the pod (Scale, StopServers, Close), and it is gone.
 	EventStopped
+	// EventRefused: the apiserver refused to create the pod; Message is its error (an
+	// exceeded ResourceQuota, a missing service account, RBAC). The start fails with it.
+	EventRefused
 )
 
 // String returns the kind's name: "Pending", "Running", "Exited", "OOMKilled", "Evicted",
-// "Preempted", "Deleted" or "Stopped".
+// "Preempted", "Deleted", "Stopped" or "Refused".
 func (k EventKind) String() string {
 	switch k {
 	case EventPending:
@@ -56,6 +59,8 @@ func (k EventKind) String() string {
 		return "Deleted"
 	case EventStopped:
 		return "Stopped"
+	case EventRefused:
+		return "Refused"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -85,8 +90,8 @@ type Event struct {
 	Final bool
 }
 
-// Ended reports whether the event is the end of its pod.
-func (e Event) Ended() bool { return e.Kind != EventRunning && e.Kind != EventPending && e.Kind != 0 }
+// Ended reports whether the event is the end of a pod that was created.
+func (e Event) Ended() bool { return e.Kind >= EventExited && e.Kind <= EventStopped }
 
 // Abnormal reports whether the event is an end that calls for a replacement: anything but an
 // exit with status 0 or a stop by the scaler.

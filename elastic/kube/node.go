@@ -94,7 +94,7 @@ func (s *Scaler) supervise(n *node) {
 			return
 		case err != nil:
 			log.Error("pod could not be created", "pod", n.name, "err", err)
-			s.emit(Event{Launch: l, Pod: n.name, Kind: EventExited, ExitCode: -1, Message: err.Error(), Final: true})
+			s.emit(Event{Launch: l, Pod: n.name, Kind: EventRefused, Message: err.Error(), Final: true})
 			s.finish(n, err, true, ready)
 			return
 		}
@@ -193,6 +193,7 @@ func (s *Scaler) finish(n *node, err error, retry bool, ready func()) {
 // and one being deleted waited for. ErrStopped: the node was stopped before; errQuit: the
 // scaler closed.
 func (s *Scaler) start(n *node, l Launch) (types.UID, *corev1.Pod, error) {
+	pod := s.pod(l)
 	for {
 		ch := s.changes()
 		s.mu.Lock()
@@ -216,7 +217,7 @@ func (s *Scaler) start(n *node, l Launch) (types.UID, *corev1.Pod, error) {
 			there, _ = obj.(*corev1.Pod)
 		}
 		if there == nil {
-			created, err := s.pods.Create(s.ctx, s.pod(l), metav1.CreateOptions{})
+			created, err := s.pods.Create(s.ctx, pod, metav1.CreateOptions{})
 			if err == nil {
 				s.log.Info("pod created", "pod", n.name, "restart", l.Restart, "size", l.Size)
 				return created.UID, nil, nil

@@ -171,7 +171,7 @@ func (s *Scaler) env(c *corev1.Container, l Launch) []corev1.EnvVar {
 	if s.cfg.Env != nil {
 		env = append(env, s.cfg.Env(l)...)
 	}
-	// Keep the last of each name, in the order of their first appearance.
+	// Keep the last of each name (where it is: a value may refer to the variables before it).
 	last := map[string]int{}
 	for i, e := range env {
 		last[e.Name] = i

@@ -419,3 +419,25 @@ func TestPendingPodFailsItsStart(t *testing.T) {
 	require.NoError(t, s.Scale(e.ctx, elastic.Plan{Servers: 1, Workers: 1, Worker: elastic.Resources{Memory: 128 << 20}}))
 	assert.True(t, podStatus(s, "worker-0").Running)
 }
+
+// A pod the apiserver refuses to create fails the Scale with the refusal; the next Scale tries
+// the node id again.
+func TestRefusedPod(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.config("refused")
+	cfg.Template.Spec.ServiceAccountName = "missing"
+	s, rec := e.scaler(cfg)
+	err := s.Scale(e.ctx, elastic.Plan{Workers: 1})
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "the admission's refusal: %v", err)
+	ev, err := rec.await(e.ctx, "worker-0", kube.EventRefused)
+	require.NoError(t, err)
+	assert.Contains(t, ev.Message, `serviceaccount "missing" not found`)
+	assert.True(t, ev.Final)
+	assert.True(t, podStatus(s, "worker-0").Done)
+
+	_, err = e.cp.Client.CoreV1().ServiceAccounts(e.ns).Create(e.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "missing"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, s.Scale(e.ctx, elastic.Plan{Workers: 1}))
+	assert.True(t, podStatus(s, "worker-0").Running)
+}
