@@ -24,6 +24,9 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 )
 
+// callTimeout bounds a deletion that a caller's ctx does not.
+const callTimeout = 30 * time.Second
+
 // closeMargin is how long Close waits for the pods it deleted beyond their grace period, before
 // it deletes what is left at once.
 const closeMargin = 10 * time.Second
@@ -323,7 +326,8 @@ func (s *Scaler) stopNodes(ctx context.Context, nodes []*node) ([]*node, error) 
 
 // stopNode deletes node n's pod with the grace period Config.StopGrace and tells its goroutine,
 // which waits for the pod to be gone and deletes any pod it creates meanwhile. A deletion the
-// apiserver refuses leaves n running, and is returned.
+// apiserver refuses leaves n running, and is returned. ctx is the caller's: the deletion is
+// made whatever becomes of it.
 func (s *Scaler) stopNode(ctx context.Context, n *node) error {
 	s.mu.Lock()
 	if n.stop != stopNone {
@@ -336,7 +340,11 @@ func (s *Scaler) stopNode(ctx context.Context, n *node) error {
 	s.mu.Unlock()
 	var err error
 	if del {
-		err = s.deletePod(ctx, n.name, uid, s.cfg.StopGrace)
+		// Not cut short by ctx: a deletion the apiserver made while its answer was on the way
+		// must not count as refused.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+		err = s.deletePod(dctx, n.name, uid, s.cfg.StopGrace)
+		cancel()
 	}
 	s.mu.Lock()
 	if err != nil {
