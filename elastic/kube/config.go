@@ -55,9 +55,9 @@ type Reporter interface {
 }
 
 // Config configures a Scaler. The zero value of every field but Client, Namespace, Job,
-// Template, Args and Secret means its default. Args, Env, Server and OnEvent are called from
-// the goroutine of the node id they are about: calls about different node ids may come
-// concurrently, and one node id's come in order.
+// Template, Args and Secret means its default. Args, Env and OnEvent are called from the
+// goroutine of the node id they are about: calls about different node ids may come
+// concurrently, and one node id's come in order. Server is called by StartServers.
 type Config struct {
 	// Client reaches the apiserver. Required. Its rights: see the package doc (RBAC).
 	Client kubernetes.Interface

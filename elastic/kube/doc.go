@@ -95,8 +95,8 @@
 // # Concurrency
 //
 // A Scaler is safe for concurrent use; StartServers and StopServers run one at a time. Config's
-// functions (Args, Env, Server, OnEvent) and the Reporter are called from the goroutine of the
-// node id they are about: calls about different node ids may come concurrently, and one node
-// id's come in order. Close is idempotent, deletes the pods and joins every goroutine, the
+// Args, Env and OnEvent and the Reporter are called from the goroutine of the node id they are
+// about: calls about different node ids may come concurrently, and one node id's come in order.
+// Config.Server is called by StartServers. Close is idempotent, deletes the pods and joins every goroutine, the
 // informer's too.
 package kube

@@ -542,7 +542,10 @@ func (s *Scaler) close() error {
 	var errs []error
 	for _, group := range [][]*node{workers, servers} {
 		for _, n := range group {
-			if n.adopted && n.role == elastic.RoleServer {
+			s.mu.Lock()
+			adopted := n.adopted
+			s.mu.Unlock()
+			if adopted && n.role == elastic.RoleServer {
 				s.release(n)
 			} else if err := s.stopNode(ctx, n); err != nil {
 				errs = append(errs, err)
