@@ -1,0 +1,150 @@
+package kube_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/kube"
+)
+
+// leaderConfig returns short durations, so that a takeover takes a few seconds.
+func (e *env) leaderConfig(identity string) kube.LeaderConfig {
+	return kube.LeaderConfig{Client: e.cp.Client, Namespace: e.ns, Name: "job", Identity: identity,
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond}
+}
+
+// candidate runs Lead in a goroutine: leading receives run's ctx when it starts, and ended
+// Lead's result.
+type candidate struct {
+	cancel  context.CancelFunc
+	leading chan context.Context
+	ended   chan error
+	gone    chan struct{} // closed when Lead has returned
+}
+
+func (e *env) candidate(identity string) *candidate {
+	ctx, cancel := context.WithCancel(e.ctx)
+	c := &candidate{cancel: cancel, leading: make(chan context.Context, 1), ended: make(chan error, 1), gone: make(chan struct{})}
+	go func() {
+		defer close(c.gone)
+		c.ended <- kube.Lead(ctx, e.leaderConfig(identity), func(ctx context.Context) {
+			c.leading <- ctx
+			<-ctx.Done()
+		})
+	}()
+	e.t.Cleanup(func() { cancel(); <-c.gone })
+	return c
+}
+
+// Two candidates on one Lease: one leads, the other waits and takes over when the first
+// cancels (and releases the lease); a leader whose lease another candidate takes is stopped.
+func TestLeadOneAtATime(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.candidate("a")
+	var actx context.Context
+	select {
+	case actx = <-a.leading:
+	case <-e.ctx.Done():
+		t.Fatal("a never led")
+	}
+	b := e.candidate("b")
+	lease, err := e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "a", *lease.Spec.HolderIdentity)
+	select {
+	case <-b.leading:
+		t.Fatal("b leads while a holds the lease")
+	default:
+	}
+
+	// a steps down: it releases the lease, and b takes it without waiting for it to expire.
+	start := time.Now()
+	a.cancel()
+	require.NoError(t, <-a.ended)
+	assert.Error(t, actx.Err(), "a's run was cancelled")
+	lease, err = e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, "a", *lease.Spec.HolderIdentity, "a released the lease when it stepped down")
+	var bctx context.Context
+	select {
+	case bctx = <-b.leading:
+	case <-e.ctx.Done():
+		t.Fatal("b never took over")
+	}
+	t.Logf("b took over %v after a released the lease", time.Since(start).Round(time.Millisecond))
+
+	// c forces the lease over to itself: b cannot renew it, its run ends, and Lead says why.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error { // b renews meanwhile
+		lease, err := e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, "b", *lease.Spec.HolderIdentity)
+		c, later := "c", metav1.NewMicroTime(time.Now().Add(time.Second))
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = &c, &later, &later
+		_, err = e.cp.Client.CoordinationV1().Leases(e.ns).Update(e.ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err)
+	select {
+	case <-bctx.Done():
+	case <-e.ctx.Done():
+		t.Fatal("b's run went on after its lease was taken")
+	}
+	assert.ErrorIs(t, <-b.ended, kube.ErrLeaseLost)
+	lease, err = e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "c", *lease.Spec.HolderIdentity, "the lost lease is not released over its new holder")
+}
+
+func TestLeaderConfigValidate(t *testing.T) {
+	err := kube.LeaderConfig{LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}.Validate()
+	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
+	for _, want := range []string{"Client", "Namespace", "Identity", "LeaseDuration"} {
+		assert.ErrorContains(t, err, want)
+	}
+	assert.ErrorIs(t, kube.Lead(context.Background(), kube.LeaderConfig{}, func(context.Context) {}), elastic.ErrInvalidConfig)
+}
+
+// Lead returns only once run has: here run, told to stop, lingers until it sees the lease
+// released, which Lead does before it returns.
+func TestLeadWaitsForRun(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	leading := make(chan struct{})
+	var returned atomic.Bool
+	ended := make(chan bool, 1)
+	go func() {
+		err := kube.Lead(ctx, e.leaderConfig("a"), func(ctx context.Context) {
+			close(leading)
+			<-ctx.Done()
+			w, err := e.cp.Client.CoordinationV1().Leases(e.ns).Watch(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=job"})
+			if err == nil {
+				for ev := range w.ResultChan() {
+					if l, ok := ev.Object.(*coordinationv1.Lease); ok && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a") {
+						break
+					}
+				}
+				w.Stop()
+			}
+			returned.Store(true)
+		})
+		assert.NoError(t, err)
+		ended <- returned.Load()
+	}()
+	select {
+	case <-leading:
+	case <-e.ctx.Done():
+		t.Fatal("never led")
+	}
+	cancel()
+	assert.True(t, <-ended, "run had returned when Lead did")
+}
