@@ -13,7 +13,8 @@ import (
 )
 
 // A scaler of a job whose pods an earlier scaler left (its coordinator died) adopts those that
-// run, replaces those that ended, and at Close leaves the servers it adopted to the next.
+// run and replaces those that ended; Leave hands them all to the next scaler untouched, and
+// Close, at the job's end, deletes them all, adopted or not.
 func TestAdoptsTheJobsRunningPods(t *testing.T) {
 	e := newEnv(t, nil)
 	// The earlier scaler may not delete pods, so its Close leaves them as a dead coordinator's
@@ -41,13 +42,20 @@ func TestAdoptsTheJobsRunningPods(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, run.Restart, "a new pod of the plan, not a restart")
 
-	require.NoError(t, s.Close())
-	p, err := e.cp.Client.CoreV1().Pods(e.ns).Get(e.ctx, server.Name, metav1.GetOptions{})
-	require.NoError(t, err, "the adopted server runs on")
-	assert.Nil(t, p.DeletionTimestamp)
-	for _, id := range []string{"worker-0", "worker-1"} {
-		_, err := e.cp.Client.CoreV1().Pods(e.ns).Get(e.ctx, kube.PodName("adopt", id), metav1.GetOptions{})
-		assert.True(t, apierrors.IsNotFound(err), "%s deleted: %v", id, err)
+	s.Leave()
+	assert.ErrorIs(t, s.Scale(e.ctx, elastic.Plan{Servers: 1, Workers: 1}), elastic.ErrClosed)
+	assert.NoError(t, s.Close(), "Close after Leave does nothing")
+	for _, id := range []string{"ps-0", "worker-0", "worker-1"} {
+		p, err := e.cp.Client.CoreV1().Pods(e.ns).Get(e.ctx, kube.PodName("adopt", id), metav1.GetOptions{})
+		require.NoError(t, err, "%s runs on after Leave", id)
+		assert.Nil(t, p.DeletionTimestamp, id)
 	}
-	require.NoError(t, e.cp.Client.CoreV1().Pods(e.ns).Delete(e.ctx, server.Name, metav1.DeleteOptions{}))
+
+	last, _ := e.scaler(cfg)
+	require.NoError(t, last.Scale(e.ctx, elastic.Plan{Servers: 1, Workers: 2}))
+	require.NoError(t, last.Close())
+	for _, id := range []string{"ps-0", "worker-0", "worker-1"} {
+		_, err := e.cp.Client.CoreV1().Pods(e.ns).Get(e.ctx, kube.PodName("adopt", id), metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "%s deleted at the job's end: %v", id, err)
+	}
 }

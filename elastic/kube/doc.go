@@ -31,8 +31,9 @@
 //
 // The scaler watches the job's pods with an informer (label selector elasticps.io/job=<job>)
 // and never polls. A pod already there under a name it would create (an earlier coordinator's,
-// whose process died) is adopted if it runs, and deleted first if it ended; Close leaves an
-// adopted server running, for the coordinator that took the job over.
+// whose process died, or one that handed the job over with Leave) is adopted if it runs, and
+// deleted first if it ended. Close, at the job's end, deletes every pod of the job, adopted or
+// not; Leave deletes none.
 //
 // # Scaling
 //

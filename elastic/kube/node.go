@@ -43,7 +43,6 @@ type node struct {
 	// Guarded by Scaler.mu.
 	stop     stopMode
 	deleted  types.UID // the pod whose graceful deletion a stop issued
-	adopted  bool      // the first pod was there already (an earlier scaler's): Close leaves a server's
 	size     elastic.Resources
 	restarts int
 	uid      types.UID // the newest pod
@@ -239,9 +238,6 @@ func (s *Scaler) start(n *node, l Launch) (types.UID, *corev1.Pod, error) {
 		}
 		if there.DeletionTimestamp == nil && !terminal(there) {
 			s.log.Info("adopting the job's pod that runs already", "pod", n.name, "uid", there.UID)
-			s.mu.Lock()
-			n.adopted = true
-			s.mu.Unlock()
 			return there.UID, there, nil
 		}
 		if there.DeletionTimestamp == nil {

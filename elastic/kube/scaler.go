@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -516,13 +517,33 @@ func (s *Scaler) Pods() []PodStatus {
 	return out
 }
 
-// Close implements elastic.Scaler: it deletes the workers' pods and waits until they are gone,
-// then the servers' it created (a server pod it adopted is left running), each with the grace
-// period Config.StopGrace; pods still there StopGrace and a margin later are deleted at once.
-// Then it stops watching. It returns the deletions the apiserver refused. Idempotent.
+// Close implements elastic.Scaler, for a job that ends: it deletes the workers' pods and waits
+// until they are gone, then the servers' (those it adopted too), each with the grace period
+// Config.StopGrace; pods still there StopGrace and a margin later are deleted at once. Then it
+// stops watching. It returns the deletions the apiserver refused. Idempotent; after Leave it
+// does nothing.
 func (s *Scaler) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
+}
+
+// Leave stops watching and leaves every pod of the job running, for the next coordinator's
+// scaler to adopt: what a coordinator that hands its job over does (its pod is deleted or moved
+// while the job goes on). Scale, StartServers and StopServers fail with elastic.ErrClosed from
+// then on. Idempotent; after Close it does nothing.
+func (s *Scaler) Leave() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		nodes := slices.Collect(maps.Values(s.last))
+		s.mu.Unlock()
+		for _, n := range nodes {
+			s.release(n)
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.factory.Shutdown()
+	})
 }
 
 func (s *Scaler) close() error {
@@ -542,12 +563,7 @@ func (s *Scaler) close() error {
 	var errs []error
 	for _, group := range [][]*node{workers, servers} {
 		for _, n := range group {
-			s.mu.Lock()
-			adopted := n.adopted
-			s.mu.Unlock()
-			if adopted && n.role == elastic.RoleServer {
-				s.release(n)
-			} else if err := s.stopNode(ctx, n); err != nil {
+			if err := s.stopNode(ctx, n); err != nil {
 				errs = append(errs, err)
 				s.release(n)
 			}

@@ -37,6 +37,11 @@ type options struct {
 	dispatcher string
 	secretFile string
 	workers    int
+	// kube runs the job's servers and workers as Kubernetes pods (-role coordinator in a pod),
+	// and passOn is the command line the coordinator passes on to them: every flag it was given
+	// but those that say which process it is (kubeRoleFlags).
+	kube   bool
+	passOn []string
 }
 
 // parseFlags reads the command line into options. Every problem is reported at once.
@@ -155,6 +160,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.dispatcher, "dispatcher", "", "-role worker: the coordinator's address")
 	fs.StringVar(&o.gossip, "gossip", "", "roles: gossip membership on this address (HOST:PORT), so the coordinator hears of failures at once (default: no gossip; health checks find them)")
 	fs.StringVar(&o.seeds, "seeds", "", "roles with -gossip: the -gossip addresses of the job's processes, HOST:PORT,... (the same list everywhere will do)")
+	fs.BoolVar(&o.kube, "kube", false, "-role coordinator in a Kubernetes pod: start the job's -ps servers and -workers workers as pods like this one (same image, flags and volumes), hold the job's Lease, and leave the job running for the next coordinator when interrupted")
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process; default: the environment variable "+SecretEnv+", never a flag's value)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
@@ -169,7 +175,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	fs.Visit(func(f *flag.Flag) { ckDirSet = ckDirSet || f.Name == "checkpoint-dir" })
+	fs.Visit(func(f *flag.Flag) {
+		ckDirSet = ckDirSet || f.Name == "checkpoint-dir"
+		if !kubeRoleFlags[f.Name] {
+			o.passOn = append(o.passOn, "-"+f.Name+"="+f.Value.String())
+		}
+	})
 	o.defaultDir = !ckDirSet
 	var errs []error
 	var err error
@@ -274,8 +285,14 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		if o.secretFile == "" && os.Getenv(SecretEnv) == "" {
 			errs = append(errs, fmt.Errorf("-role needs -secret-file or the environment variable %s", SecretEnv))
 		}
-		if o.psList == "" {
-			errs = append(errs, errors.New("-role needs -servers"))
+		if o.psList == "" && !o.kube {
+			errs = append(errs, errors.New("-role needs -servers (or, for the coordinator on Kubernetes, -kube)"))
+		}
+		if o.kube && o.role != "coordinator" {
+			errs = append(errs, errors.New("-kube is for -role coordinator: it starts the other roles' pods"))
+		}
+		if o.kube && o.psList != "" {
+			errs = append(errs, errors.New("-kube starts the servers: give their number with -ps, not -servers"))
 		}
 		if o.role != "worker" && o.listen == "" {
 			errs = append(errs, fmt.Errorf("-role %s needs -listen", o.role))

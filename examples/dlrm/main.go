@@ -190,18 +190,30 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "dlrm: worker %s trained %d samples\n", o.id, n)
 		return err
 	default:
-		fmt.Fprintf(stdout, "dlrm: coordinator and dispatcher on %s for %d workers; Ctrl-C stops the job after a final checkpoint\n", o.listen, o.workers)
-		sum, err := train.RunCoordinator(ctx, rc)
-		if sum != nil {
-			verdict := sum.Verdict()
-			fmt.Fprintf(stdout, "\njob: %s; %d samples counted by the dispatcher (%d in this run, %.0f/s), %s; %d checkpoints committed, training blocked %v on average, newest step %d in %s\n",
-				sum.StopReason, sum.TotalSamples, sum.Samples, sum.SamplesPerSec, verdict, sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked().Round(time.Microsecond), sum.Checkpoints.LastCommitted, sum.Checkpoints.Dir)
-			for _, e := range sum.Epochs {
-				fmt.Fprintf(stdout, "  %s\n", e)
-			}
+		coordinate := func(ctx context.Context, rc train.RoleConfig) error {
+			return coordinator(ctx, rc, stdout)
 		}
-		return err
+		if o.kube {
+			fmt.Fprintf(stdout, "dlrm: coordinator on Kubernetes, dispatcher on %s, %d servers and %d workers as pods; an interrupt leaves the job to the next coordinator\n", o.listen, o.cfg.Servers, o.workers)
+			return runKubeCoordinator(ctx, o, rc, coordinate)
+		}
+		fmt.Fprintf(stdout, "dlrm: coordinator and dispatcher on %s for %d workers; Ctrl-C stops the job after a final checkpoint\n", o.listen, o.workers)
+		return coordinate(ctx, rc)
 	}
+}
+
+// coordinator runs the coordinator of a multi-process job and prints its summary.
+func coordinator(ctx context.Context, rc train.RoleConfig, stdout io.Writer) error {
+	sum, err := train.RunCoordinator(ctx, rc)
+	if sum != nil {
+		verdict := sum.Verdict()
+		fmt.Fprintf(stdout, "\njob: %s; %d samples counted by the dispatcher (%d in this run, %.0f/s), %s; %d checkpoints committed, training blocked %v on average, newest step %d in %s\n",
+			sum.StopReason, sum.TotalSamples, sum.Samples, sum.SamplesPerSec, verdict, sum.Checkpoints.Committed, sum.Checkpoints.MeanBlocked().Round(time.Microsecond), sum.Checkpoints.LastCommitted, sum.Checkpoints.Dir)
+		for _, e := range sum.Epochs {
+			fmt.Fprintf(stdout, "  %s\n", e)
+		}
+	}
+	return err
 }
 
 // SecretEnv names the environment variable that holds the cluster secret of a process with

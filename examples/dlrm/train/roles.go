@@ -52,7 +52,24 @@ type RoleConfig struct {
 	// alone find failures.
 	Gossip string
 	Seeds  []string
+
+	// Scaler, if set, runs the job's servers and workers for the coordinator (on Kubernetes,
+	// elastic/kube's): RunCoordinator hands it to the coordinator, so that a plan asked for
+	// through the control port (dlrm scale -ps N -workers M) starts and stops them, and calls
+	// OnCoordinator, if set, with the coordinator once made (the scaler reports to it the
+	// processes that end).
+	Scaler        elastic.Scaler
+	OnCoordinator func(*elastic.Coordinator)
+	// HandOver makes an interrupted coordinator leave its job running for another coordinator
+	// to take over, as on Kubernetes, where the coordinator's pod is deleted or moved while the
+	// job goes on: no final checkpoint, the workers are not told to stop, and RunCoordinator
+	// returns ErrHandedOver. Without it an interrupt ends the job after a final checkpoint.
+	HandOver bool
 }
+
+// ErrHandedOver is returned by RunCoordinator when it was interrupted with HandOver set: the job
+// goes on, for the next coordinator to take over.
+var ErrHandedOver = errors.New("train: the coordinator was interrupted and left the job running for the next coordinator")
 
 // startGossip gossips as role id (incarnation inc, serving RPC at addr) when rc.Gossip is set,
 // and joins rc.Seeds (those other than its own address) in the background until one answers,
@@ -469,6 +486,12 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	defer coord.Close()
+	if rc.Scaler != nil {
+		coord.SetScaler(rc.Scaler)
+	}
+	if rc.OnCoordinator != nil {
+		rc.OnCoordinator(coord)
+	}
 	disp.Store(coord.Dispatcher())
 	accepted := func() int64 { return acceptedBy(coord.Dispatcher()) }
 	sum := &Summary{Data: data.desc, HeldOut: data.heldOut, Servers: len(rc.PS), Workers: rc.Workers}
@@ -548,6 +571,10 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	for reason == "" {
 		select {
 		case <-ctx.Done():
+			if rc.HandOver {
+				r.emit(Event{Kind: EventNote, Message: "interrupted: the job goes on for the next coordinator"})
+				return nil, ErrHandedOver
+			}
 			reason = "interrupted"
 		case <-coord.Done():
 			// Another coordinator took the job over: this one's training stopped and nothing
