@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ErrInvalidConfig is returned by RunNode for NodeOptions that cannot work; the message lists
-// every problem.
+// ErrInvalidConfig is returned by RunNode for NodeOptions that cannot work, and by
+// CreateHostPathVolume for a HostPathVolume that cannot; the message lists every problem.
 var ErrInvalidConfig = errors.New("kubetest: invalid config")
 
 // ErrNodeUnsupported is returned by RunNode where a node agent cannot run pods: not Linux, not
@@ -158,24 +158,45 @@ type Node struct {
 //     the like) but no other Service's, then the container's envFrom and env, resolved as a
 //     kubelet does. $(VAR) in command and args is expanded as a kubelet does. Command[0] names
 //     the image's entrypoint and is not run: the binary gets Command[1:] and Args.
-//   - Volumes: emptyDir (a directory of the pod's; medium and sizeLimit are ignored), secret,
-//     configMap, downwardAPI and projected (serviceAccountToken, secret, configMap, downwardAPI)
-//     are written once before the first start and do not follow later changes; a token is not
-//     renewed. The ServiceAccount admission plugin gives each pod that automounts a token a
-//     projected volume at /var/run/secrets/kubernetes.io/serviceaccount, whose token the agent
-//     requests bound to the pod; the ConfigMap kube-root-ca.crt it names, which the controller
-//     manager would publish, is served from the control plane's CA when absent. So
-//     rest.InClusterConfig works in the pod. Any other volume type fails the pod. Each pod gets
-//     an empty tmpfs over /run (and so /var/run), where a mount may go anywhere; elsewhere a
-//     mount covers an existing directory for that pod only, and may not hide the pod's binary or
-//     the node's files (so not /tmp when they are there). subPath is not supported. A container
-//     waits as ContainerCreating while a volume's source is missing, and as
-//     CreateContainerConfigError while an env source is; the agent retries every second.
+//   - Volumes: emptyDir is a directory of the pod's that lasts until the pod ends; of medium
+//     Memory it is a tmpfs, sized as a kubelet sizes it (the node's memory capacity, or the
+//     container's memory limit if lower, or the sizeLimit if lower still), whose pages count
+//     against the pod's memory limit and are freed once the pod has ended; of the default
+//     medium its sizeLimit is ignored. hostPath
+//     of type "", Directory, DirectoryOrCreate, File or FileOrCreate is checked and made as a
+//     kubelet does (a missing path of no type is made a directory, as a container runtime
+//     does); other types fail the pod. persistentVolumeClaim: the container waits while the
+//     claim is missing or not Bound (the scheduler does not place a pod whose claim is unbound,
+//     but a pod created with spec.nodeName comes straight to the agent), then the directory of
+//     the claim's PersistentVolume, of type hostPath (checked as above) or local (an existing
+//     directory), is mounted; a PersistentVolume of another type, or of volumeMode Block, fails
+//     the pod. Binding is the controller manager's: see CreateHostPathVolume. secret,
+//     configMap, downwardAPI and projected (serviceAccountToken, secret, configMap,
+//     downwardAPI) are written once before the first start and do not follow later changes; a
+//     token is not renewed. The ServiceAccount admission plugin gives each pod that automounts
+//     a token a projected volume at /var/run/secrets/kubernetes.io/serviceaccount, whose token
+//     the agent requests bound to the pod; the ConfigMap kube-root-ca.crt it names, which the
+//     controller manager would publish, is served from the control plane's CA when absent. So
+//     rest.InClusterConfig works in the pod. Any other volume type fails the pod.
+//   - Mounts are bind mounts in the pod's mount namespace. Each pod gets an empty tmpfs over
+//     /run (and so /var/run), where a mount may go anywhere, its directory or file made;
+//     elsewhere a mount covers an existing directory (or file, for a file) for that pod only,
+//     such as /mnt or /dev/shm (a Memory emptyDir there is the pod's own shared memory, as on
+//     a kubelet, and the machine's /dev/shm is untouched). A mount may not cover /, /etc, /proc,
+//     /sys or /dev or what lies under the last three (but /dev/shm), nor hide the pod's binary
+//     or the node's files (so not /tmp when they are there). A volume's source (a hostPath, a
+//     PersistentVolume's path) may not lie under /run or under the path of another mount of
+//     the pod. A mount is read-only if its volumeMount or its claim says readOnly. subPath and
+//     mountPropagation are not supported. A container waits as ContainerCreating while a
+//     volume's source is missing, and as CreateContainerConfigError while an env source is;
+//     the agent retries every second.
 //   - Resources: limits.memory and limits.cpu become the memory limit and CPU quota of a cgroup
 //     of the pod (cgroup v1 or v2, whichever the machine mounts), kubetest-NODE-UID under this
 //     process's own cgroup; requests are not enforced. A process the kernel kills for memory
 //     ends OOMKilled. Should the test binary die, the kernel kills the pods' processes (their
-//     parent-death signal), but their empty cgroups and the node's files stay behind.
+//     parent-death signal), but their empty cgroups and the node's files stay behind, and
+//     with them the tmpfs of Memory emptyDirs, which the agent mounts among the pod's files,
+//     in this process's mount namespace, so that they outlive the container's restarts.
 //   - Probes: tcpSocket and httpGet (plain HTTP) readiness probes run as a kubelet runs them; a
 //     container with none, or with an exec or gRPC one, is ready once it runs. Liveness and
 //     startup probes are not run.

@@ -46,6 +46,8 @@ const (
 //	dial HOST PORT         resolve HOST, connect to it, say "hi" and print the answer
 //	list-pods              list the pods of its namespace with rest.InClusterConfig
 //	fail-once DIR ADDR     first run (no DIR/marker): make the marker and exit 1; later: serve ADDR
+//	write FILE TEXT        write TEXT in FILE, then print the size and type of its filesystem
+//	read FILE              print FILE's content
 func runHelper(args []string) int {
 	if len(args) == 0 {
 		fmt.Println("helper: no mode")
@@ -106,6 +108,27 @@ func runHelper(args []string) int {
 		}
 		fmt.Println("found the marker")
 		return serve(arg(1), false)
+	case "write":
+		if err := os.WriteFile(arg(0), []byte(arg(1)), 0o644); err != nil {
+			fmt.Println("write:", err)
+			return exitFailed
+		}
+		fmt.Println("wrote", arg(0))
+		size, fsType, err := filesystem(filepath.Dir(arg(0)))
+		if err != nil {
+			fmt.Println("statfs:", err)
+			return exitFailed
+		}
+		fmt.Printf("filesystem size=%d type=%#x\n", size, fsType)
+		return 0
+	case "read":
+		b, err := os.ReadFile(arg(0))
+		if err != nil {
+			fmt.Println("read:", err)
+			return exitFailed
+		}
+		fmt.Printf("read %s: %s\n", arg(0), b)
+		return 0
 	}
 	fmt.Println("helper: unknown mode", mode)
 	return exitUsage

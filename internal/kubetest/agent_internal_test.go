@@ -287,3 +287,81 @@ func TestRunNodeReportsEveryBadOption(t *testing.T) {
 		assert.ErrorContains(t, err, want)
 	}
 }
+
+func TestMemorySizeAsTheKubelet(t *testing.T) {
+	q := func(s string) *resource.Quantity {
+		v := resource.MustParse(s)
+		return &v
+	}
+	for _, tc := range []struct {
+		sizeLimit   *resource.Quantity
+		limit, node string
+		want        int64
+		why         string
+	}{
+		{q("64Mi"), "256Mi", "8Gi", 64 << 20, "the sizeLimit, lowest"},
+		{q("2Gi"), "96Mi", "8Gi", 96 << 20, "the memory limit, lower than the sizeLimit"},
+		{q("16Gi"), "", "8Gi", 8 << 30, "the node's capacity, lower than the sizeLimit"},
+		{nil, "128Mi", "8Gi", 128 << 20, "no sizeLimit: the memory limit"},
+		{nil, "", "8Gi", 8 << 30, "no limits: the node's capacity"},
+		{q("1Gi"), "", "", 1 << 30, "a node of no memory capacity"},
+		{q("0"), "", "", 0, "nothing set: the kernel's default"},
+	} {
+		c := &corev1.Container{}
+		if tc.limit != "" {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.limit)}
+		}
+		capacity := corev1.ResourceList{}
+		if tc.node != "" {
+			capacity[corev1.ResourceMemory] = resource.MustParse(tc.node)
+		}
+		assert.Equal(t, tc.want, memorySize(tc.sizeLimit, c, capacity), tc.why)
+	}
+}
+
+func TestHostPathSourceByType(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(file, link))
+
+	for _, tc := range []struct {
+		path    string
+		typ     corev1.HostPathType
+		want    volumeSource
+		wantErr string
+		why     string
+	}{
+		{path: filepath.Join(dir, "a", "b"), typ: corev1.HostPathDirectoryOrCreate, want: volumeSource{path: filepath.Join(dir, "a", "b")}, why: "made, with its parents"},
+		{path: filepath.Join(dir, "none"), typ: corev1.HostPathUnset, want: volumeSource{path: filepath.Join(dir, "none")}, why: "no type: made a directory, as a runtime does"},
+		{path: filepath.Join(dir, "absent"), typ: corev1.HostPathDirectory, wantErr: "is not a directory", why: "Directory makes nothing"},
+		{path: file, typ: corev1.HostPathDirectory, wantErr: "is not a directory"},
+		{path: file, typ: corev1.HostPathDirectoryOrCreate, wantErr: "is not a directory"},
+		{path: dir, typ: corev1.HostPathFile, wantErr: "is not a file"},
+		{path: link, typ: corev1.HostPathFile, want: volumeSource{path: file, file: true}, why: "a link resolved"},
+		{path: filepath.Join(dir, "new"), typ: corev1.HostPathFileOrCreate, want: volumeSource{path: filepath.Join(dir, "new"), file: true}},
+		{path: "relative", typ: corev1.HostPathUnset, wantErr: "not absolute"},
+	} {
+		got, err := hostPathSource(tc.path, tc.typ)
+		if tc.wantErr != "" {
+			assert.ErrorContains(t, err, tc.wantErr, "%s %q: %s", tc.typ, tc.path, tc.why)
+			continue
+		}
+		require.NoError(t, err, "%s %q", tc.typ, tc.path)
+		real, err := filepath.EvalSymlinks(tc.want.path)
+		require.NoError(t, err)
+		tc.want.path = real
+		assert.Equal(t, tc.want, got, "%s %q: %s", tc.typ, tc.path, tc.why)
+	}
+	assert.NoDirExists(t, filepath.Join(dir, "absent"))
+}
+
+func TestCoversSystem(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/": true, "/etc": true, "/dev": true, "/dev/pts": true, "/proc/1": true, "/sys": true,
+		"/dev/shm": false, "/dev/shm/x": false, "/mnt": false, "/etc/app": false, "/devices": false,
+	} {
+		assert.Equal(t, want, coversSystem(p), p)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -31,6 +32,27 @@ func exitSignal(ps *os.ProcessState) int {
 
 // writable reports whether this process may write in dir.
 func writable(dir string) error { return syscall.Access(dir, 2 /* W_OK */) }
+
+// mountTmpfs mounts an empty tmpfs of mode 0777 on dir, in this process's mount namespace, of
+// size bytes (0: the kernel's default, half of the machine's memory).
+func mountTmpfs(dir string, size int64) error {
+	opts := "mode=777"
+	if size > 0 {
+		opts += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if err := syscall.Mount("kubetest", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmount detaches the mount on dir, which goes once no process uses it.
+func unmount(dir string) error {
+	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
 
 // agentSupported says why this process cannot run pods, or nil: it must be root, to make mount
 // namespaces and write cgroups.

@@ -22,4 +22,8 @@ func exitSignal(*os.ProcessState) int { return 0 }
 
 func writable(string) error { return errors.ErrUnsupported }
 
+func mountTmpfs(string, int64) error { return errors.ErrUnsupported }
+
+func unmount(string) error { return errors.ErrUnsupported }
+
 func agentSupported() error { return errors.New("the node agent runs on Linux only") }

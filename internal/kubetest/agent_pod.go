@@ -39,8 +39,9 @@ type podWorker struct {
 
 	// Owned by the goroutine.
 	view    podView
-	ran     bool // the container has been started at least once
-	volumes bool // the volumes are written
+	ran     bool                    // the container has been started at least once
+	sources map[string]volumeSource // by volume name; nil until prepareVolumes succeeds
+	tmpfs   []string                // the volume directories it has mounted a tmpfs on
 }
 
 func newPodWorker(n *Node, pod *corev1.Pod) *podWorker {
@@ -173,6 +174,7 @@ func (w *podWorker) admit(ctx context.Context) (*corev1.Pod, *containerRun, bool
 		if r.final {
 			w.n.log.Warn("pod refused", "pod", w.key(), "reason", r.reason, "message", r.message)
 			w.removeCgroup()
+			w.unmountVolumes()
 			w.view.refused(r)
 			w.writeStatus(ctx)
 			w.awaitRemoval(ctx)
@@ -211,18 +213,16 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod) (*containerRun
 	if !ok {
 		return nil, &refusal{reason: "ErrImageNeverPull", message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}
 	}
-	mounts, r := n.planMounts(pod, c, w.dir, binary)
-	if r != nil {
+	if r := n.checkMounts(pod, c, binary); r != nil {
 		return nil, r
 	}
 	if r := n.checkAddress(pod); r != nil {
 		return nil, r
 	}
-	if !w.volumes {
-		if r := n.prepareVolumes(ctx, pod, w.dir); r != nil {
+	if w.sources == nil {
+		if r := w.prepareVolumes(ctx, pod); r != nil {
 			return nil, r
 		}
-		w.volumes = true
 	}
 	env, r := containerEnv(ctx, apiObjects{n.cp}, pod, c, n.service, n.opts.Capacity)
 	if r != nil {
@@ -247,6 +247,10 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod) (*containerRun
 		}
 		etc = append(etc, bindMount{src: resolv, dst: n.etcRes, file: true, create: n.inRun(n.etcRes)})
 	}
+	mounts, r := n.planMounts(c, w.sources, binary, etc)
+	if r != nil {
+		return nil, r
+	}
 	workDir := c.WorkingDir
 	if workDir == "" {
 		workDir = home
@@ -255,7 +259,7 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod) (*containerRun
 		binary:  binary,
 		args:    commandLine(c, env),
 		env:     penv.environ(),
-		mounts:  append(etc, mounts...),
+		mounts:  mounts,
 		workDir: workDir,
 	}, nil
 }
@@ -531,10 +535,12 @@ func (w *podWorker) backOff(ctx context.Context, delay time.Duration) bool {
 	}
 }
 
-// finish ends the pod after its container's last exit: its cgroup goes, and its status becomes
-// terminal, Succeeded if the container exited 0, Failed otherwise.
+// finish ends the pod after its container's last exit: its cgroup and the tmpfs of its Memory
+// emptyDirs go, and its status becomes terminal, Succeeded if the container exited 0, Failed
+// otherwise.
 func (w *podWorker) finish(ctx context.Context) {
 	w.removeCgroup()
+	w.unmountVolumes()
 	w.view.terminal()
 	w.writeStatus(ctx)
 }
@@ -617,9 +623,11 @@ func (w *podWorker) writeStatus(ctx context.Context) {
 	}
 }
 
-// cleanup removes what the pod leaves on the machine: its cgroup and its files (not its log).
+// cleanup removes what the pod leaves on the machine: its cgroup, the tmpfs of its Memory
+// emptyDirs and its files (not its log).
 func (w *podWorker) cleanup() {
 	w.removeCgroup()
+	w.unmountVolumes()
 	if err := os.RemoveAll(w.dir); err != nil {
 		w.n.log.Error("pod files", "pod", w.key(), "err", err)
 	}

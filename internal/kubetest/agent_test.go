@@ -601,9 +601,19 @@ func TestAgentFailsPodsItCannotRun(t *testing.T) {
 	two.Spec.Containers = append(two.Spec.Containers, two.Spec.Containers[0])
 	two.Spec.Containers[1].Name = "second"
 	createPod(t, ctx, cp, two)
+	socket := corev1.HostPathSocket
 	hostPath := helperPod(ns, "host-path", node, "sleep")
-	hostPath.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+	hostPath.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/x.sock", Type: &socket}}}}
 	createPod(t, ctx, cp, hostPath)
+	devPts := helperPod(ns, "dev-pts", node, "sleep")
+	devPts.Spec.Volumes = []corev1.Volume{{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	devPts.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "e", MountPath: "/dev/pts"}}
+	createPod(t, ctx, cp, devPts)
+	dirType := corev1.HostPathDirectory
+	inRun := helperPod(ns, "source-in-run", node, "sleep")
+	inRun.Spec.Volumes = []corev1.Volume{{Name: "r", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run", Type: &dirType}}}}
+	inRun.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "r", MountPath: "/mnt"}}
+	createPod(t, ctx, cp, inRun) // the pod's own tmpfs covers its source
 
 	// A start that fails before the binary runs ends as StartError; Always restarts it.
 	for _, policy := range []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyAlways} {
@@ -623,6 +633,8 @@ func TestAgentFailsPodsItCannotRun(t *testing.T) {
 	for name, reason := range map[string]string{
 		"two-containers": kubetest.ReasonUnsupported,
 		"host-path":      kubetest.ReasonUnsupported,
+		"dev-pts":        kubetest.ReasonUnsupported,
+		"source-in-run":  kubetest.ReasonUnsupported,
 		second:           kubetest.ReasonPodIPCollision,
 	} {
 		got, err := cp.WaitPod(ctx, ns, name, terminal)

@@ -41,8 +41,10 @@ type Options struct {
 	SchedulerFlags []string
 
 	// Controllers, if not empty, starts a kube-controller-manager that runs these controllers
-	// (its --controllers names: "garbagecollector", "job", "replicaset", "deployment"...), as
-	// the administrator. Empty: no controller manager runs, so owner references delete
+	// (its --controllers names, which `kube-controller-manager --help` lists:
+	// "garbage-collector-controller", "job-controller", "persistentvolume-binder-controller",
+	// "replicaset-controller"...; the older short names, "garbagecollector", "job", work too),
+	// as the administrator. Empty: no controller manager runs, so owner references delete
 	// nothing and no controller makes pods for a Job or a Deployment. The node lifecycle
 	// controller is best left out: no kubelet renews the nodes' Leases, and it would mark
 	// every node NotReady.

@@ -21,10 +21,13 @@ import (
 )
 
 // cluster is the control plane the tests share: one start per test binary. It runs the
-// controllers a job's owner references and a coordinator's Job need.
+// controllers a job's owner references, a coordinator's Job and a checkpoint directory's
+// PersistentVolumeClaim need. The binder looks again at a claim that found no volume every
+// second, not every 15 s, so that a test that binds one late need not wait.
 var cluster = kubetest.Fixture{Options: kubetest.Options{
-	Namespaces:  []string{"kubetest"},
-	Controllers: []string{"garbagecollector", "job"},
+	Namespaces:      []string{"kubetest"},
+	Controllers:     []string{"garbage-collector-controller", "job-controller", "persistentvolume-binder-controller"},
+	ControllerFlags: []string{"--pvclaimbinder-sync-period=1s"},
 }}
 
 func TestMain(m *testing.M) {

@@ -33,9 +33,12 @@
 // of a kubelet's job: the pods bound to it run as local processes (a container image is a local
 // binary, NodeOptions.Images), each with its own loopback address (PodIP), the names of the
 // cluster's pods with a hostname and subdomain in its /etc/hosts, its ServiceAccount's token
-// where rest.InClusterConfig looks for it, its memory and CPU limits in a cgroup, restarts by its
-// restartPolicy, graceful deletion, and the status a kubelet writes, OOMKilled included. RunNode
-// says where it differs from a kubelet. The agent needs Linux and root.
+// where rest.InClusterConfig looks for it, its volumes (emptyDir, of medium Memory a tmpfs of the
+// pod's, hostPath, and persistentVolumeClaim bound to a directory of the machine that
+// CreateHostPathVolume makes a PersistentVolume of, shared by the pods of every node), its memory
+// and CPU limits in a cgroup, restarts by its restartPolicy, graceful deletion, and the status a
+// kubelet writes, OOMKilled included. RunNode says where it differs from a kubelet. The agent
+// needs Linux and root.
 //
 //	node := cp.StartNode(t, "node-1", kubetest.NodeOptions{
 //		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
