@@ -85,9 +85,9 @@ func (c LeaderConfig) withDefaults() LeaderConfig {
 // Lead runs run while this candidate holds the job's Lease (coordination.k8s.io), so that one
 // coordinator at a time runs the job: it waits until it acquires the lease, renews it while run
 // runs, and cancels run's ctx when it loses the lease (it could not renew within RenewDeadline,
-// another candidate took it over). Lead returns once run has returned: ErrLeaseLost when the
-// lease was lost, nil when ctx ended (the lease is then released at once, for the next
-// candidate to take without waiting LeaseDuration). run should stop acting for the job as soon
+// another candidate took it over). Lead returns once run has returned: nil when run returned by
+// itself (the job is done) or ctx ended, the lease then released at once for the next candidate
+// to take without waiting LeaseDuration; ErrLeaseLost when the lease was lost. run should stop acting for the job as soon
 // as its ctx ends: another coordinator takes over once the lease expires.
 func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) error {
 	if err := cfg.Validate(); err != nil {
@@ -101,6 +101,10 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
 	ran := make(chan struct{})
+	// The elector runs until its ctx ends: run's return ends it too, and releases the lease.
+	electCtx, stopElecting := context.WithCancel(ctx)
+	defer stopElecting()
+	var finished atomic.Bool // run returned while the lease was held
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -113,6 +117,10 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 				defer close(ran)
 				log.Info("leading")
 				run(ctx)
+				if ctx.Err() == nil {
+					finished.Store(true)
+					stopElecting()
+				}
 			},
 			OnStoppedLeading: func() {},
 		},
@@ -120,11 +128,15 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 	if err != nil {
 		return fmt.Errorf("%w: %w", elastic.ErrInvalidConfig, err)
 	}
-	le.Run(klog.NewContext(ctx, logr.FromSlogHandler(log.Handler())))
+	le.Run(klog.NewContext(electCtx, logr.FromSlogHandler(log.Handler())))
 	if !lock.held.Load() {
 		return nil // ctx ended before the lease was ours
 	}
 	<-ran // the elector runs run in a goroutine of its own, and does not wait for it
+	if finished.Load() {
+		log.Info("done leading: released the lease")
+		return nil
+	}
 	if ctx.Err() != nil {
 		log.Info("stopped leading: released the lease")
 		return nil

@@ -148,3 +148,25 @@ func TestLeadWaitsForRun(t *testing.T) {
 	cancel()
 	assert.True(t, <-ended, "run had returned when Lead did")
 }
+
+// A run that returns by itself (the job is done) ends Lead with nil and releases the lease at
+// once: the next candidate leads without waiting for the lease to expire.
+func TestLeadEndsWhenRunReturns(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.leaderConfig("a")
+	cfg.LeaseDuration, cfg.RenewDeadline = time.Minute, 30*time.Second // an expiry would fail the test
+	ran := false
+	require.NoError(t, kube.Lead(e.ctx, cfg, func(ctx context.Context) { ran = true }))
+	assert.True(t, ran)
+	lease, err := e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "a", "the lease is released")
+
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	next := cfg
+	next.Identity = "b"
+	led := false
+	require.NoError(t, kube.Lead(ctx, next, func(context.Context) { led = true }))
+	assert.True(t, led, "the next candidate leads at once")
+}

@@ -159,9 +159,14 @@ func runRole(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if len(secret) < ps.MinSecretSize {
 		return fmt.Errorf("the secret in %s is %d bytes; use at least %d random bytes (head -c 32 /dev/urandom | base64)", from, len(secret), ps.MinSecretSize)
 	}
-	nodes, err := train.ParseNodes(o.psList)
-	if err != nil {
-		return fmt.Errorf("-servers: %w", err)
+	if string(secret) == placeholderSecret {
+		return fmt.Errorf("the secret in %s is the placeholder of examples/k8s/secret.yaml, which anyone can read: make your own (kubectl create secret generic elasticps --from-literal=secret=\"$(head -c 32 /dev/urandom | base64)\")", from)
+	}
+	var nodes []ps.Node
+	if !o.kube { // on Kubernetes the coordinator starts the servers and knows their names
+		if nodes, err = train.ParseNodes(o.psList); err != nil {
+			return fmt.Errorf("-servers: %w", err)
+		}
 	}
 	if o.cfg.Logger == nil {
 		o.cfg.Logger = newLogger(stderr, slog.LevelWarn, o.logJSON)
@@ -220,6 +225,10 @@ func coordinator(ctx context.Context, rc train.RoleConfig, stdout io.Writer) err
 // -role and no -secret-file: how a Kubernetes pod gets it from a Secret (env valueFrom
 // secretKeyRef) without its ever being on a command line.
 const SecretEnv = "ELASTICPS_SECRET"
+
+// placeholderSecret is the value examples/k8s/secret.yaml holds so that the manifests name their
+// Secret; a job refuses to run with it.
+const placeholderSecret = "replace-me-with-32-random-bytes-in-base64"
 
 // readSecret returns the cluster secret from file, or from the environment variable SecretEnv
 // when file is empty, with surrounding space trimmed, and says where it came from.

@@ -209,6 +209,11 @@ func TestRoleTakesTheSecretFromTheEnvironment(t *testing.T) {
 	t.Setenv(SecretEnv, "  too short \n")
 	require.Equal(t, 1, run(args, &out, &errs))
 	assert.Contains(t, errs.String(), "the secret in the environment variable "+SecretEnv+" is 9 bytes")
+
+	errs.Reset()
+	t.Setenv(SecretEnv, placeholderSecret)
+	require.Equal(t, 1, run(args, &out, &errs))
+	assert.Contains(t, errs.String(), "is the placeholder of examples/k8s/secret.yaml")
 }
 
 // The command typed twice with no -checkpoint-dir works both times: each run gets a directory
