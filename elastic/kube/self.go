@@ -32,7 +32,7 @@ type Self struct {
 	// owns the pod.
 	Job string
 	// Template is the pod's spec and labels, less what is the coordinator's alone (its node,
-	// hostname and subdomain, its container's arguments and ports, the variables the scaler
+	// hostname and subdomain, its container's arguments, ports and probes, the variables the scaler
 	// sets, the service-account volume the apiserver added, the labels of its Job's
 	// controller): Config.Template.
 	Template corev1.PodTemplateSpec
@@ -108,6 +108,7 @@ func FromPod(pod *corev1.Pod, container string) (*Self, error) {
 	}
 	// What the scaler sets per pod, and what is the coordinator's alone.
 	c.Args, c.Ports = nil, nil
+	c.ReadinessProbe, c.LivenessProbe, c.StartupProbe = nil, nil, nil
 	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
 		return strings.HasPrefix(e.Name, "ELASTICPS_") || e.Name == EnvPodName || e.Name == EnvNamespace || e.Name == EnvPodIP
 	})

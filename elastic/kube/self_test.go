@@ -28,8 +28,9 @@ func coordinatorPod() *corev1.Pod {
 			NodeSelector: map[string]string{"pool": "train"},
 			Containers: []corev1.Container{{
 				Name: "dlrm", Image: "elasticps/dlrm:dev",
-				Args:  []string{"-role=coordinator", "-kube"},
-				Ports: []corev1.ContainerPort{{Name: "control", ContainerPort: 7071}},
+				Args:           []string{"-role=coordinator", "-kube"},
+				Ports:          []corev1.ContainerPort{{Name: "control", ContainerPort: 7071}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{}}},
 				Env: []corev1.EnvVar{
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 					{Name: "ELASTICPS_SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -70,6 +71,7 @@ func TestFromPodKeepsTheJobsSettingsAndDropsTheCoordinators(t *testing.T) {
 	assert.Equal(t, "elasticps/dlrm:dev", c.Image)
 	assert.Empty(t, c.Args, "the coordinator's role flags are its own")
 	assert.Empty(t, c.Ports)
+	assert.Nil(t, c.ReadinessProbe, "the probe is of the coordinator's port")
 	assert.Equal(t, []corev1.EnvVar{{Name: "GOGC", Value: "200"}}, c.Env, "the scaler sets the secret and the pod's own variables")
 	assert.Equal(t, []corev1.VolumeMount{{Name: "checkpoints", MountPath: "/mnt"}}, c.VolumeMounts)
 	assert.Equal(t, []corev1.Volume{{Name: "checkpoints"}}, spec.Volumes, "the apiserver adds each pod's service-account volume")

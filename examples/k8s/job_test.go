@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -41,11 +42,10 @@ var smallData = map[string]string{
 // deploy applies the manifests to namespace ns as a user would after making the Secret with a
 // random value (the manifests' placeholder is refused), the job shrunk by smallData, with the
 // checkpoint claim bound to a directory of this machine. It returns the Job's name.
-func deploy(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns string) string {
+func deploy(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns string, flags map[string]string) (job string, secret []byte) {
 	t.Helper()
 	require.NoError(t, cp.CreateNamespace(ctx, ns))
 	a := newApplier(t, cp, ns)
-	var job string
 	ms := readManifests(t)
 	// The Job last: its controller makes the coordinator's pod at once, which needs the
 	// ServiceAccount, the Secret and the claim (kubectl apply -f of the directory may need a
@@ -57,7 +57,8 @@ func deploy(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns str
 		case "Secret":
 			key := make([]byte, 32)
 			_, _ = rand.Read(key)
-			require.NoError(t, unstructured.SetNestedField(obj.Object, base64.StdEncoding.EncodeToString(key), "stringData", "secret"))
+			secret = []byte(base64.StdEncoding.EncodeToString(key))
+			require.NoError(t, unstructured.SetNestedField(obj.Object, string(secret), "stringData", "secret"))
 		case "PersistentVolumeClaim":
 			_, err := cp.CreateHostPathVolume(ctx, kubetest.HostPathVolume{Name: ns + "-checkpoints", Path: t.TempDir(),
 				Claim: types.NamespacedName{Namespace: ns, Name: obj.GetName()}})
@@ -67,14 +68,16 @@ func deploy(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns str
 			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 			c := containers[0].(map[string]any)
 			var args []any
+			set := maps.Clone(smallData)
+			maps.Copy(set, flags)
 			for _, a := range c["args"].([]any) {
 				name, _, _ := strings.Cut(a.(string), "=")
-				if _, small := smallData[name]; !small {
+				if _, replaced := set[name]; !replaced {
 					args = append(args, a)
 				}
 			}
-			for name, v := range smallData {
-				args = append(args, name+"="+v)
+			for _, name := range slices.Sorted(maps.Keys(set)) {
+				args = append(args, name+"="+set[name])
 			}
 			c["args"] = args
 			require.NoError(t, unstructured.SetNestedSlice(obj.Object, containers, "spec", "template", "spec", "containers"))
@@ -82,7 +85,7 @@ func deploy(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns str
 		require.NoError(t, a.apply(ctx, obj), m.String())
 	}
 	require.NotEmpty(t, job)
-	return job
+	return job, secret
 }
 
 // kindOrder puts a Job after everything else.
@@ -148,7 +151,7 @@ func TestJobOfTheManifestsTrainsToItsEnd(t *testing.T) {
 		Images:   map[string]string{image: bin},
 	})
 	const ns = "train"
-	job := deploy(t, ctx, cp, ns)
+	job, _ := deploy(t, ctx, cp, ns, nil)
 
 	// The pods the job ran, as the watch saw them come.
 	var ran []string
