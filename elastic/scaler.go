@@ -52,8 +52,8 @@ func (p Plan) Validate() error {
 }
 
 // A Scaler turns a Plan into running processes, and keeps them running. Implementations:
-// local.Scaler (an in-process job's workers as goroutines) and process.Scaler (os/exec of a
-// binary with role flags); a Kubernetes scaler is planned. elastictest.TestScaler checks an
+// local.Scaler (an in-process job's workers as goroutines), process.Scaler (os/exec of a
+// binary with role flags) and kube.Scaler (Kubernetes pods). elastictest.TestScaler checks an
 // implementation against the contract below.
 //
 // Servers are named ps-0 .. ps-(n-1) and workers worker-0 .. worker-(m-1).
