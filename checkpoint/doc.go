@@ -179,8 +179,9 @@
 // on the order of the rows, so the parts of a model that several servers hold digest separately
 // and add up (Merge), and the same model on any number of servers has one digest.
 // Committer.Digest reads a commit from storage and digests the rows a restore of it loads;
-// TableDigest.Add digests a live table's raw records, so a job's model and a commit compare with
-// one call (Digest.Equal, Compare, Diff).
+// TableDigest.Add digests a live table's raw records (a parameter server digests the slots it
+// owns: ps.Server.Digest), so a job's model and a commit compare with one call (Digest.Equal,
+// Compare, Diff).
 //
 // # Concurrency and ownership
 //

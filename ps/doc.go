@@ -22,7 +22,9 @@
 // slot it does not own with a *WrongOwnerError carrying its owner-table version; requests hold the
 // ownership state for reading while they run, so a new table takes effect between requests and a
 // server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving
-// time per slot, so hot slots and hot servers can be found.
+// time per slot, so hot slots and hot servers can be found. Digest fingerprints the rows of the
+// slots a server owns (a checkpoint.Digest): the servers' parts add up to the job's model,
+// whatever their number.
 //
 // # Moving slots while training runs
 //
