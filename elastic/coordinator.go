@@ -145,6 +145,7 @@ type execState struct {
 	executed uint64          // actions it carried out
 	snapSeq  uint64          // snapshot attempts finished
 	snapRes  CheckpointEvent // the last one's outcome
+	holdQ    []*holdReq      // hold requests, the oldest first, until an actHold serves them
 }
 
 // CheckpointEvent reports one snapshot or commit.
@@ -798,6 +799,9 @@ func (c *Coordinator) do(a action) {
 		c.mu.Unlock()
 	case actRelease:
 		c.clock.resume()
+		if a.held {
+			return // a hold's barrier: no checkpoint to report
+		}
 		d := c.clock.now().Sub(c.pauseStart)
 		c.mu.Lock()
 		c.stats.TotalBlocked += d
@@ -808,6 +812,8 @@ func (c *Coordinator) do(a action) {
 		c.event(ev)
 	case actCommit:
 		// queued by snapshot with its blobs
+	case actHold:
+		c.serveHolds(a)
 	}
 }
 

@@ -119,6 +119,12 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 	assert.Equal(t, round2, applied(), "a checkpoint forgets the positions the newest commit covers, and only those")
 	want := allRows(job)
 	require.Len(t, want, 1+len(lengths))
+	commit, err := job.DigestCommit(ctx, step)
+	require.NoError(t, err)
+	live, err := job.Digest(ctx)
+	require.NoError(t, err)
+	require.NoError(t, commit.Compare(live), "the job's model is its commit's")
+	require.Len(t, commit.Tables, 1+len(lengths))
 	for name, n := range lengths {
 		got := make([]float32, n)
 		require.NoError(t, cli.PullDense(ctx, name, got))
@@ -137,6 +143,9 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, step, got)
 			assert.Equal(t, want, allRows(job), "every table and dense tensor, weights and optimizer state")
+			d, err := job.Digest(ctx)
+			require.NoError(t, err)
+			assert.NoError(t, commit.Compare(d), "the digest says so too")
 		})
 	}
 }

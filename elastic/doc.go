@@ -38,6 +38,14 @@
 // retention delete them: the program chooses, Resume or Config.Overwrite, and checkpoint.Committer.PrepareFresh lets it
 // refuse before it starts anything.
 //
+// Coordinator.Digest fingerprints the job's model (every embedding table and dense tensor on
+// every server, bit for bit: a checkpoint.Digest) with training held at a barrier, the same a
+// checkpoint raises, so that no batch is half applied and no slot is handed over meanwhile;
+// Coordinator.DigestCommit fingerprints a commit, read from storage. The digest is a sum over
+// rows, not over servers: a job and its commit of the same step digest equally whatever the
+// number of servers either has, so a program checks a live repartition or a restore with one
+// comparison (checkpoint.Digest.Equal) and never reads a server's tables.
+//
 // A coordinator that another one takes the job over from stops for good: its Done channel closes
 // and Err wraps ErrSuperseded, so that the program's run loop ends at once.
 //

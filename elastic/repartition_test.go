@@ -316,8 +316,14 @@ func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	assert.NoError(t, err, "a rebalance over the control port")
 
 	wg.Wait()
-	_, err = j.coord.Checkpoint(ctx)
+	final, err := j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
+	// ps-2 is reached through the remote stubs: its digest crosses the wire.
+	live, err := j.coord.Digest(ctx)
+	require.NoError(t, err)
+	commit, err := j.coord.DigestCommit(ctx, final)
+	require.NoError(t, err)
+	assert.NoError(t, commit.Compare(live))
 	assertEveryEpochOnce(t, j.coord)
 	assert.Equal(t, faultExpected(), serverRows(j.liveServers()), "every row holds every record once per epoch")
 	assert.Len(t, j.coord.Status().Servers, 2)

@@ -18,7 +18,7 @@ const digestChunk = 1 << 20
 //
 // It reads each table a few hundred rows at a time while the server serves, so it holds no lock
 // for long, and it is consistent across rows only while nothing writes them: a coordinator
-// takes it with training held at a barrier. ctx is checked
+// takes it with training held at a barrier (elastic.Coordinator.Digest). ctx is checked
 // between chunks.
 func (s *Server) Digest(ctx context.Context, t *OwnerTable) (checkpoint.Digest, error) {
 	if t == nil {

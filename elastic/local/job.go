@@ -421,6 +421,22 @@ func (j *Job) downLocked() (int, bool) {
 // Secret returns the cluster secret.
 func (j *Job) Secret() []byte { return j.secret }
 
+// Digest returns the digest of the job's model, every table and dense tensor on every server,
+// taken with training held at a barrier (Coordinator.Digest; its Step is the job's step then).
+// Compare it with DigestCommit's: the commit of that step holds the same model, and so does the
+// job restored from it onto any number of servers.
+func (j *Job) Digest(ctx context.Context) (d checkpoint.Digest, err error) {
+	err = j.call(ctx, func(c *elastic.Coordinator) (err error) { d, err = c.Digest(ctx); return err })
+	return d, err
+}
+
+// DigestCommit returns the digest of the model the commit of step holds, read from storage
+// (Coordinator.DigestCommit).
+func (j *Job) DigestCommit(ctx context.Context, step uint64) (d checkpoint.Digest, err error) {
+	err = j.call(ctx, func(c *elastic.Coordinator) (err error) { d, err = c.DigestCommit(ctx, step); return err })
+	return d, err
+}
+
 // Client returns a new client of the job's servers that learns owner tables from the
 // coordinator. The job closes it at Close. Its pushes carry no fence epoch (0), which the
 // servers refuse (ps.ErrFenced) once a coordinator has resumed or taken the job over: its floor
