@@ -27,7 +27,10 @@ type Config struct {
 	Job string
 	// Servers is the number of parameter servers, named ps-0, ps-1, ... Default 2.
 	Servers int
-	// Tables are hosted by every server.
+	// Tables are hosted by every server: the embedding tables and the dense tensors (TableSpec.Dense,
+	// with TableSpec.Initial their initial values). They are fixed: an InitDense of a dense
+	// tensor not declared here is refused (ps.ErrUnknownTable), since it could be neither
+	// checkpointed nor moved.
 	Tables []ps.TableSpec
 	// Slots is the job's slot count. Default ps.DefaultSlots.
 	Slots int
@@ -108,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	jobLog := log.With("job", cfg.Job)
 	j := &Job{secret: cfg.Secret, log: tagged(jobLog, elastic.RoleCoordinator, elastic.CoordinatorID), jobLog: jobLog, listen: cfg.Listen,
 		ck: cfg.Checkpoint, down: map[int]bool{}, keepShm: cfg.KeepShm,
-		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, TLS: cfg.TLS}}
+		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, TLS: cfg.TLS, DeclaredIn: "local.Config.Tables"}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
 		j.ck.Logger = jobLog
