@@ -212,6 +212,18 @@ func (c *Coordinator) ObserveCheckpoint(e elastic.CheckpointEvent) {
 	c.ckBytes.Add(float64(max(e.Bytes, 0)))
 }
 
+// ObserveProgress records the checkpoints and recoveries among a coordinator's progress events
+// (elastic.Config.OnProgress, which a status page can share): in place of Hook, not beside it,
+// or each event counts twice.
+func (c *Coordinator) ObserveProgress(ev elastic.ProgressEvent) {
+	switch ev.Kind {
+	case elastic.EventCheckpoint:
+		c.ObserveCheckpoint(ev.Checkpoint)
+	case elastic.EventRecovery:
+		c.ObserveRecovery(ev.Recovery)
+	}
+}
+
 // ObserveRecovery records a recovery from parameter-server failures, or a failed attempt
 // (elastic.Config.OnRecovery).
 func (c *Coordinator) ObserveRecovery(e elastic.RecoveryEvent) {

@@ -210,6 +210,19 @@ func (p *Page) ObserveCheckpoint(ev elastic.CheckpointEvent) {
 	}
 }
 
+// ObserveProgress records the checkpoints and recoveries among a coordinator's progress events:
+// it can be elastic.Config.OnProgress (or be called from the program's own), in place of
+// ObserveCheckpoint and ObserveRecovery in OnCheckpoint and OnRecovery; not both, or each
+// event counts twice.
+func (p *Page) ObserveProgress(ev elastic.ProgressEvent) {
+	switch ev.Kind {
+	case elastic.EventCheckpoint:
+		p.ObserveCheckpoint(ev.Checkpoint)
+	case elastic.EventRecovery:
+		p.ObserveRecovery(ev.Recovery)
+	}
+}
+
 // ObserveRecovery records a recovery from server failures: chain it into
 // elastic.Config.OnRecovery. Without it the page still finds each recovery that succeeded in
 // the samples (Status.LastRecovery), but not the attempts that failed.
