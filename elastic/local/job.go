@@ -559,6 +559,7 @@ var (
 	_ elastic.Control      = jobControl{}
 	_ ps.Resolver          = jobControl{}
 	_ shard.ReportAcquirer = jobService{}
+	_ shard.ShardAwaiter   = jobService{}
 )
 
 func (jc jobControl) Join(ctx context.Context, worker string, batchSize int) (epoch uint64, err error) {
@@ -603,6 +604,10 @@ func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease 
 		return err
 	})
 	return l, err
+}
+
+func (jc jobService) AwaitShard(ctx context.Context) error {
+	return jc.call(ctx, func(c *elastic.Coordinator) error { return shard.AwaitShard(ctx, c.Service()) })
 }
 
 func (jc jobService) Leave(ctx context.Context, worker string) error {
