@@ -247,10 +247,10 @@ func (j *Job) RestartCoordinator(ctx context.Context) (uint64, error) {
 // KillServer crashes parameter server i (ps-i) as its process would die: it stops answering at
 // once (its listener and connections close, calls in flight fail), its checkpointer stops, and
 // nobody is told. Its shared-memory regions stay, as a crashed process's do. The coordinator
-// finds it failed once it has not answered for Config.ServerTimeout (or at once when
-// RestartServer hands it a new incarnation) and recovers by its Config.Recovery; without a
-// restart, the surviving servers take its slots after Config.ReplaceWait. It fails while the
-// server is down already or the coordinator is restarting.
+// finds it failed once it has not answered for elastic.Config.ServerTimeout (or at once when
+// RestartServer hands it a new incarnation) and recovers by its elastic.Config.Recovery;
+// without a restart, the surviving servers take its slots after elastic.Config.ReplaceWait. It
+// fails while the server is down already or the coordinator is restarting.
 func (j *Job) KillServer(i int) error {
 	j.mu.Lock()
 	if err := j.serverIndexLocked(i); err != nil {
@@ -276,14 +276,15 @@ func (j *Job) KillServer(i int) error {
 }
 
 // RestartServer starts a new incarnation of parameter server i (ps-i), as its process would
-// restart: a new LocalServer with no rows and no owner table, at the same address when it is
+// restart: a new server.Server with no rows and no owner table, at the same address when it is
 // free (else at another), with a checkpointer on the same shared-memory directory. A server
 // still up is killed first (KillServer, whose errors it returns). It replaces Servers[i], and
-// the coordinator takes it (Coordinator.ReplaceServer): it fails the old incarnation if it had
-// not yet, and restores the new one's slots by its Config.Recovery (a coordinator that gave
-// the slots to the survivors already refuses it, and it serves nothing). RestartServer returns
-// once the coordinator has it, not when it is restored: Config.OnRecovery reports that. It
-// waits while the coordinator restarts. Restart one server from one goroutine at a time.
+// the coordinator takes it (elastic.Coordinator.ReplaceServer): it fails the old incarnation if
+// it had not yet, and restores the new one's slots by its elastic.Config.Recovery (a coordinator
+// that gave the slots to the survivors already refuses it, and it serves nothing).
+// RestartServer returns once the coordinator has it, not when it is restored:
+// elastic.Config.OnRecovery reports that. It waits while the coordinator restarts. Restart one
+// server from one goroutine at a time.
 func (j *Job) RestartServer(ctx context.Context, i int) error {
 	j.mu.Lock()
 	err := j.serverIndexLocked(i)

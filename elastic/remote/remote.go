@@ -673,7 +673,8 @@ func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 }
 
 // AddServers calls elastic.Coordinator.AddServers in the coordinator's process for servers a
-// scheduler started at the given nodes (the coordinator reaches them through its Config.ServerAt);
+// scheduler started at the given nodes (the coordinator reaches them through its
+// elastic.Config.ServerAt);
 // it returns once the slots have moved onto them.
 func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	e := enc(nil).u64(uint64(len(nodes)))

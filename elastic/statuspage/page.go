@@ -86,8 +86,9 @@ func New(cfg Config) (*Page, error) {
 }
 
 // SetSource makes src the job the page shows, from the next sample on: for a page made before
-// its coordinator, so that the coordinator's Config.OnCheckpoint and OnRecovery can be the
-// page's ObserveCheckpoint and ObserveRecovery.
+// its coordinator, so that the coordinator's elastic.Config.OnProgress can be the page's
+// ObserveProgress (or its OnCheckpoint and OnRecovery the page's ObserveCheckpoint and
+// ObserveRecovery).
 func (p *Page) SetSource(src Source) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
