@@ -21,13 +21,10 @@ type docPackage struct {
 	names map[string]bool
 }
 
-// modulePackages parses the non-test files of every package of the module (examples included)
-// and returns them by package name, and by directory. A name that two packages share maps to
-// the first found.
-func modulePackages(t *testing.T) (map[string]*docPackage, map[string]*docPackage) {
+// eachGoFile parses every Go file of the module (examples included; test files too with tests)
+// with mode, and hands it to f with its path and file set.
+func eachGoFile(t *testing.T, tests bool, mode parser.Mode, f func(path string, fset *token.FileSet, file *ast.File)) {
 	t.Helper()
-	out := map[string]*docPackage{}
-	byDir := map[string]*docPackage{}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -36,13 +33,29 @@ func modulePackages(t *testing.T) (map[string]*docPackage, map[string]*docPackag
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || !tests && strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		file, err := parser.ParseFile(fset, path, nil, mode|parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
+		f(path, fset, file)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// modulePackages parses the non-test files of every package of the module (examples included)
+// and returns them by package name, and by directory. A name that two packages share maps to
+// the first found.
+func modulePackages(t *testing.T) (map[string]*docPackage, map[string]*docPackage) {
+	t.Helper()
+	out := map[string]*docPackage{}
+	byDir := map[string]*docPackage{}
+	eachGoFile(t, false, 0, func(path string, _ *token.FileSet, f *ast.File) {
 		name := f.Name.Name
 		p := byDir[filepath.Dir(path)]
 		if p == nil {
@@ -83,11 +96,7 @@ func modulePackages(t *testing.T) (map[string]*docPackage, map[string]*docPackag
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out, byDir
 }
 
@@ -140,21 +149,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 	pkgs, byDir := modulePackages(t)
 	// Names that are packages of the module, also by the path a reader writes (elastic/local).
 	var stale []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	eachGoFile(t, true, parser.ParseComments, func(path string, fset *token.FileSet, f *ast.File) {
 		for _, group := range f.Comments {
 			for _, c := range group.List {
 				// Type.Member of the comment's own package, where the package declares Type with
@@ -180,11 +175,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	slices.Sort(stale)
 	if len(stale) > 0 {
 		t.Errorf("comments name %d identifiers that do not exist:\n%s", len(stale), strings.Join(stale, "\n"))
@@ -230,20 +221,9 @@ var retiredNames = map[string]string{
 func TestDocsUseNoRetiredName(t *testing.T) {
 	word := regexp.MustCompile(`\b[A-Z][A-Za-z]+\b`)
 	var stale []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == "docnames_test.go" {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
+	eachGoFile(t, true, parser.ParseComments, func(path string, fset *token.FileSet, f *ast.File) {
+		if path == "docnames_test.go" {
+			return // the list above
 		}
 		for _, g := range f.Comments {
 			for _, c := range g.List {
@@ -254,11 +234,7 @@ func TestDocsUseNoRetiredName(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(stale) > 0 {
 		t.Errorf("comments use %d retired names:\n%s", len(stale), strings.Join(stale, "\n"))
 	}

@@ -217,13 +217,7 @@ func TestDenseTensorDeclaredWithItsInitialValue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, job.Close())
 
-	cfg.Servers = 2
-	job, err = local.Start(ctx, cfg)
-	require.NoError(t, err)
-	defer job.Close()
-	resumed, _, err := job.Coordinator().Resume(ctx)
-	require.NoError(t, err)
-	require.Equal(t, step, resumed)
+	job = resumeOn(ctx, t, cfg, 2, step)
 	cli, err = job.Client()
 	require.NoError(t, err)
 	require.NoError(t, cli.PullDense(ctx, "w", got))

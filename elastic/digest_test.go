@@ -2,7 +2,6 @@ package elastic_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"math"
 	"path/filepath"
@@ -45,6 +44,49 @@ func twinStep(ctx context.Context, b *elastic.Batch) error {
 	return b.Push(ctx, "b", b.IDs, g)
 }
 
+// twinWorkers trains the twin tables on records records (record i holds id i) with two
+// sessions of job, and returns a channel closed once both are done.
+func twinWorkers(ctx context.Context, t *testing.T, job *local.Job, records int64) <-chan struct{} {
+	t.Helper()
+	data := shard.IndexedSource{Data: shard.IndexedFunc(records, func(i int64, rec *shard.Record) error {
+		rec.Label = float32(i % 2)
+		rec.IDs = append(rec.IDs, uint64(i))
+		rec.EndField()
+		return nil
+	})}
+	var wg sync.WaitGroup
+	for _, w := range []string{"w0", "w1"} {
+		s, err := job.NewSession(w, shard.ReaderConfig{Source: data, BatchSize: 5})
+		require.NoError(t, err)
+		wg.Go(func() {
+			defer s.Close()
+			for {
+				if err := s.Step(ctx, twinStep); err != nil {
+					assert.ErrorIs(t, err, io.EOF)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// resumeOn starts the job of cfg again on servers servers, resumes it from its newest commit,
+// which must be of step, and closes it at the end of the test.
+func resumeOn(ctx context.Context, t *testing.T, cfg local.Config, servers int, step uint64) *local.Job {
+	t.Helper()
+	cfg.Servers = servers
+	job, err := local.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { job.Close() })
+	resumed, _, err := job.Coordinator().Resume(ctx)
+	require.NoError(t, err)
+	require.Equal(t, step, resumed)
+	return job
+}
+
 // assertTwins checks that d's tables a and b are equal.
 func assertTwins(t *testing.T, d checkpoint.Digest) {
 	t.Helper()
@@ -64,31 +106,7 @@ func TestDigestOfTheJobIsItsCommitsOnAnyServerCount(t *testing.T) {
 	job, err := local.Start(ctx, cfg)
 	require.NoError(t, err)
 	defer job.Close()
-	data := shard.IndexedSource{Data: shard.IndexedFunc(400, func(i int64, rec *shard.Record) error {
-		rec.Label = float32(i % 2)
-		rec.IDs = append(rec.IDs, uint64(i))
-		rec.EndField()
-		return nil
-	})}
-	var wg sync.WaitGroup
-	for _, w := range []string{"w0", "w1"} {
-		s, err := job.NewSession(w, shard.ReaderConfig{Source: data, BatchSize: 5})
-		require.NoError(t, err)
-		wg.Go(func() {
-			defer s.Close()
-			for {
-				err := s.Step(ctx, twinStep)
-				if errors.Is(err, io.EOF) {
-					return
-				}
-				if !assert.NoError(t, err) {
-					return
-				}
-			}
-		})
-	}
-	trained := make(chan struct{})
-	go func() { wg.Wait(); close(trained) }()
+	trained := twinWorkers(ctx, t, job, 400)
 	digests := 0
 	for done := false; !done; digests++ {
 		select {
@@ -128,13 +146,7 @@ func TestDigestOfTheJobIsItsCommitsOnAnyServerCount(t *testing.T) {
 	check("3 -> 2 servers", 2)
 	require.NoError(t, job.Close())
 
-	cfg.Servers = 3
-	job, err = local.Start(ctx, cfg)
-	require.NoError(t, err)
-	defer job.Close()
-	resumed, _, err := job.Coordinator().Resume(ctx)
-	require.NoError(t, err)
-	require.Equal(t, step, resumed)
+	job = resumeOn(ctx, t, cfg, 3, step)
 	check("restored onto 3 servers", 3)
 
 	// One bit of one weight of one row, on the server that owns it.

@@ -49,6 +49,18 @@ type ProgressEvent struct {
 	Recovery   RecoveryEvent     // EventRecovery
 }
 
+// Observe hands what ev carries to onCheckpoint (EventCheckpoint) or onRecovery
+// (EventRecovery); other events, and nil functions, are skipped. A consumer of the callbacks
+// Config.OnCheckpoint and OnRecovery takes progress events with it.
+func (ev ProgressEvent) Observe(onCheckpoint func(CheckpointEvent), onRecovery func(RecoveryEvent)) {
+	switch {
+	case ev.Kind == EventCheckpoint && onCheckpoint != nil:
+		onCheckpoint(ev.Checkpoint)
+	case ev.Kind == EventRecovery && onRecovery != nil:
+		onRecovery(ev.Recovery)
+	}
+}
+
 // progress hands events to Config.OnProgress from a goroutine of its own, in order, one at a
 // time: the coordinator never waits for the callback, and steps reported while it is busy fold
 // into one event.

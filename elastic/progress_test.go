@@ -2,7 +2,6 @@ package elastic_test
 
 import (
 	"context"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/local"
-	"github.com/elasticps/elasticps/shard"
 )
 
 // OnProgress hears every kind of progress in order, and WaitStep waits for a step without
@@ -43,27 +41,9 @@ func TestProgressEventsAndWaitStep(t *testing.T) {
 		assert.NoError(t, err)
 		reached <- step
 	}()
-	data := shard.IndexedSource{Data: shard.IndexedFunc(400, func(i int64, rec *shard.Record) error {
-		rec.IDs = append(rec.IDs, uint64(i))
-		rec.EndField()
-		return nil
-	})}
-	var wg sync.WaitGroup
-	for _, w := range []string{"w0", "w1"} {
-		s, err := job.NewSession(w, shard.ReaderConfig{Source: data, BatchSize: 5})
-		require.NoError(t, err)
-		wg.Go(func() {
-			defer s.Close()
-			for {
-				if err := s.Step(ctx, twinStep); err != nil {
-					assert.ErrorIs(t, err, io.EOF)
-					return
-				}
-			}
-		})
-	}
+	trained := twinWorkers(ctx, t, job, 400)
 	assert.GreaterOrEqual(t, <-reached, uint64(30))
-	wg.Wait()
+	<-trained
 	last, err := c.WaitStep(ctx, 1<<40)
 	require.ErrorIs(t, err, elastic.ErrStopped, "the data is done: step %d is the last", last)
 	require.EqualValues(t, 160, last, "two epochs of 80 batches")

@@ -216,12 +216,7 @@ func (c *Coordinator) ObserveCheckpoint(e elastic.CheckpointEvent) {
 // (elastic.Config.OnProgress, which a status page can share): in place of Hook, not beside it,
 // or each event counts twice.
 func (c *Coordinator) ObserveProgress(ev elastic.ProgressEvent) {
-	switch ev.Kind {
-	case elastic.EventCheckpoint:
-		c.ObserveCheckpoint(ev.Checkpoint)
-	case elastic.EventRecovery:
-		c.ObserveRecovery(ev.Recovery)
-	}
+	ev.Observe(c.ObserveCheckpoint, c.ObserveRecovery)
 }
 
 // ObserveRecovery records a recovery from parameter-server failures, or a failed attempt

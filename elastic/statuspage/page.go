@@ -216,12 +216,7 @@ func (p *Page) ObserveCheckpoint(ev elastic.CheckpointEvent) {
 // ObserveCheckpoint and ObserveRecovery in OnCheckpoint and OnRecovery; not both, or each
 // event counts twice.
 func (p *Page) ObserveProgress(ev elastic.ProgressEvent) {
-	switch ev.Kind {
-	case elastic.EventCheckpoint:
-		p.ObserveCheckpoint(ev.Checkpoint)
-	case elastic.EventRecovery:
-		p.ObserveRecovery(ev.Recovery)
-	}
+	ev.Observe(p.ObserveCheckpoint, p.ObserveRecovery)
 }
 
 // ObserveRecovery records a recovery from server failures: chain it into
