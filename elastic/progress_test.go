@@ -50,6 +50,7 @@ func TestProgressEventsAndWaitStep(t *testing.T) {
 	added, err := job.StartServers(ctx, 1)
 	require.NoError(t, err)
 	require.NoError(t, c.AddServers(ctx, added...))
+	require.NoError(t, c.WaitCommits(ctx)) // a loaded machine's backlog first
 	_, err = c.Checkpoint(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.WaitCommits(ctx))
