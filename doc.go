@@ -73,8 +73,14 @@
 //		if errors.Is(err, io.EOF) { break }      // the data is done
 //	}
 //	step, err := job.Coordinator().Checkpoint(ctx)  // and later: job.Coordinator().Resume(ctx)
+//	live, err := job.Digest(ctx)                    // the model, bit for bit, training held
+//	saved, err := job.DigestCommit(ctx, step)       // live.Equal(saved): on any server count
 //
-// examples/dlrm trains a DLRM this way.
+// A dense tensor declared with its initial value (ps.TableSpec.Initial) needs no worker to set
+// it; elastic.Config.OnProgress hears every step, checkpoint, move and recovery, and
+// elastic.Coordinator.WaitStep waits for a step. The Example of package elastic does the whole
+// task in one process (a table and a tensor, checkpoints while training, 2 -> 3 -> 2 servers,
+// a restore onto three checked by digest); examples/dlrm trains a DLRM this way.
 //
 // # Packages
 //

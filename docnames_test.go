@@ -1,6 +1,7 @@
 package elasticps_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -20,11 +21,10 @@ type docPackage struct {
 	names map[string]bool
 }
 
-// modulePackages parses the non-test files of every package of the module (examples included)
-// and returns them by package name. A name that two packages share maps to the first found.
-func modulePackages(t *testing.T) map[string]*docPackage {
+// eachGoFile parses every Go file of the module (examples included; test files too with tests)
+// with mode, and hands it to f with its path and file set.
+func eachGoFile(t *testing.T, tests bool, mode parser.Mode, f func(path string, fset *token.FileSet, file *ast.File)) {
 	t.Helper()
-	out := map[string]*docPackage{}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -33,20 +33,37 @@ func modulePackages(t *testing.T) map[string]*docPackage {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || !tests && strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		file, err := parser.ParseFile(fset, path, nil, mode|parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
+		f(path, fset, file)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// modulePackages parses the non-test files of every package of the module (examples included)
+// and returns them by package name, and by directory. A name that two packages share maps to
+// the first found.
+func modulePackages(t *testing.T) (map[string]*docPackage, map[string]*docPackage) {
+	t.Helper()
+	out := map[string]*docPackage{}
+	byDir := map[string]*docPackage{}
+	eachGoFile(t, false, 0, func(path string, _ *token.FileSet, f *ast.File) {
 		name := f.Name.Name
-		p := out[name]
+		p := byDir[filepath.Dir(path)]
 		if p == nil {
 			p = &docPackage{dir: filepath.Dir(path), names: map[string]bool{}}
-			out[name] = p
-		} else if p.dir != filepath.Dir(path) {
-			return nil // another package of the same name: the first one stands
+			byDir[p.dir] = p
+			if out[name] == nil {
+				out[name] = p // another package of the same name: the first one stands
+			}
 		}
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
@@ -79,15 +96,12 @@ func modulePackages(t *testing.T) map[string]*docPackage {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, byDir
 }
 
-// addMembers records the fields of a struct type and the methods of an interface type.
+// addMembers records the fields of a struct type and the methods of an interface type. A type
+// that embeds another gets the members of the embedded type it cannot see: "Type.*".
 func addMembers(names map[string]bool, typ string, expr ast.Expr) {
 	switch expr := expr.(type) {
 	case *ast.StructType:
@@ -96,6 +110,7 @@ func addMembers(names map[string]bool, typ string, expr ast.Expr) {
 				names[typ+"."+n.Name] = true
 			}
 			if len(f.Names) == 0 { // embedded: its name is its type's
+				names[typ+".*"] = true
 				t := f.Type
 				if star, ok := t.(*ast.StarExpr); ok {
 					t = star.X
@@ -113,6 +128,9 @@ func addMembers(names map[string]bool, typ string, expr ast.Expr) {
 			for _, n := range m.Names {
 				names[typ+"."+n.Name] = true
 			}
+			if len(m.Names) == 0 {
+				names[typ+".*"] = true // an embedded interface
+			}
 		}
 	}
 }
@@ -120,30 +138,28 @@ func addMembers(names map[string]bool, typ string, expr ast.Expr) {
 // docRef is a qualified name in a comment: pkg.Name or pkg.Type.Member.
 var docRef = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\.([A-Z][A-Za-z0-9_]*))?`)
 
+// localRef is a member of a type of the comment's own package: Type.Member, not preceded by a
+// qualifier (pkg.Type.Member is docRef's).
+var localRef = regexp.MustCompile(`(?:^|[^.\w])([A-Z][A-Za-z0-9_]*)\.([A-Z][A-Za-z0-9_]*)\b`)
+
 // Every exported identifier a comment names as pkg.Name or pkg.Type.Member, where pkg is a
 // package of this module, exists: the docs do not cite what a rename or a move left behind.
 // (A member of an embedded type, or of a type declared in another package, is not checked.)
 func TestDocsNameWhatExists(t *testing.T) {
-	pkgs := modulePackages(t)
+	pkgs, byDir := modulePackages(t)
 	// Names that are packages of the module, also by the path a reader writes (elastic/local).
 	var stale []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	eachGoFile(t, true, parser.ParseComments, func(path string, fset *token.FileSet, f *ast.File) {
 		for _, group := range f.Comments {
 			for _, c := range group.List {
+				// Type.Member of the comment's own package, where the package declares Type with
+				// members (a type of another package, named alike, must be qualified).
+				own := byDir[filepath.Dir(path)]
+				for _, m := range localRef.FindAllStringSubmatch(c.Text, -1) {
+					if own != nil && own.names[m[1]] && hasMembers(own.names, m[1]) && !own.names[m[1]+"."+m[2]] {
+						stale = append(stale, fset.Position(c.Pos()).String()+": "+m[1]+"."+m[2])
+					}
+				}
 				for _, m := range docRef.FindAllStringSubmatch(c.Text, -1) {
 					p := pkgs[m[1]]
 					if p == nil || m[1] == f.Name.Name && !strings.HasPrefix(filepath.Dir(path), p.dir) {
@@ -159,11 +175,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	slices.Sort(stale)
 	if len(stale) > 0 {
 		t.Errorf("comments name %d identifiers that do not exist:\n%s", len(stale), strings.Join(stale, "\n"))
@@ -174,12 +186,56 @@ func TestDocsNameWhatExists(t *testing.T) {
 }
 
 // hasMembers reports whether the package records members of typ (a type of the package with
-// fields or methods), so that a member it lacks is a stale name rather than one it cannot see.
+// fields or methods, none of them embedded), so that a member it lacks is a stale name rather
+// than one it cannot see.
 func hasMembers(names map[string]bool, typ string) bool {
+	if names[typ+".*"] {
+		return false
+	}
 	for n := range names {
 		if strings.HasPrefix(n, typ+".") {
 			return true
 		}
 	}
 	return false
+}
+
+// retiredNames are names that the split of package elastic (and renames since) retired, with
+// what replaced them: a comment that still uses one sends its reader to nothing.
+var retiredNames = map[string]string{
+	"LocalJob":        "local.Job",
+	"LocalConfig":     "local.Config",
+	"LocalServer":     "server.Server",
+	"LocalScaler":     "local.Scaler",
+	"LocalRestart":    "local.Job.RestartServerByID",
+	"StartLocal":      "local.Start",
+	"RemoteServer":    "remote.Server",
+	"RemoteServers":   "remote.Server",
+	"NewRemoteServer": "remote.NewServer",
+	"RemoteControl":   "remote.Control",
+	"RemoteConfig":    "remote.Config",
+	"ProcessScaler":   "process.Scaler",
+}
+
+// No comment, in code or tests, uses a retired name.
+func TestDocsUseNoRetiredName(t *testing.T) {
+	word := regexp.MustCompile(`\b[A-Z][A-Za-z]+\b`)
+	var stale []string
+	eachGoFile(t, true, parser.ParseComments, func(path string, fset *token.FileSet, f *ast.File) {
+		if path == "docnames_test.go" {
+			return // the list above
+		}
+		for _, g := range f.Comments {
+			for _, c := range g.List {
+				for _, w := range word.FindAllString(c.Text, -1) {
+					if now, ok := retiredNames[w]; ok {
+						stale = append(stale, fmt.Sprintf("%s: %s (now %s)", fset.Position(c.Pos()), w, now))
+					}
+				}
+			}
+		}
+	})
+	if len(stale) > 0 {
+		t.Errorf("comments use %d retired names:\n%s", len(stale), strings.Join(stale, "\n"))
+	}
 }

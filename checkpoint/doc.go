@@ -172,6 +172,17 @@
 // and snapshots go on. Close cancels a persist in progress the same way, and reports it and the
 // snapshots not yet persisted as failed with ErrClosed.
 //
+// # Digests
+//
+// A Digest fingerprints a model, bit for bit, without moving it: per table its schema, its row
+// count and a 128-bit sum over its rows of hashes of their raw records. The sum does not depend
+// on the order of the rows, so the parts of a model that several servers hold digest separately
+// and add up (Merge), and the same model on any number of servers has one digest.
+// Committer.Digest reads a commit from storage and digests the rows a restore of it loads;
+// TableDigest.Add digests a live table's raw records (a parameter server digests the slots it
+// owns: ps.Server.Digest), so a job's model and a commit compare with one call (Digest.Equal,
+// Compare, Diff).
+//
 // # Concurrency and ownership
 //
 // Checkpointer, Committer and the Storage implementations are safe for concurrent use; a

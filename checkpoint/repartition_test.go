@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -36,6 +37,9 @@ type moveJob struct {
 	// each committed step.
 	want  map[uint64]map[uint64]string
 	owned map[uint64][][]int
+	// digest is the digest of the job's rows at each committed step, made from the servers'
+	// tables.
+	digest map[uint64]checkpoint.Digest
 }
 
 var moveTableConfig = embedding.Config{Name: "emb", Dim: 8, Seed: 5, Shards: 4,
@@ -44,7 +48,7 @@ var moveTableConfig = embedding.Config{Name: "emb", Dim: 8, Seed: 5, Shards: 4,
 func newMoveJob(t *testing.T) *moveJob {
 	j := &moveJob{t: t, slots: 64, st: checkpoint.NewFaultStorage(checkpoint.NewMemStorage()), shm: t.TempDir(),
 		froze: map[int]bool{}, rng: rand.New(rand.NewPCG(3, 4)),
-		want: map[uint64]map[uint64]string{}, owned: map[uint64][][]int{}}
+		want: map[uint64]map[uint64]string{}, owned: map[uint64][][]int{}, digest: map[uint64]checkpoint.Digest{}}
 	for s := range j.slots {
 		j.owner = append(j.owner, s%3)
 	}
@@ -211,6 +215,7 @@ func (j *moveJob) snapshot(step uint64) []int {
 	require.NoError(j.t, err)
 	global := map[uint64]string{}
 	var owned [][]int
+	var parts []checkpoint.Digest
 	for i, tab := range j.tabs {
 		for id, r := range rowsOf(tab) {
 			if j.owner[embedding.Slot(id, j.slots)] == i {
@@ -218,8 +223,14 @@ func (j *moveJob) snapshot(step uint64) []int {
 			}
 		}
 		owned = append(owned, j.slotsOf(i))
+		raw, _ := tab.AppendRawRows(nil, embedding.Cursor{}, math.MaxInt, embedding.NewSlotSet(j.slots, j.slotsOf(i)...))
+		td := checkpoint.TableDigest{Name: "emb", Schema: tab.Schema()}
+		require.NoError(j.t, td.Add(raw, tab.RawRowSize()))
+		parts = append(parts, checkpoint.Digest{Step: step, Tables: []checkpoint.TableDigest{td}})
 	}
 	j.want[step], j.owned[step] = global, owned
+	j.digest[step], err = checkpoint.Merge(parts...)
+	require.NoError(j.t, err)
 	return nil
 }
 
@@ -348,6 +359,14 @@ func TestDeltasAcrossSlotMoves(t *testing.T) {
 		for _, fromStorage := range []bool{false, true} {
 			t.Run(fmt.Sprintf("step=%d/storage=%v", step, fromStorage), func(t *testing.T) {
 				j.t = t
+				if fromStorage {
+					// The commit's digest is that of the rows its servers held, whatever the
+					// deltas and moves that brought them there.
+					d, err := j.m.Digest(context.Background(), step)
+					require.NoError(t, err)
+					require.NoError(t, j.digest[step].Compare(d))
+					require.Equal(t, step, d.Step)
+				}
 				got := j.restore(step, j.slots, []string{"ps0", "ps1", "ps2"}, j.owned[step], fromStorage)
 				require.Equal(t, j.want[step], got, "the same servers")
 				for _, n := range []int{2, 4} {

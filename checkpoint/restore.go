@@ -500,8 +500,14 @@ const maxChain = 100000
 
 // planStorage reads node n's manifest and its parents back to the full base.
 func (c *Checkpointer) planStorage(ctx context.Context, np *nodePlan, n commitNode, rec *commitRecord) error {
+	return planStorage(ctx, c.cfg.Storage, np, n, rec)
+}
+
+// planStorage reads node n's manifest of the commit rec from st, and its parents back to the
+// full base, into np.
+func planStorage(ctx context.Context, st Storage, np *nodePlan, n commitNode, rec *commitRecord) error {
 	np.src = SourceStorage
-	b, err := getObject(ctx, c.cfg.Storage, n.Manifest, nil, int64(n.Size), 0)
+	b, err := getObject(ctx, st, n.Manifest, nil, int64(n.Size), 0)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Node, err)
 	}
@@ -520,7 +526,7 @@ func (c *Checkpointer) planStorage(ctx context.Context, np *nodePlan, n commitNo
 		if len(chain) > maxChain {
 			return corruptf("node %s: delta chain longer than %d", n.Node, maxChain)
 		}
-		b, err := getObject(ctx, c.cfg.Storage, cur.Parent, nil, -1, maxManifest)
+		b, err := getObject(ctx, st, cur.Parent, nil, -1, maxManifest)
 		if err != nil {
 			return fmt.Errorf("node %s: parent of step %d: %w", n.Node, cur.Step, err)
 		}
@@ -789,6 +795,43 @@ type decoded struct {
 	rows []byte
 }
 
+// release returns d's buffers to the pool.
+func (d decoded) release() {
+	putBuf(d.file)
+	putBuf(d.raw)
+}
+
+// readRows reads chunk ch of manifest m from st, checks it against the manifest (its checksum,
+// and a header of rows of rowSize bytes over its slots) and decodes its records, into buffers
+// of the pool that release returns.
+func readRows(ctx context.Context, st Storage, m *manifest, ch chunkRef, rowSize uint32, cs *codecs) (decoded, error) {
+	name := m.dir() + "/" + ch.Object
+	file := getBuf(int(ch.Size) + 1)
+	b, err := getObject(ctx, st, name, (*file)[:0], int64(ch.Size), 0)
+	if err != nil {
+		putBuf(file)
+		return decoded{}, err
+	}
+	*file = b[:0]
+	if chunkSum(b) != ch.Sum {
+		putBuf(file)
+		return decoded{}, corruptf("%s: checksum differs from the manifest", name)
+	}
+	raw := getBuf(int(ch.RawLen))
+	ci, rows, err := decodeChunk(b, (*raw)[:0], int(ch.RawLen), cs)
+	if err == nil && (ci.kind != chunkKindRows || ci.rowSize != rowSize || ci.slotLo != ch.SlotLo ||
+		ci.slotHi != ch.SlotHi || ci.records != ch.Records) {
+		err = corruptf("%s: header does not match the manifest", name)
+	}
+	if err != nil {
+		putBuf(file)
+		putBuf(raw)
+		return decoded{}, fmt.Errorf("%s: %w", name, err)
+	}
+	*raw = rows[:0]
+	return decoded{raw: raw, file: file, rows: rows}, nil
+}
+
 // apply loads the verified plan into the tables. Snapshots taken before describe tables that are about
 // to be replaced, so it first abandons those whose persists have not been reported.
 func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts) (*Restored, error) {
@@ -856,41 +899,13 @@ func (c *Checkpointer) apply(ctx context.Context, p *restorePlan, o *restoreOpts
 			}
 			rowSize := uint32(nt.t.RawRowSize())
 			err := pipeline(ctx, len(items), c.cfg.Workers, func(ctx context.Context, i int) (decoded, error) {
-				it := items[i]
-				name := it.m.dir() + "/" + it.ch.Object
-				file := getBuf(int(it.ch.Size) + 1)
-				b, err := getObject(ctx, c.cfg.Storage, name, (*file)[:0], int64(it.ch.Size), 0)
-				if err != nil {
-					putBuf(file)
-					return decoded{}, err
-				}
-				*file = b[:0]
-				if chunkSum(b) != it.ch.Sum {
-					putBuf(file)
-					return decoded{}, corruptf("%s: checksum differs from the manifest", name)
-				}
-				raw := getBuf(int(it.ch.RawLen))
-				ci, rows, err := decodeChunk(b, (*raw)[:0], int(it.ch.RawLen), c.cs)
-				if err == nil && (ci.kind != chunkKindRows || ci.rowSize != rowSize || ci.slotLo != it.ch.SlotLo ||
-					ci.slotHi != it.ch.SlotHi || ci.records != it.ch.Records) {
-					err = corruptf("%s: header does not match the manifest", name)
-				}
-				if err != nil {
-					putBuf(file)
-					putBuf(raw)
-					return decoded{}, fmt.Errorf("%s: %w", name, err)
-				}
-				*raw = rows[:0]
-				return decoded{raw: raw, file: file, rows: rows}, nil
+				return readRows(ctx, c.cfg.Storage, items[i].m, items[i].ch, rowSize, c.cs)
 			}, func(i int, d decoded) error {
 				it := items[i]
 				applied, err := nt.t.LoadRaw(d.rows, p.keepFor(np, it.k, int(it.ch.SlotLo), int(it.ch.SlotHi), false))
 				n += int64(applied)
 				return err
-			}, func(d decoded) {
-				putBuf(d.file)
-				putBuf(d.raw)
-			})
+			}, decoded.release)
 			if err != nil {
 				return partial(fmt.Errorf("table %s from node %s: %w", nt.name, np.node, err))
 			}

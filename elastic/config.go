@@ -100,6 +100,12 @@ type Config struct {
 	// OnRecovery, if set, is called after every recovery from a server failure (or a failed
 	// attempt), from the coordinator's goroutine. It must not block for long.
 	OnRecovery func(RecoveryEvent)
+	// OnProgress, if set, hears of the job's progress: every step trained, checkpoint, move of
+	// slots and recovery (ProgressEvent), in order, one call at a time, from a goroutine of the
+	// coordinator's own that nothing else waits for: a slow callback delays only later events,
+	// and the steps trained meanwhile fold into one event. One callback serves a status page,
+	// metrics and a program's own log alike. Coordinator.WaitStep waits for a step without it.
+	OnProgress func(ProgressEvent)
 
 	// Scaler, if set, runs the job's processes: SetParallelism hands it the new plan. Nil:
 	// the program starts and stops processes itself, and SetParallelism fails.

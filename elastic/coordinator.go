@@ -35,8 +35,8 @@ const (
 // way: repMu (a whole change of the server count), tableMu (a snapshot, a recovery's restore,
 // a move's handover: held across calls to the servers), mu (never held across a call to a
 // server), then svc.mu (the dispatcher with the ledger). repStatus's lock and the clock's are
-// innermost: nothing is taken while one is held. eventMu is held around
-// Config.OnCheckpoint alone, and none of the others is held when it is taken.
+// innermost: nothing is taken while one is held, and so is the progress queue's. eventMu is held
+// around Config.OnCheckpoint alone, and none of the others is held when it is taken.
 type Coordinator struct {
 	// Set by NewCoordinator and never replaced; clock, disp and holder are safe for
 	// concurrent use on their own.
@@ -74,6 +74,7 @@ type Coordinator struct {
 		target *ps.OwnerTable // the table a move under way aims at
 	}
 	eventMu sync.Mutex // one OnCheckpoint call at a time
+	prog    *progress  // Config.OnProgress's queue
 
 	// beforeDispatcherRestore, if set (tests), runs in a rollback once the servers are restored,
 	// just before the dispatcher is: a test schedules workers' calls there.
@@ -145,6 +146,7 @@ type execState struct {
 	executed uint64          // actions it carried out
 	snapSeq  uint64          // snapshot attempts finished
 	snapRes  CheckpointEvent // the last one's outcome
+	holdQ    []*holdReq      // hold requests, the oldest first, until an actHold serves them
 }
 
 // CheckpointEvent reports one snapshot or commit.
@@ -213,6 +215,7 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 		barrierState: barrierState{changed: make(chan struct{})}, serverState: serverState{servers: slices.Clone(cfg.Servers), srvs: map[string]*serverEntry{}},
 		jobState: jobState{scaler: cfg.Scaler, halted: make(chan struct{})}, workerState: workerState{trained: map[string]uint64{}, called: map[string]time.Time{}, steps: map[string]*workerSteps{}}}
 	c.clock = newPausableClock(cfg.Now)
+	c.prog = newProgress(cfg.OnProgress)
 	dcfg := cfg.Dispatcher
 	dcfg.Clock = c.clock
 	if dcfg.Logger == nil {
@@ -264,7 +267,11 @@ func NewCoordinator(ctx context.Context, cfg Config) (*Coordinator, error) {
 			return nil, err
 		}
 	}
-	c.wg.Add(4)
+	c.wg.Add(5)
+	go func() {
+		defer c.wg.Done()
+		c.prog.run(c.done)
+	}()
 	go c.execute()
 	go c.commitLoop()
 	go c.timerLoop()
@@ -439,7 +446,10 @@ func (c *Coordinator) End(ctx context.Context, worker string, epoch uint64, ok b
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calledLocked(worker)
-	_, acts := c.core.end(c.clock.now(), worker, epoch, ok)
+	counted, acts := c.core.end(c.clock.now(), worker, epoch, ok)
+	if counted {
+		c.prog.emit(ProgressEvent{Kind: EventStep, Step: c.core.step})
+	}
 	if w := c.steps[worker]; w != nil && !w.began.IsZero() {
 		if ok {
 			w.steps++
@@ -798,6 +808,9 @@ func (c *Coordinator) do(a action) {
 		c.mu.Unlock()
 	case actRelease:
 		c.clock.resume()
+		if a.held {
+			return // a hold's barrier: no checkpoint to report
+		}
 		d := c.clock.now().Sub(c.pauseStart)
 		c.mu.Lock()
 		c.stats.TotalBlocked += d
@@ -808,6 +821,8 @@ func (c *Coordinator) do(a action) {
 		c.event(ev)
 	case actCommit:
 		// queued by snapshot with its blobs
+	case actHold:
+		c.serveHolds(a)
 	}
 }
 
@@ -983,8 +998,9 @@ func (c *Coordinator) untilClosed(parent context.Context) (context.Context, cont
 	return ctx, cancel
 }
 
-// event hands ev to Config.OnCheckpoint.
+// event hands ev to Config.OnCheckpoint and OnProgress.
 func (c *Coordinator) event(ev CheckpointEvent) {
+	c.prog.emit(ProgressEvent{Kind: EventCheckpoint, Step: c.stepNow(), Checkpoint: ev})
 	if c.cfg.OnCheckpoint == nil {
 		return
 	}

@@ -20,6 +20,10 @@ import (
 //	pausing    -> every live worker arrived (or was failed after ArriveTimeout): ActSnapshot
 //	snapshot   -> snapshotDone: ActRelease (gen becomes even), and ActCommit if it succeeded
 //
+// A hold (requestHold: the program wants the model still, to digest it) raises the same barrier
+// when no checkpoint is due, and ends in phase held instead of snapshot: ActHold, then holdDone
+// releases it. Training time paused for a hold counts as paused, as a checkpoint's does.
+//
 // A worker is live from join until leave or failure. A failed worker is fenced (ActFence of its
 // epoch, which the driver applies on every server before anything later in the action list)
 // and evicted from the dispatcher, so its shards go back at the last reported offset; a worker
@@ -32,6 +36,7 @@ const (
 	phaseIdle phase = iota
 	phasePausing
 	phaseSnapshot
+	phaseHeld
 )
 
 // actionKind says what the driver must do.
@@ -62,6 +67,9 @@ const (
 	actProbe
 	// actRestore: restore as Plan says, then report it (restoreDone).
 	actRestore
+	// actHold: every live worker waits at barrier Gen with no batch in hand: serve the first
+	// Holds hold requests (the model is still), then report it (holdDone).
+	actHold
 )
 
 // action is one instruction from the core to its driver.
@@ -76,6 +84,8 @@ type action struct {
 	servers []string // actProbe
 	plan    *restorePlan
 	reason  string // why (logged); actRestore: set when there is nothing to restore onto
+	holds   int    // actHold: the hold requests it serves, the oldest first
+	held    bool   // actPause, actRelease: the barrier is a hold's, not a checkpoint's
 }
 
 // member is one live worker as the core knows it.
@@ -135,6 +145,10 @@ type core struct {
 	recovering     bool     // a parameter server failed and is not recovered yet: no barrier
 	hold           bool     // and no worker may begin a batch meanwhile (Rollback)
 	rec            recovery // while recovering
+	// holds counts the hold requests no ActHold serves yet; holding says the barrier up is a
+	// hold's.
+	holds   int
+	holding bool
 }
 
 // recovery is the state of a recovery under way.
@@ -322,16 +336,17 @@ func (c *core) timers(now time.Time) []action {
 	return append(acts, c.advance()...)
 }
 
-// advance raises a barrier when a checkpoint is due and starts the snapshot once every live
-// worker has arrived.
+// advance raises a barrier when a checkpoint is due, or else a hold is asked for, and starts
+// the snapshot (or the hold) once every live worker has arrived.
 func (c *core) advance() []action {
 	var acts []action
 	// The schedule counts from the last barrier, taken or failed, so a failing snapshot is
 	// retried a whole interval later, not at every step. Time due without a step trained since
 	// the last snapshot raises none: it would hold what that one holds.
 	// After a stop only a request raises one (a final checkpoint tried again).
-	if c.phase == phaseIdle && (!c.stopped || c.want) && !c.recovering && c.step > c.snapStep &&
-		(c.want || c.stepsDue() || c.timeDue()) {
+	switch {
+	case c.phase != phaseIdle || c.recovering:
+	case (!c.stopped || c.want) && c.step > c.snapStep && (c.want || c.stepsDue() || c.timeDue()):
 		c.gen++
 		c.tryStep, c.tryAt = c.step, c.now
 		c.phase, c.pauseAt = phasePausing, c.now
@@ -340,6 +355,10 @@ func (c *core) advance() []action {
 			reason = "requested"
 		}
 		acts = append(acts, action{kind: actPause, gen: c.gen, step: c.step, reason: reason})
+	case c.holds > 0:
+		c.gen++
+		c.phase, c.pauseAt, c.holding = phasePausing, c.now, true
+		acts = append(acts, action{kind: actPause, gen: c.gen, step: c.step, reason: "hold", held: true})
 	}
 	if c.phase == phasePausing {
 		for _, m := range c.members {
@@ -352,12 +371,50 @@ func (c *core) advance() []action {
 		for _, m := range c.members {
 			m.arrived = c.gen
 		}
+		if c.holding {
+			c.phase = phaseHeld
+			acts = append(acts, action{kind: actHold, gen: c.gen, step: c.step, holds: c.holds})
+			c.holds = 0
+			return acts
+		}
 		c.phase = phaseSnapshot
 		c.want = false
 		c.tryStep, c.tryAt = c.step, c.now
 		acts = append(acts, action{kind: actSnapshot, gen: c.gen, step: c.step})
 	}
 	return acts
+}
+
+// requestHold asks for the model to be held still at the next barrier: once no live worker
+// holds a batch, ActHold serves it (and every other request made meanwhile). A checkpoint due
+// goes first; a recovery under way delays it.
+func (c *core) requestHold(now time.Time) []action {
+	c.tick(now)
+	c.holds++
+	return c.advance()
+}
+
+// holdDone ends the hold of barrier gen: the barrier comes down.
+func (c *core) holdDone(now time.Time, gen uint64) []action {
+	c.tick(now)
+	if c.phase != phaseHeld || gen != c.gen {
+		return nil
+	}
+	c.releaseArrived()
+	c.gen++
+	c.phase, c.holding = phaseIdle, false
+	c.tryAt = c.tryAt.Add(c.now.Sub(c.pauseAt)) // the pause does not count towards the next interval
+	acts := []action{{kind: actRelease, gen: c.gen, reason: "held", held: true}}
+	return append(acts, c.advance()...)
+}
+
+// releaseArrived restarts the silence of the workers that waited at the barrier.
+func (c *core) releaseArrived() {
+	for _, m := range c.members {
+		if m.arrived == c.gen {
+			m.seen = c.now // it waited for us: its silence starts now
+		}
+	}
 }
 
 // stepsDue reports whether the schedule's steps have passed since the last barrier.
@@ -377,11 +434,7 @@ func (c *core) snapshotDone(now time.Time, gen uint64, err error) []action {
 	if c.phase != phaseSnapshot || gen != c.gen {
 		return nil
 	}
-	for _, m := range c.members {
-		if m.arrived == c.gen {
-			m.seen = c.now // it waited for us: its silence starts now
-		}
-	}
+	c.releaseArrived()
 	c.gen++
 	c.phase = phaseIdle
 	c.tryAt = c.now // the pause does not count towards the next interval
@@ -434,7 +487,7 @@ func (c *core) restore(step, committed, inc uint64) {
 	c.lastEpoch = c.incarnation << 32
 	c.members = map[string]*member{}
 	c.snapshots = nil
-	c.phase, c.want = phaseIdle, false
+	c.phase, c.want, c.holding = phaseIdle, false, false
 	if c.barrierUp() {
 		c.gen++
 	}

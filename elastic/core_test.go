@@ -32,6 +32,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files of the trace
 //	begin W [eEPOCH] | end W ok|fail [eEPOCH]  a batch (default epoch: the member's)
 //	arrive W [gGEN] [eEPOCH]                   arrive at the barrier (default: the current one)
 //	request | timers | stop                    ask for a checkpoint, run the timers, stop
+//	hold | helddone                            ask for the model held still; the driver served it
 //	snapdone [ERR] | commitdone STEP [ERR]     outcomes reported by the driver
 //	restart                                    a new core restored from the last commit
 //
@@ -192,6 +193,10 @@ func runTrace(t *testing.T, src string) string {
 			acts = get().request(now, true)
 		case "timers":
 			acts = get().timers(now)
+		case "hold":
+			acts = get().requestHold(now)
+		case "helddone":
+			acts = get().holdDone(now, get().gen)
 		case "stop":
 			get().stop()
 		case "snapdone":
@@ -359,7 +364,7 @@ func TestConfigCheckpointInterval(t *testing.T) {
 // The trace's words for the core's state and actions.
 
 func (p phase) String() string {
-	return [...]string{"idle", "pausing", "snapshot"}[p]
+	return [...]string{"idle", "pausing", "snapshot", "held"}[p]
 }
 
 func (a action) String() string {
@@ -382,6 +387,8 @@ func (a action) String() string {
 		return fmt.Sprintf("abandon %v (%s)", a.steps, a.reason)
 	case actProbe:
 		return fmt.Sprintf("probe %v", a.servers)
+	case actHold:
+		return fmt.Sprintf("hold gen=%d step=%d holds=%d", a.gen, a.step, a.holds)
 	case actRestore:
 		if a.reason != "" {
 			return fmt.Sprintf("restore %s: %s", a.plan, a.reason)

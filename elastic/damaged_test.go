@@ -25,8 +25,8 @@ import (
 
 // loopJob is a job of the fault tests' model whose roles talk over TCP on loopback as separate
 // processes do: each server a ps.Server serving its agent (ServeServer) on a port of its own,
-// the coordinator driving the servers through RemoteServers and serving the dispatcher and the
-// workers' control calls on its port, and the workers reaching both. Checkpoints go to a
+// the coordinator driving the servers through remote.Server stubs and serving the dispatcher
+// and the workers' control calls on its port, and the workers reaching both. Checkpoints go to a
 // directory (FSStorage); each server incarnation has a shared-memory directory of its own, so a
 // restarted server reads storage, as one on another host does.
 type loopJob struct {

@@ -119,6 +119,12 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 	assert.Equal(t, round2, applied(), "a checkpoint forgets the positions the newest commit covers, and only those")
 	want := allRows(job)
 	require.Len(t, want, 1+len(lengths))
+	commit, err := job.DigestCommit(ctx, step)
+	require.NoError(t, err)
+	live, err := job.Digest(ctx)
+	require.NoError(t, err)
+	require.NoError(t, commit.Compare(live), "the job's model is its commit's")
+	require.Len(t, commit.Tables, 1+len(lengths))
 	for name, n := range lengths {
 		got := make([]float32, n)
 		require.NoError(t, cli.PullDense(ctx, name, got))
@@ -137,13 +143,16 @@ func TestDenseTensorsSurviveRestoreOntoAnyServerCount(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, step, got)
 			assert.Equal(t, want, allRows(job), "every table and dense tensor, weights and optimizer state")
+			d, err := job.Digest(ctx)
+			require.NoError(t, err)
+			assert.NoError(t, commit.Compare(d), "the digest says so too")
 		})
 	}
 }
 
-// A dense tensor the servers were not told about (created on the fly by InitDense) cannot be
-// checkpointed: the snapshot fails and says so, rather than losing it on a restore.
-func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
+// A dense tensor the servers were not told about cannot be checkpointed: InitDense refuses to
+// create it on the fly, and says to declare it in the field the program lists its tables in.
+func TestUndeclaredDenseTensorIsRefusedAtInit(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "ck"))
@@ -156,11 +165,64 @@ func TestUndeclaredDenseTensorFailsTheCheckpoint(t *testing.T) {
 	defer job.Close()
 	cli, err := job.Client()
 	require.NoError(t, err)
+	err = cli.InitDense(ctx, "mlp.x", []float32{1, 2}, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1})
+	require.ErrorIs(t, err, ps.ErrUnknownTable)
+	assert.Contains(t, err.Error(), `"mlp.x"`)
+	assert.Contains(t, err.Error(), "local.Config.Tables")
 	sess := tinySession(t, job, 4)
-	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
-		return cli.InitDense(ctx, "mlp.x", []float32{1, 2}, embedding.Optimizer{Kind: embedding.SGD, LearningRate: 0.1})
-	}))
+	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error { return nil }))
 	_, err = job.Coordinator().Checkpoint(ctx)
-	require.ErrorIs(t, err, elastic.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "mlp.x")
+	require.NoError(t, err, "nothing undeclared to lose")
+}
+
+// A dense tensor declared with its initial value holds it from the start on a job's servers:
+// no worker calls InitDense (which changes nothing), its first checkpoint holds it, and a
+// restore brings it back.
+func TestDenseTensorDeclaredWithItsInitialValue(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := checkpoint.NewFSStorage(filepath.Join(dir, "ck"))
+	require.NoError(t, err)
+	initial := make([]float32, 1500)
+	for i := range initial {
+		initial[i] = float32(i) * 0.5
+	}
+	sgd := embedding.Optimizer{Kind: embedding.SGD, LearningRate: 1}
+	cfg := local.Config{Job: "initial", Servers: 3, Slots: 64,
+		Tables:      []ps.TableSpec{{Name: "w", Dense: 1500, Initial: initial, Config: embedding.Config{Optimizer: sgd}}},
+		Coordinator: elastic.Config{Storage: store, Dispatcher: shard.Config{Dataset: shard.IndexedDataset(4)}},
+		Checkpoint:  checkpoint.Config{ShmDir: filepath.Join(dir, "shm")}}
+	job, err := local.Start(ctx, cfg)
+	require.NoError(t, err)
+	defer job.Close()
+	sess := tinySession(t, job, 4)
+	got := make([]float32, 1500)
+	g := make([]float32, 1500)
+	g[1499] = 1
+	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+		if err := b.PullDense(ctx, "w", got); err != nil {
+			return err
+		}
+		return b.PushDense(ctx, "w", g)
+	}))
+	assert.Equal(t, initial, got, "the declared value, with no InitDense")
+	cli, err := job.Client()
+	require.NoError(t, err)
+	require.NoError(t, cli.InitDense(ctx, "w", make([]float32, 1500), sgd))
+	require.NoError(t, cli.PullDense(ctx, "w", got))
+	want := slices.Clone(initial)
+	want[1499]--
+	assert.Equal(t, want, got, "trained, and InitDense changed nothing")
+	step, err := job.Coordinator().Checkpoint(ctx)
+	require.NoError(t, err)
+	require.NoError(t, job.Close())
+
+	job = resumeOn(ctx, t, cfg, 2, step)
+	cli, err = job.Client()
+	require.NoError(t, err)
+	require.NoError(t, cli.PullDense(ctx, "w", got))
+	assert.Equal(t, want, got, "restored, not the initial value")
+	_, err = local.Start(ctx, local.Config{Job: "bad", Tables: []ps.TableSpec{{Name: "w", Dense: 3, Initial: []float32{1}}},
+		Coordinator: elastic.Config{Dispatcher: shard.Config{Dataset: shard.IndexedDataset(4)}}})
+	assert.ErrorIs(t, err, ps.ErrBadConfig, "an initial value of another size")
 }

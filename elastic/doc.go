@@ -38,6 +38,20 @@
 // retention delete them: the program chooses, Resume or Config.Overwrite, and checkpoint.Committer.PrepareFresh lets it
 // refuse before it starts anything.
 //
+// Config.OnProgress hears of the job's progress as it happens, in order: every step trained
+// (steps fold while the callback is busy), checkpoint, move of slots and recovery, one
+// ProgressEvent each, from a goroutine nothing else waits for; the status page and the metrics
+// take the same events (statuspage.Page.ObserveProgress, metrics.Coordinator.ObserveProgress).
+// Coordinator.WaitStep waits for a step without polling.
+//
+// Coordinator.Digest fingerprints the job's model (every embedding table and dense tensor on
+// every server, bit for bit: a checkpoint.Digest) with training held at a barrier, the same a
+// checkpoint raises, so that no batch is half applied and no slot is handed over meanwhile;
+// Coordinator.DigestCommit fingerprints a commit, read from storage. The digest is a sum over
+// rows, not over servers: a job and its commit of the same step digest equally whatever the
+// number of servers either has, so a program checks a live repartition or a restore with one
+// comparison (checkpoint.Digest.Equal) and never reads a server's tables.
+//
 // A coordinator that another one takes the job over from stops for good: its Done channel closes
 // and Err wraps ErrSuperseded, so that the program's run loop ends at once.
 //
@@ -182,7 +196,8 @@
 //
 // A Coordinator is safe for concurrent use (so are the backends: see each package); a Session is
 // used by one goroutine at a time (Close from any). Config.JobState, CheckJob and OnCheckpoint are
-// called from the coordinator's goroutines, OnCheckpoint one call at a time. Close is idempotent
+// called from the coordinator's goroutines, OnCheckpoint one call at a time; OnProgress from a
+// goroutine of its own, one call at a time. Close is idempotent
 // and joins every goroutine; closing a Coordinator does not close its servers. A Batch belongs to
 // the step's function until it returns.
 package elastic

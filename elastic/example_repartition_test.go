@@ -41,7 +41,7 @@ func Example_liveRepartition() {
 	}
 	defer job.Close()
 
-	// Workers run as goroutines of a LocalScaler, which also starts and stops servers.
+	// Workers run as goroutines of a local.Scaler, which also starts and stops servers.
 	var steps atomic.Int64
 	reached := make(chan struct{})
 	scaler, err := local.NewScaler(local.ScalerConfig{

@@ -26,7 +26,7 @@ func TestMigratingNamesTheSlotsStillToMove(t *testing.T) {
 	}
 	require.NotEmpty(t, want)
 
-	c := &Coordinator{clock: newPausableClock(time.Now)}
+	c := &Coordinator{clock: newPausableClock(time.Now), barrierState: barrierState{core: newCore(coreConfig{}, time.Now())}}
 	assert.Nil(t, c.migrating(cur), "no move")
 	finished := c.moving(2, 3)
 	c.movingTo(next)

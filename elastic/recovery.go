@@ -420,6 +420,7 @@ func (c *Coordinator) recoveryEvent(ev RecoveryEvent) {
 				"skipped", s.Step, "restored", ev.Step, "err", s.Err, "quarantined", ev.Quarantined[i])
 		}
 	}
+	c.prog.emit(ProgressEvent{Kind: EventRecovery, Step: c.stepNow(), Recovery: ev})
 	if c.cfg.OnRecovery != nil {
 		c.cfg.OnRecovery(ev)
 	}

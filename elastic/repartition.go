@@ -512,13 +512,16 @@ func (c *Coordinator) moving(from, to int) func(error) {
 	c.repStatus.s = &RepartitionStatus{Running: true, From: from, To: to}
 	c.repStatus.Unlock()
 	return func(err error) {
+		step := c.stepNow()
 		c.repStatus.Lock()
-		defer c.repStatus.Unlock()
 		c.repStatus.s.Running, c.repStatus.s.Duration = false, c.clock.now().Sub(start)
 		c.repStatus.target = nil
 		if err != nil {
 			c.repStatus.s.Err = err.Error()
 		}
+		s := *c.repStatus.s
+		c.repStatus.Unlock()
+		c.prog.emit(ProgressEvent{Kind: EventMove, Step: step, Move: s})
 	}
 }
 

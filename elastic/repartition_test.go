@@ -230,7 +230,7 @@ func TestLocalJobOverTLS(t *testing.T) {
 	assert.Error(t, plain.Pull(cctx, "emb", []uint64{faultID(1)}, make([]float32, faultDim)), "a client without TLS is refused")
 }
 
-// trainers runs workers of job as a LocalScaler (made the coordinator's scaler) that train
+// trainers runs workers of job as a local.Scaler (made the coordinator's scaler) that train
 // faultData with step (trainStep when nil); marks[n] is closed once n batches have begun.
 func trainers(t *testing.T, job *local.Job, step local.StepFunc, marks ...int64) (*local.Scaler, map[int64]chan struct{}) {
 	t.Helper()
@@ -261,7 +261,7 @@ func trainers(t *testing.T, job *local.Job, step local.StepFunc, marks ...int64)
 }
 
 // A scheduler starts a server process and tells the coordinator of it over the control
-// protocol (RemoteControl.AddServers): slots move onto it while the workers train; then it has
+// protocol (remote.Control.AddServers): slots move onto it while the workers train; then it has
 // a server drained (RemoveServers) and stops it. Every position once, every row exact.
 func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	j := startFaultJob(t, 2, checkpoint.NewMemStorage(), t.TempDir())
@@ -316,8 +316,14 @@ func TestAddAndRemoveServersOverTheControlProtocol(t *testing.T) {
 	assert.NoError(t, err, "a rebalance over the control port")
 
 	wg.Wait()
-	_, err = j.coord.Checkpoint(ctx)
+	final, err := j.coord.Checkpoint(ctx)
 	require.NoError(t, err)
+	// ps-2 is reached through the remote stubs: its digest crosses the wire.
+	live, err := j.coord.Digest(ctx)
+	require.NoError(t, err)
+	commit, err := j.coord.DigestCommit(ctx, final)
+	require.NoError(t, err)
+	assert.NoError(t, commit.Compare(live))
 	assertEveryEpochOnce(t, j.coord)
 	assert.Equal(t, faultExpected(), serverRows(j.liveServers()), "every row holds every record once per epoch")
 	assert.Len(t, j.coord.Status().Servers, 2)

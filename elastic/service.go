@@ -41,6 +41,7 @@ type leaseMark struct {
 var (
 	_ shard.Service        = (*ledgerService)(nil)
 	_ shard.ReportAcquirer = (*ledgerService)(nil)
+	_ shard.ShardAwaiter   = (*ledgerService)(nil)
 )
 
 func newLedgerService(c *Coordinator) *ledgerService {
@@ -138,6 +139,21 @@ func (s *ledgerService) ReportAndAcquire(ctx context.Context, worker string, lea
 		delete(s.leases, lease)
 	}
 	return l, err
+}
+
+// AwaitShard implements shard.ShardAwaiter: the dispatcher's, ended by the coordinator's
+// Close too. A worker waiting in it holds no lock.
+func (s *ledgerService) AwaitShard(ctx context.Context) error {
+	if err := s.closed(); err != nil {
+		return err
+	}
+	ctx, cancel := s.c.untilClosed(ctx)
+	defer cancel()
+	err := s.c.disp.AwaitShard(ctx)
+	if cerr := s.closed(); err != nil && cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // Leave implements shard.Service.

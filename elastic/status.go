@@ -23,9 +23,9 @@ type Status struct {
 	// Incarnation is the coordinator's: it counts the coordinators the job has had (restarts,
 	// takeovers, rollbacks).
 	Incarnation uint64 `json:"incarnation"`
-	// Phase is "training", "checkpoint" (a barrier is up), "recovering" (a parameter server
-	// failed and is not recovered yet), "stopped" or "superseded" (another coordinator took the
-	// job over).
+	// Phase is "training", "checkpoint" (a barrier is up), "held" (a barrier is up to hold the
+	// model still: Coordinator.Digest), "recovering" (a parameter server failed and is not
+	// recovered yet), "stopped" or "superseded" (another coordinator took the job over).
 	Phase string `json:"phase"`
 	// Recovery is the policy for server failures: "rollback" or "partial".
 	Recovery string `json:"recovery"`
@@ -187,6 +187,8 @@ func (c *Coordinator) Status() Status {
 		st.Phase = "recovering"
 	case k.stopped:
 		st.Phase = "stopped"
+	case k.holding:
+		st.Phase = "held"
 	case k.phase != phaseIdle:
 		st.Phase = "checkpoint"
 	default:

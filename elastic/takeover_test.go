@@ -138,7 +138,7 @@ func TestCoordinatorRestartTakesOverARunningJob(t *testing.T) {
 
 // remoteJob is a job whose every role is a process of its own on an in-memory network: servers
 // ps-0.. serving their agents (ServeServer), a coordinator on host "coord" driving them through
-// RemoteServers and serving the workers (the dispatcher and ServeControl), and workers on their
+// remote.Server stubs and serving the workers (the dispatcher and ServeControl), and workers on their
 // own hosts.
 type remoteJob struct {
 	*faultJob

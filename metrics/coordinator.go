@@ -38,7 +38,7 @@ const (
 //	from the Status, at each scrape:
 //	elasticps_coordinator_servers{state}                    gauge    parameter servers: serving, silent (missed health checks), failed
 //	elasticps_coordinator_workers{state}                    gauge    workers: training (in a batch), waiting (between batches)
-//	elasticps_coordinator_phase{phase}                      gauge    1 for the coordinator's phase (training, checkpoint, recovering, stopped, superseded), 0 for the others
+//	elasticps_coordinator_phase{phase}                      gauge    1 for the coordinator's phase (training, checkpoint, held, recovering, stopped, superseded), 0 for the others
 //	elasticps_coordinator_incarnation                       gauge    the coordinators the job has had
 //	elasticps_coordinator_planned_servers                   gauge    parameter servers of the newest plan (0: none set)
 //	elasticps_coordinator_planned_workers                   gauge    workers of the newest plan
@@ -212,6 +212,13 @@ func (c *Coordinator) ObserveCheckpoint(e elastic.CheckpointEvent) {
 	c.ckBytes.Add(float64(max(e.Bytes, 0)))
 }
 
+// ObserveProgress records the checkpoints and recoveries among a coordinator's progress events
+// (elastic.Config.OnProgress, which a status page can share): in place of Hook, not beside it,
+// or each event counts twice.
+func (c *Coordinator) ObserveProgress(ev elastic.ProgressEvent) {
+	ev.Observe(c.ObserveCheckpoint, c.ObserveRecovery)
+}
+
 // ObserveRecovery records a recovery from parameter-server failures, or a failed attempt
 // (elastic.Config.OnRecovery).
 func (c *Coordinator) ObserveRecovery(e elastic.RecoveryEvent) {
@@ -296,7 +303,7 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.servers, float64(failed), "failed")
 	gauge(d.workers, float64(training), "training")
 	gauge(d.workers, float64(waiting), "waiting")
-	for _, p := range [...]string{"training", "checkpoint", "recovering", "stopped", "superseded"} { // elastic.Status.Phase
+	for _, p := range [...]string{"training", "checkpoint", "held", "recovering", "stopped", "superseded"} { // elastic.Status.Phase
 		v := 0.0
 		if st.Phase == p {
 			v = 1

@@ -147,3 +147,19 @@ func TestCoordinatorEvents(t *testing.T) {
 	assert.Equal(t, 3.0, hist(t, m, "elasticps_autoscale_decision_duration_seconds", "kind", "add-server").GetSampleSum())
 	assert.Equal(t, 7.0, value(t, m, "elasticps_autoscale_moved_slots_total"))
 }
+
+// The coordinator's progress events carry the checkpoints and recoveries Hook would chain.
+func TestCoordinatorObservesProgress(t *testing.T) {
+	c, err := metrics.NewCoordinator(metrics.Config{Job: "j"})
+	require.NoError(t, err)
+	c.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventStep, Step: 9})
+	c.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventCheckpoint, Checkpoint: elastic.CheckpointEvent{Step: 10, Bytes: 100, Blocked: time.Millisecond}})
+	c.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventCheckpoint, Checkpoint: elastic.CheckpointEvent{Step: 10, Commit: true, Persist: time.Second}})
+	c.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventRecovery, Recovery: elastic.RecoveryEvent{Policy: elastic.Partial, Duration: time.Second}})
+	c.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventMove})
+	m := gather(t, c)
+	assert.Equal(t, uint64(1), hist(t, m, "elasticps_coordinator_checkpoint_blocked_seconds").GetSampleCount())
+	assert.Equal(t, uint64(1), hist(t, m, "elasticps_coordinator_checkpoint_persist_seconds").GetSampleCount())
+	assert.Equal(t, 100.0, value(t, m, "elasticps_coordinator_checkpoint_bytes_total"))
+	assert.Equal(t, 1.0, value(t, m, "elasticps_coordinator_recoveries_total", "policy", "partial", "result", "ok"))
+}

@@ -81,12 +81,34 @@ type TableSpec struct {
 	Config embedding.Config
 	// Dense, when positive, makes the table a dense tensor of Dense floats (an MLP weight
 	// matrix, say) rather than an embedding table: it lives whole on the owner of its name's
-	// slot, Config.Optimizer applies to it (whatever optimizer InitDense passes), and it starts
-	// at zero until the first InitDense gives its values (later ones change nothing). Declared
-	// dense tensors are checkpointed with the tables (Server.CheckpointTables); ones that
-	// InitDense creates on the fly are not (elastic's server.Server refuses to snapshot a
-	// server hosting one, rather than lose it on a restore).
+	// slot, Config.Optimizer applies to it (whatever optimizer InitDense passes), and it holds
+	// Initial from the start or, without Initial, zeros until the first InitDense gives its
+	// values (later ones change nothing). Declared dense tensors are checkpointed with the
+	// tables (Server.CheckpointTables); ones that InitDense creates on the fly are not
+	// (elastic's server.Server refuses to snapshot a server hosting one, rather than lose it on
+	// a restore).
 	Dense int
+	// Initial is the initial value of a dense tensor, Dense finite floats: every server holds it
+	// from its start (the copy of the owner of the tensor's slot is the tensor), so that no
+	// worker has to call InitDense, and InitDense changes nothing. Nil: see Dense. Only for a
+	// dense tensor; the server keeps the slice, which must not change afterwards.
+	Initial []float32
+}
+
+// checkInitial checks the initial value of a dense tensor against its size.
+func (t TableSpec) checkInitial() error {
+	switch {
+	case t.Initial == nil:
+		return nil
+	case t.Dense <= 0:
+		return fmt.Errorf("table %q: Initial is for a dense tensor (Dense > 0)", t.Name)
+	case len(t.Initial) != t.Dense:
+		return fmt.Errorf("table %q: Initial has %d values, Dense is %d", t.Name, len(t.Initial), t.Dense)
+	}
+	if i := embedding.FirstNonFinite(t.Initial); i >= 0 {
+		return fmt.Errorf("table %q: Initial value %d is %v", t.Name, i, t.Initial[i])
+	}
+	return nil
 }
 
 // ServerConfig configures a Server. ID and Secret are required.
@@ -105,6 +127,13 @@ type ServerConfig struct {
 	Slots int
 	// Tables are the embedding tables hosted from the start; CreateTable adds more.
 	Tables []TableSpec
+	// DeclaredIn, when set, fixes the dense tensors to those declared (Tables, CreateTable):
+	// InitDense of another one is refused with ErrUnknownTable, and the refusal says to declare
+	// it in DeclaredIn, the field the program lists its tables in ("local.Config.Tables", say).
+	// A server whose tables are checkpointed wants it (local.Start sets it): a tensor created on
+	// the fly could not be saved, and would fail the next checkpoint instead. Default empty:
+	// InitDense creates an undeclared tensor.
+	DeclaredIn string
 	// SyncWorkers > 0 makes training synchronous: the pushes of a step are held until every one of
 	// that many workers has pushed the step, then applied in worker order; a worker's
 	// push returns only once its step is applied everywhere it went. Results are then
@@ -209,6 +238,9 @@ func (c ServerConfig) Validate() error {
 		}
 		if err := ec.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("table %q: %w", t.Name, err))
+		}
+		if err := t.checkInitial(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {

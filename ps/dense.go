@@ -47,6 +47,14 @@ func (s *Server) newDense(name string, length int, opt embedding.Optimizer) (*ho
 	return &hosted{name: name, t: t, dense: true, length: length, ids: denseIDs(slot, s.cfg.Slots, rows), slot: slot, bar: s.newBarrier()}, nil
 }
 
+// assignDense gives the dense tensor h the values vals (its length), in its rows.
+func (h *hosted) assignDense(vals []float32) error {
+	dim, rows := denseShape(h.length)
+	padded := make([]float32, dim*rows)
+	copy(padded, vals)
+	return h.t.Assign(h.ids, padded)
+}
+
 // optimizer block in an init request: kind u32 then 8 float32 (lr, eps, initial accumulator,
 // beta1, beta2, beta, l1, l2).
 const optBlock = 36
@@ -99,15 +107,16 @@ func (s *Server) handleInitDense(ctx context.Context, req []byte, resp *rpc.Buff
 		return remote(codeBadRequest, "%q exists with another shape", r.table)
 	case ok && h.t.Len() > 0:
 		return nil // initialised by an earlier caller, or restored
+	case !ok && s.cfg.DeclaredIn != "":
+		return remote(codeUnknownTable, "server %s hosts no dense tensor %q: declare it in %s (TableSpec.Dense), so that it is checkpointed", s.cfg.ID, r.table, s.cfg.DeclaredIn)
 	case !ok:
 		if h, err = s.newDense(r.table, r.n, decodeOptimizer(r.floats)); err != nil {
 			return remote(codeBadRequest, "dense %q: %v", r.table, err)
 		}
 	}
-	dim, rows := denseShape(r.n)
-	vals := make([]float32, dim*rows)
-	getFloats(vals[:r.n], r.floats[optBlock:])
-	if err := h.t.Assign(h.ids, vals); err != nil {
+	vals := make([]float32, r.n)
+	getFloats(vals, r.floats[optBlock:])
+	if err := h.assignDense(vals); err != nil {
 		return remote(codeBadRequest, "dense %q: %v", r.table, err)
 	}
 	if !ok {

@@ -10,9 +10,12 @@ import (
 // InitDense gives the dense tensor name its initial values, once: the first call for a tensor
 // initialises it, and later ones (other workers', or any after a restore) change nothing, so
 // they pull what the first gave. A tensor the servers declare (TableSpec.Dense) keeps its
-// declared optimizer, and opt is ignored; an undeclared one is created by the first call, with
-// opt, and is not checkpointed (an elastic job's servers refuse to snapshot while they host
-// one). A call whose len(values) differs from the tensor's size fails with ErrBadRequest.
+// declared optimizer, and opt is ignored; one declared with its initial value
+// (TableSpec.Initial) holds it from the start and needs no InitDense. An undeclared one is
+// created by the first call, with opt, and is not checkpointed; servers whose tables are fixed
+// (ServerConfig.DeclaredIn: those of local.Start) refuse it with ErrUnknownTable, naming the
+// field to declare it in. A call whose len(values) differs from the tensor's size fails with
+// ErrBadRequest.
 func (c *Client) InitDense(ctx context.Context, name string, values []float32, opt embedding.Optimizer) error {
 	if len(values) == 0 {
 		return fmt.Errorf("%w: dense %q has no values", ErrBadRequest, name)

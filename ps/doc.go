@@ -22,7 +22,9 @@
 // slot it does not own with a *WrongOwnerError carrying its owner-table version; requests hold the
 // ownership state for reading while they run, so a new table takes effect between requests and a
 // server never serves a slot it does not own. Stats reports rows, bytes, accesses and serving
-// time per slot, so hot slots and hot servers can be found.
+// time per slot, so hot slots and hot servers can be found. Digest fingerprints the rows of the
+// slots a server owns (a checkpoint.Digest): the servers' parts add up to the job's model,
+// whatever their number.
 //
 // # Moving slots while training runs
 //
@@ -66,9 +68,11 @@
 //
 // A dense tensor (an MLP weight matrix) is a table of rows of up to 1024 floats whose ids lie in
 // the slot of its name, so it lives whole on that slot's owner and checkpoints and restores
-// place it with its name. Declared ones (TableSpec.Dense) are created with the server and
-// checkpointed (CheckpointTables); InitDense gives a tensor its first values (the first caller
-// wins, and a restored tensor keeps its own) or creates an undeclared one.
+// place it with its name. Declared ones (TableSpec.Dense) are created with the server, holding
+// their initial value if it is declared too (TableSpec.Initial), and checkpointed
+// (CheckpointTables); InitDense gives a tensor its first values (the first caller wins, and a
+// restored tensor keeps its own) or creates an undeclared one, unless the server's tables are
+// fixed (ServerConfig.DeclaredIn).
 //
 // Training is asynchronous by default: every push is applied on arrival. With
 // ServerConfig.SyncWorkers the servers hold each step's pushes until every worker has pushed it

@@ -641,3 +641,30 @@ func TestStatsCountEveryRequest(t *testing.T) {
 		}
 	}
 }
+
+// A dense tensor's initial value must fit it; a server whose tables are fixed refuses to
+// create one on the fly, naming where to declare it.
+func TestDenseInitialValueAndFixedTables(t *testing.T) {
+	bad := []ps.TableSpec{
+		{Name: "a", Initial: []float32{1}},
+		{Name: "b", Dense: 2, Initial: []float32{1}},
+		{Name: "c", Dense: 1, Initial: []float32{float32(nanValue())}},
+	}
+	for _, spec := range bad {
+		cfg := ps.ServerConfig{ID: "x", Secret: pstest.Secret(), Tables: []ps.TableSpec{spec}}
+		assert.ErrorIs(t, cfg.Validate(), ps.ErrBadConfig, spec.Name)
+	}
+	srv, err := ps.NewServer(ps.ServerConfig{ID: "x", Secret: pstest.Secret(), DeclaredIn: "my.Config.Tables"})
+	require.NoError(t, err)
+	defer srv.Close()
+	assert.ErrorIs(t, srv.CreateTable(bad[1]), ps.ErrBadConfig)
+
+	c := pstest.New(t, 2, pstest.Options{})
+	for _, s := range c.Servers {
+		require.NoError(t, s.CreateTable(ps.TableSpec{Name: "w", Dense: 3, Initial: []float32{1, 2, 3}}))
+	}
+	cl := c.Client("w", ps.ClientConfig{})
+	got := make([]float32, 3)
+	require.NoError(t, cl.PullDense(pstest.Context(t), "w", got))
+	assert.Equal(t, []float32{1, 2, 3}, got)
+}

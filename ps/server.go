@@ -153,10 +153,13 @@ func (s *Server) Close() error {
 	return err
 }
 
-// CreateTable adds an embedding table, or a dense tensor (spec.Dense > 0). Adding a name that
-// exists is an error.
+// CreateTable adds an embedding table, or a dense tensor (spec.Dense > 0) holding
+// spec.Initial if set. Adding a name that exists is an error.
 func (s *Server) CreateTable(spec TableSpec) error {
 	if err := validTableName(spec.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	if err := spec.checkInitial(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	var h *hosted
@@ -164,6 +167,11 @@ func (s *Server) CreateTable(spec TableSpec) error {
 		d, err := s.newDense(spec.Name, spec.Dense, spec.Config.Optimizer)
 		if err != nil {
 			return fmt.Errorf("dense tensor %q: %w", spec.Name, err)
+		}
+		if spec.Initial != nil {
+			if err := d.assignDense(spec.Initial); err != nil {
+				return fmt.Errorf("dense tensor %q: %w", spec.Name, err)
+			}
 		}
 		h = d
 	} else {

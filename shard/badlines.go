@@ -50,7 +50,7 @@ type BadLinesReport struct {
 	Files []FileBadLines
 	// Bad is the sum of the files' bad lines.
 	Bad int64
-	// Examples are the first bad lines found (up to Config.Examples), with file and 1-based line.
+	// Examples are the first bad lines found (up to BadLinesConfig.Examples), with file and 1-based line.
 	Examples []*ParseError
 	// Err is the *BadLinesError that stopped reading, or nil.
 	Err error

@@ -67,10 +67,17 @@ type Config struct {
 	// asks again has lost track of what it held, typically because it restarted.
 	MaxLeasesPerWorker int
 
-	// RetryAfter is the longest wait a WaitError suggests. Default 1s. The wait is cut to the
-	// earliest lease deadline, when a shard may come back, and to when the shards being trained
-	// are estimated done at their holders' measured speeds (at least 10ms), when the next
-	// epoch's shards are leased.
+	// RetryAfter is the longest wait a WaitError suggests. Default 250ms. The wait is cut to
+	// the earliest lease deadline, when a shard may come back, and to when the shards being
+	// trained are estimated done at their holders' measured speeds (at least 10ms), when the
+	// next epoch's shards are leased. A Reader whose Service wakes it (ShardAwaiter: a
+	// Dispatcher in the same process) asks again as soon as a shard comes free, whatever the
+	// wait; over the network (shardnet) it waits as told. There a longer RetryAfter can leave a
+	// worker idle at an epoch's start while its peers' speeds are not yet measured, a shorter
+	// one costs each waiting worker more calls (four a second at the default). On small data of
+	// many epochs the estimate does most of the work: two workers over the network take about
+	// as long with any RetryAfter from 10ms to 1s, and in process the wake leaves none idle (the
+	// elastic package's BenchmarkEpochEnds).
 	RetryAfter time.Duration
 
 	// RateWindow is the time constant of the per-worker speed estimate (an exponentially
@@ -116,7 +123,7 @@ func (c *Config) fill() {
 		c.MaxLeasesPerWorker = 2
 	}
 	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
+		c.RetryAfter = 250 * time.Millisecond
 	}
 	if c.RateWindow == 0 {
 		c.RateWindow = 30 * time.Second

@@ -296,6 +296,12 @@ func (c *core) popTodo() (int32, bool) {
 	return 0, false
 }
 
+// available reports whether acquire would grant a lease or end the work (to a worker under
+// its lease limit).
+func (c *core) available() bool {
+	return c.finished || len(c.retry) > 0 || c.freshHead < len(c.fresh)
+}
+
 func (c *core) acquire(name string) (Lease, error) {
 	w := c.worker(name)
 	w.lastSeen = c.now

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,12 +22,56 @@ type Dispatcher struct {
 
 	mu sync.Mutex
 	c  *core
+	// free is closed, and cleared, when a shard can be leased or the work is finished while a
+	// worker waits for it (AwaitShard); nil while nobody waits.
+	free chan struct{}
+	// waiting, if set (tests), runs when an AwaitShard is about to block.
+	waiting atomic.Pointer[func()]
 }
 
 var (
 	_ Service        = (*Dispatcher)(nil)
 	_ ReportAcquirer = (*Dispatcher)(nil)
+	_ ShardAwaiter   = (*Dispatcher)(nil)
 )
+
+// unlock wakes the workers waiting for a shard if one can be leased now (or the work is
+// finished), and releases d.mu. Every method that holds d.mu ends with it.
+func (d *Dispatcher) unlock() {
+	if d.free != nil && d.c.available() {
+		close(d.free)
+		d.free = nil
+	}
+	d.mu.Unlock()
+}
+
+// AwaitShard returns once a shard can be leased (a shard came back, the next epoch began, a
+// stream grew) or the work is finished, at once if that is so already, and ctx's error if ctx
+// ends first. It implements ShardAwaiter: a worker told to wait asks again as soon as asking
+// can help. A lease that expires is noticed by the next call of any worker, so a waiter still
+// bounds its wait by the WaitError's RetryAfter, which is cut to the earliest lease deadline.
+func (d *Dispatcher) AwaitShard(ctx context.Context) error {
+	d.mu.Lock()
+	d.c.tick(d.clock.Now())
+	if d.c.available() {
+		d.unlock()
+		return nil
+	}
+	if d.free == nil {
+		d.free = make(chan struct{})
+	}
+	free := d.free
+	d.unlock()
+	if f := d.waiting.Load(); f != nil {
+		(*f)()
+	}
+	select {
+	case <-free:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // New returns a dispatcher for cfg at the start of epoch 0, or an error joining every problem
 // of the config.
@@ -80,7 +125,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, worker string) (Lease, error) 
 		return Lease{}, err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	return d.c.acquire(worker)
 }
@@ -100,7 +145,7 @@ func (d *Dispatcher) Report(ctx context.Context, worker string, lease LeaseID, o
 		return err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	return d.c.report(worker, lease, offset, done)
 }
@@ -121,7 +166,7 @@ func (d *Dispatcher) ReportAndAcquire(ctx context.Context, worker string, lease 
 		return Lease{}, err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	return d.c.reportAcquire(worker, lease, offset)
 }
@@ -137,7 +182,7 @@ func (d *Dispatcher) Leave(ctx context.Context, worker string) error {
 		return err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	d.c.evict(worker, allLeases, false)
 	return nil
@@ -147,7 +192,7 @@ func (d *Dispatcher) Leave(ctx context.Context, worker string) error {
 // shard it held counts a failure and may go to FAILED.
 func (d *Dispatcher) Evict(worker string) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	d.c.evict(worker, allLeases, true)
 }
@@ -158,7 +203,7 @@ func (d *Dispatcher) Evict(worker string) {
 // again stays with it.
 func (d *Dispatcher) Granted() uint64 {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	return d.c.seq
 }
 
@@ -168,7 +213,7 @@ func (d *Dispatcher) Granted() uint64 {
 // fault of theirs (say, a recovery voided the batch it was training).
 func (d *Dispatcher) EvictGranted(worker string, seq uint64, failure bool) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	d.c.tick(d.clock.Now())
 	d.c.evict(worker, seq, failure)
 }
@@ -178,7 +223,7 @@ func (d *Dispatcher) EvictGranted(worker string, seq uint64, failure bool) {
 // list stay current while no worker calls.
 func (d *Dispatcher) Expire() int {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	if n := d.clock.Now().UnixNano(); n > d.c.now {
 		d.c.now = n
 	}
@@ -190,7 +235,7 @@ func (d *Dispatcher) Expire() int {
 // for more records, FlushStream or SealStream. An end below the current one is ErrBadPartition.
 func (d *Dispatcher) GrowStream(partition int, end int64) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c := d.c
 	switch {
 	case c.kind != KindStream:
@@ -212,7 +257,7 @@ func (d *Dispatcher) GrowStream(partition int, end int64) error {
 // for latency.
 func (d *Dispatcher) FlushStream() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c := d.c
 	if c.kind != KindStream {
 		return ErrNotStream
@@ -229,7 +274,7 @@ func (d *Dispatcher) FlushStream() error {
 // DONE or FAILED, Acquire returns ErrNoMoreWork. Sealing twice is not an error.
 func (d *Dispatcher) SealStream() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c := d.c
 	if c.kind != KindStream {
 		return ErrNotStream
@@ -305,7 +350,7 @@ type PartitionProgress struct {
 // Progress returns the current figures.
 func (d *Dispatcher) Progress() Progress {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c := d.c
 	c.tick(d.clock.Now())
 	p := Progress{

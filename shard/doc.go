@@ -49,7 +49,9 @@
 // joining again under the same name stays with it, and an eviction that is no shard's fault
 // can count no failure. An epoch ends when every shard is DONE or FAILED, and the next starts
 // then (an epoch barrier: Acquire answers a *WaitError meanwhile); after the last, Acquire
-// returns ErrNoMoreWork.
+// returns ErrNoMoreWork. A worker told to wait need not wait the whole WaitError.RetryAfter: a
+// Service that implements the optional ShardAwaiter (the Dispatcher does) wakes it as soon as
+// a shard can be leased or the work is finished, and the Reader waits on it when it can.
 //
 // # Fencing
 //

@@ -193,6 +193,7 @@ type Reader struct {
 	closed  bool
 
 	ra        ReportAcquirer // the combined call; nil without it (or after ErrUnsupported)
+	aw        ShardAwaiter   // wakes a wait for a shard; nil without it (or after ErrUnsupported)
 	ready     *readyLease    // what a combined call brought for the next open
 	combining bool           // a combined call decided in finishSpan is in flight
 	roomWait  bool           // open waits for a held shard to finish
@@ -226,6 +227,7 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	if !cfg.SeparateCalls {
 		r.ra, _ = cfg.Service.(ReportAcquirer)
 	}
+	r.aw, _ = cfg.Service.(ShardAwaiter)
 	return r, nil
 }
 
@@ -415,7 +417,7 @@ func (r *Reader) acquireLoop(ctx context.Context) (Lease, error) {
 		case errors.As(err, &wait):
 			failures = 0
 			r.count(func(s *ReaderStats) { s.Waits++ })
-			if err := r.cfg.Sleep(ctx, wait.RetryAfter); err != nil {
+			if err := r.waitShard(ctx, wait.RetryAfter); err != nil {
 				return Lease{}, err
 			}
 		default:
@@ -424,6 +426,35 @@ func (r *Reader) acquireLoop(ctx context.Context) (Lease, error) {
 			}
 		}
 	}
+}
+
+// waitShard waits d, as the dispatcher told, or less: until the Service says a shard can be
+// leased, when it can (ShardAwaiter). It returns ctx's error when ctx ends.
+func (r *Reader) waitShard(ctx context.Context, d time.Duration) error {
+	r.mu.Lock()
+	aw := r.aw
+	r.mu.Unlock()
+	if aw == nil {
+		return r.cfg.Sleep(ctx, d)
+	}
+	wctx, wake := context.WithCancel(ctx)
+	defer wake()
+	awaited := make(chan error, 1)
+	go func() {
+		err := aw.AwaitShard(wctx)
+		if err == nil {
+			wake() // a shard is free: the sleep ends now
+		}
+		awaited <- err
+	}()
+	_ = r.cfg.Sleep(wctx, d) // it ends early when woken
+	wake()
+	if errors.Is(<-awaited, errors.ErrUnsupported) {
+		r.mu.Lock()
+		r.aw = nil // a wrapper of a Service without it: sleep from now on
+		r.mu.Unlock()
+	}
+	return ctx.Err()
 }
 
 // retryWait counts a failed call and sleeps before the retry, or returns the error to give up.

@@ -10,6 +10,9 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/shard"
 	"github.com/elasticps/elasticps/shard/shardtest"
 )
@@ -496,4 +499,62 @@ func TestReaderShardBoundary(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A reader told to wait at an epoch's end asks again as soon as the next epoch's shards are
+// out, not when its wait is over: here the wait would never end.
+func TestReaderWakesWhenTheNextEpochBegins(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(20), ShardSize: 10, Epochs: 2, RetryAfter: time.Hour})
+	other := mustAcquire(t, d, "other") // shard 0 of epoch 0
+	slept, blocked := make(chan struct{}, 1), make(chan struct{}, 1)
+	shard.SetWaitingHook(d, func() { blocked <- struct{}{} })
+	r := newReader(t, shard.ReaderConfig{Service: d, Worker: "w", Source: shard.IndexedSource{Data: labelled(20)}, BatchSize: 10,
+		Sleep: func(ctx context.Context, _ time.Duration) error {
+			slept <- struct{}{}
+			<-ctx.Done() // an hour: only a wake ends it
+			return ctx.Err()
+		}})
+	b, err := r.Next(ctx) // shard 1 of epoch 0
+	require.NoError(t, err)
+	require.NoError(t, r.Done(ctx, b))
+	next := make(chan *shard.Batch, 1)
+	go func() {
+		b, err := r.Next(ctx)
+		assert.NoError(t, err)
+		next <- b
+	}()
+	<-slept   // no shard until "other" is done with its own
+	<-blocked // and the reader waits to be told
+	require.NoError(t, d.Report(ctx, "other", other.ID, 10, true))
+	b = <-next
+	require.NotNil(t, b)
+	assert.Equal(t, 1, b.Epoch)
+	assert.EqualValues(t, 1, r.Stats().Waits)
+}
+
+// AwaitShard returns at once when a shard can be leased, when one comes back, and when the work
+// ends; it honours its context.
+func TestAwaitShard(t *testing.T) {
+	ctx := context.Background()
+	d, _ := newDispatcher(t, shard.Config{Dataset: shard.IndexedDataset(10), ShardSize: 10})
+	require.NoError(t, d.AwaitShard(ctx), "a shard is there")
+	mustAcquire(t, d, "a")
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, d.AwaitShard(short), context.Canceled)
+	blocked := make(chan struct{}, 1)
+	shard.SetWaitingHook(d, func() { blocked <- struct{}{} })
+	woke := make(chan error, 1)
+	go func() { woke <- d.AwaitShard(ctx) }()
+	<-blocked
+	require.NoError(t, d.Leave(ctx, "a"), "the shard goes back")
+	require.NoError(t, <-woke)
+	l := mustAcquire(t, d, "b")
+	go func() { woke <- d.AwaitShard(ctx) }()
+	<-blocked
+	require.NoError(t, d.Report(ctx, "b", l.ID, 10, true), "the work is finished")
+	require.NoError(t, <-woke)
+	assert.ErrorIs(t, shard.AwaitShard(ctx, struct{ shard.Service }{d}), errors.ErrUnsupported, "a wrapper without it")
 }

@@ -68,6 +68,30 @@ type ReportAcquirer interface {
 	ReportAndAcquire(ctx context.Context, worker string, lease LeaseID, offset int64) (Lease, error)
 }
 
+// ShardAwaiter is the optional call of a Service that wakes a worker told to wait (a
+// *WaitError) as soon as a shard can be leased or the work is finished, so that a worker at an
+// epoch's end asks again when the next epoch begins rather than when its wait is over. Detect
+// it with a type assertion; *Dispatcher implements it, and wrappers of a Service pass it on with
+// the function AwaitShard. shardnet.Client does not: over the network a worker waits as
+// WaitError.RetryAfter says.
+//
+// AwaitShard(ctx) returns nil once asking may help (at once if it may now), ctx's error when
+// ctx ends first, and an error matching errors.ErrUnsupported, at once, when the
+// implementation cannot wait (a wrapper around a Service without it): the caller then waits
+// as WaitError.RetryAfter says, and need not try again.
+type ShardAwaiter interface {
+	AwaitShard(ctx context.Context) error
+}
+
+// AwaitShard waits on svc if svc implements ShardAwaiter, and otherwise returns an error
+// matching errors.ErrUnsupported at once.
+func AwaitShard(ctx context.Context, svc Service) error {
+	if a, ok := svc.(ShardAwaiter); ok {
+		return a.AwaitShard(ctx)
+	}
+	return fmt.Errorf("shard: %T cannot wait for a shard: %w", svc, errors.ErrUnsupported)
+}
+
 // ReportAndAcquire makes the combined call on svc if svc implements ReportAcquirer, and
 // otherwise returns an error matching errors.ErrUnsupported without calling svc. A wrapper of
 // a Service implements ReportAcquirer by passing the call on with it, so the wrapper combines

@@ -32,7 +32,7 @@ func (d *Dispatcher) Snapshot() []byte { return d.AppendSnapshot(nil) }
 // AppendSnapshot appends the encoded state to dst and returns the extended slice.
 func (d *Dispatcher) AppendSnapshot(dst []byte) []byte {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c := d.c
 	c.tick(d.clock.Now())
 	start := len(dst)
@@ -105,7 +105,7 @@ func (d *Dispatcher) Restore(snapshot []byte) error {
 		return err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	c.now = d.c.now
 	if c.seqIncarnation == d.cfg.Incarnation {
 		c.seq = max(c.seq, d.c.seq) // never reuse a sequence number of this incarnation

@@ -63,8 +63,8 @@ type (
 type RunnerConfig struct {
 	// Job is the job's coordinator, in this process (*elastic.Coordinator) or reached through
 	// the control protocol (*remote.Control). Its coordinator needs a scaler that changes the
-	// server count (a ServerScaler) for Resize and AddServer decisions, and Config.Secret set
-	// (Usage and Rebalance reach the servers). Required.
+	// server count (a ServerScaler) for Resize and AddServer decisions, and elastic.Config.Secret
+	// set (Usage and Rebalance reach the servers). Required.
 	Job Job
 	// Planner makes the decisions. Required.
 	Planner *Planner

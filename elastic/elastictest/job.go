@@ -40,7 +40,7 @@ type Config struct {
 	Servers int
 	// Slots is the job's slot count. Default 64: small tables keep tests fast.
 	Slots int
-	// Tables are hosted by every server.
+	// Tables are hosted by every server, and fixed (ps.ServerConfig.DeclaredIn).
 	Tables []ps.TableSpec
 	// Coordinator configures the coordinator; Job, Servers, Slots, Secret, Transport and
 	// ServerAt are filled in (a Transport or ServerAt set here is kept).
@@ -195,7 +195,7 @@ func (j *Job) StartServers(ctx context.Context, n int) ([]elastic.ParameterServe
 	for range n {
 		id := elastic.ServerID(len(j.servers))
 		srv, err := ps.NewServer(ps.ServerConfig{ID: id, Secret: Secret(), Slots: j.cfg.Slots, Tables: j.cfg.Tables,
-			Transport: j.net.Host(id), Logger: j.cfg.Logger})
+			Transport: j.net.Host(id), Logger: j.cfg.Logger, DeclaredIn: "elastictest.Config.Tables"})
 		if err != nil {
 			return out, fmt.Errorf("elastictest: start server %s: %w", id, err)
 		}

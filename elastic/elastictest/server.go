@@ -2,6 +2,7 @@ package elastictest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -310,4 +311,16 @@ func (s *FaultServer) Table(ctx context.Context) (*ps.OwnerTable, error) {
 		return nil, err
 	}
 	return s.ParameterServer.Table(ctx)
+}
+
+var _ elastic.Digester = (*FaultServer)(nil)
+
+// Digest implements elastic.Digester when the wrapped server does, and otherwise fails with
+// errors.ErrUnsupported; no rule applies to it.
+func (s *FaultServer) Digest(ctx context.Context, t *ps.OwnerTable) (checkpoint.Digest, error) {
+	d, ok := s.ParameterServer.(elastic.Digester)
+	if !ok {
+		return checkpoint.Digest{}, fmt.Errorf("elastictest: %T cannot digest: %w", s.ParameterServer, errors.ErrUnsupported)
+	}
+	return d.Digest(ctx, t)
 }

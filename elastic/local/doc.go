@@ -4,7 +4,8 @@
 // single-machine job, a benchmark or a test of the whole protocol uses, and it plays the
 // failures of the processes it stands for: KillServer and RestartServer (a parameter server's
 // process dies and comes back), RestartCoordinator (the coordinator dies and a new one takes
-// the running job over).
+// the running job over). Job.Digest and Job.DigestCommit fingerprint the job's model and a
+// commit's, for a program that checks a repartition or a restore bit for bit.
 //
 // # Scaling
 //

@@ -27,7 +27,10 @@ type Config struct {
 	Job string
 	// Servers is the number of parameter servers, named ps-0, ps-1, ... Default 2.
 	Servers int
-	// Tables are hosted by every server.
+	// Tables are hosted by every server: the embedding tables and the dense tensors (TableSpec.Dense,
+	// with TableSpec.Initial their initial values). They are fixed: an InitDense of a dense
+	// tensor not declared here is refused (ps.ErrUnknownTable), since it could be neither
+	// checkpointed nor moved.
 	Tables []ps.TableSpec
 	// Slots is the job's slot count. Default ps.DefaultSlots.
 	Slots int
@@ -108,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	jobLog := log.With("job", cfg.Job)
 	j := &Job{secret: cfg.Secret, log: tagged(jobLog, elastic.RoleCoordinator, elastic.CoordinatorID), jobLog: jobLog, listen: cfg.Listen,
 		ck: cfg.Checkpoint, down: map[int]bool{}, keepShm: cfg.KeepShm,
-		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, TLS: cfg.TLS}}
+		server: ps.ServerConfig{Secret: cfg.Secret, Slots: cfg.Slots, Tables: cfg.Tables, TLS: cfg.TLS, DeclaredIn: "local.Config.Tables"}}
 	j.ck.Job, j.ck.Storage = cfg.Job, cfg.Coordinator.Storage
 	if j.ck.Logger == nil {
 		j.ck.Logger = jobLog
@@ -244,10 +247,10 @@ func (j *Job) RestartCoordinator(ctx context.Context) (uint64, error) {
 // KillServer crashes parameter server i (ps-i) as its process would die: it stops answering at
 // once (its listener and connections close, calls in flight fail), its checkpointer stops, and
 // nobody is told. Its shared-memory regions stay, as a crashed process's do. The coordinator
-// finds it failed once it has not answered for Config.ServerTimeout (or at once when
-// RestartServer hands it a new incarnation) and recovers by its Config.Recovery; without a
-// restart, the surviving servers take its slots after Config.ReplaceWait. It fails while the
-// server is down already or the coordinator is restarting.
+// finds it failed once it has not answered for elastic.Config.ServerTimeout (or at once when
+// RestartServer hands it a new incarnation) and recovers by its elastic.Config.Recovery;
+// without a restart, the surviving servers take its slots after elastic.Config.ReplaceWait. It
+// fails while the server is down already or the coordinator is restarting.
 func (j *Job) KillServer(i int) error {
 	j.mu.Lock()
 	if err := j.serverIndexLocked(i); err != nil {
@@ -273,14 +276,15 @@ func (j *Job) KillServer(i int) error {
 }
 
 // RestartServer starts a new incarnation of parameter server i (ps-i), as its process would
-// restart: a new LocalServer with no rows and no owner table, at the same address when it is
+// restart: a new server.Server with no rows and no owner table, at the same address when it is
 // free (else at another), with a checkpointer on the same shared-memory directory. A server
 // still up is killed first (KillServer, whose errors it returns). It replaces Servers[i], and
-// the coordinator takes it (Coordinator.ReplaceServer): it fails the old incarnation if it had
-// not yet, and restores the new one's slots by its Config.Recovery (a coordinator that gave
-// the slots to the survivors already refuses it, and it serves nothing). RestartServer returns
-// once the coordinator has it, not when it is restored: Config.OnRecovery reports that. It
-// waits while the coordinator restarts. Restart one server from one goroutine at a time.
+// the coordinator takes it (elastic.Coordinator.ReplaceServer): it fails the old incarnation if
+// it had not yet, and restores the new one's slots by its elastic.Config.Recovery (a coordinator
+// that gave the slots to the survivors already refuses it, and it serves nothing).
+// RestartServer returns once the coordinator has it, not when it is restored:
+// elastic.Config.OnRecovery reports that. It waits while the coordinator restarts. Restart one
+// server from one goroutine at a time.
 func (j *Job) RestartServer(ctx context.Context, i int) error {
 	j.mu.Lock()
 	err := j.serverIndexLocked(i)
@@ -421,6 +425,22 @@ func (j *Job) downLocked() (int, bool) {
 // Secret returns the cluster secret.
 func (j *Job) Secret() []byte { return j.secret }
 
+// Digest returns the digest of the job's model, every table and dense tensor on every server,
+// taken with training held at a barrier (Coordinator.Digest; its Step is the job's step then).
+// Compare it with DigestCommit's: the commit of that step holds the same model, and so does the
+// job restored from it onto any number of servers.
+func (j *Job) Digest(ctx context.Context) (d checkpoint.Digest, err error) {
+	err = j.call(ctx, func(c *elastic.Coordinator) (err error) { d, err = c.Digest(ctx); return err })
+	return d, err
+}
+
+// DigestCommit returns the digest of the model the commit of step holds, read from storage
+// (Coordinator.DigestCommit).
+func (j *Job) DigestCommit(ctx context.Context, step uint64) (d checkpoint.Digest, err error) {
+	err = j.call(ctx, func(c *elastic.Coordinator) (err error) { d, err = c.DigestCommit(ctx, step); return err })
+	return d, err
+}
+
 // Client returns a new client of the job's servers that learns owner tables from the
 // coordinator. The job closes it at Close. Its pushes carry no fence epoch (0), which the
 // servers refuse (ps.ErrFenced) once a coordinator has resumed or taken the job over: its floor
@@ -540,6 +560,7 @@ var (
 	_ elastic.Control      = jobControl{}
 	_ ps.Resolver          = jobControl{}
 	_ shard.ReportAcquirer = jobService{}
+	_ shard.ShardAwaiter   = jobService{}
 )
 
 func (jc jobControl) Join(ctx context.Context, worker string, batchSize int) (epoch uint64, err error) {
@@ -584,6 +605,10 @@ func (jc jobService) ReportAndAcquire(ctx context.Context, worker string, lease 
 		return err
 	})
 	return l, err
+}
+
+func (jc jobService) AwaitShard(ctx context.Context) error {
+	return jc.call(ctx, func(c *elastic.Coordinator) error { return shard.AwaitShard(ctx, c.Service()) })
 }
 
 func (jc jobService) Leave(ctx context.Context, worker string) error {

@@ -79,7 +79,7 @@ type Config struct {
 	// come in order. It must not block for long.
 	OnEvent func(Event)
 	// Server, if set, returns how the coordinator reaches the parameter server process of a
-	// node id (say NewRemoteServer at the address Args gives it), which makes the scaler start
+	// node id (say remote.NewServer at the address Args gives it), which makes the scaler start
 	// and stop servers for a change of the server count (ServerScaler). Nil: the server count
 	// stays as the first Scale made it (StartServers fails with errors.ErrUnsupported).
 	Server func(id string) (elastic.ParameterServer, error)

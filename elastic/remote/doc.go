@@ -9,7 +9,8 @@
 //   - ServeServer registers a server.Server's side on its process's ps.Server, and a Server
 //     is the coordinator's elastic.ParameterServer for it: the coordinator of a job of
 //     several processes drives every parameter server through one (elastic.Config.Servers,
-//     or ServerAt for servers a scheduler starts later).
+//     or ServerAt for servers a scheduler starts later). It is an elastic.Digester too
+//     (Coordinator.Digest asks every server for the digest of its slots).
 //   - ServeControl registers the coordinator's side on its process's RPC server (the
 //     dispatcher's shardnet.Server, say), and a Control reaches it: a worker's Session uses
 //     it as its elastic.Control, an operator's command reads Status and changes the plan

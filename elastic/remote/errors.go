@@ -102,6 +102,7 @@ const (
 	codeShardClosed           = codeMalformed + 70
 	codeShardTooManyBadLines  = codeMalformed + 71
 	codeShardFieldMap         = codeMalformed + 72
+	codeCkDigestMismatch      = codeMalformed + 73
 )
 
 // errHeld is a remote Begin's answer when the coordinator held it for beginHold.
@@ -187,6 +188,8 @@ var errorCodes = []struct {
 	{codePsMigration, ps.ErrMigration},
 	{codePsNotPublished, ps.ErrNotPublished},
 	{codePsCorruptApplied, ps.ErrCorruptApplied},
+
+	{codeCkDigestMismatch, checkpoint.ErrDigestMismatch},
 }
 
 // remoteErr turns a handler's error into the answer the caller maps back to its sentinels.

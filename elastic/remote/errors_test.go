@@ -47,6 +47,7 @@ var sentinels = map[string]error{
 	"checkpoint.ErrAbandoned":          checkpoint.ErrAbandoned,
 	"checkpoint.ErrInjected":           checkpoint.ErrInjected,
 	"checkpoint.ErrSuperseded":         checkpoint.ErrSuperseded,
+	"checkpoint.ErrDigestMismatch":     checkpoint.ErrDigestMismatch,
 
 	"elastic.ErrInvalidConfig":  elastic.ErrInvalidConfig,
 	"elastic.ErrClosed":         elastic.ErrClosed,

@@ -36,6 +36,7 @@ const (
 	methodRestore  uint16 = 0x4508
 	methodLead     uint16 = 0x4509
 	methodTable    uint16 = 0x450a
+	methodDigest   uint16 = 0x450b
 
 	methodJoin  uint16 = 0x4511
 	methodBegin uint16 = 0x4512
@@ -184,6 +185,17 @@ func ServeServer(reg Registrar, srv *server.Server) error {
 				return err
 			}
 			return srv.Load(ctx, m.step, t)
+		}),
+		methodDigest: handle(func(ctx context.Context, m serverMsg, resp *rpc.Buffer) error {
+			t, err := table(m.table)
+			if err != nil {
+				return err
+			}
+			d, err := srv.Digest(ctx, t)
+			if err == nil {
+				resp.Write(checkpoint.AppendDigest(nil, d))
+			}
+			return err
 		}),
 	})
 }
@@ -507,6 +519,21 @@ func (s *Server) Table(ctx context.Context) (*ps.OwnerTable, error) {
 // Admit implements elastic.ParameterServer.
 func (s *Server) Admit(inc uint64) { s.inc.Store(inc) }
 
+var _ elastic.Digester = (*Server)(nil)
+
+// Digest implements elastic.Digester.
+func (s *Server) Digest(ctx context.Context, t *ps.OwnerTable) (checkpoint.Digest, error) {
+	var out checkpoint.Digest
+	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), table: ps.AppendOwnerTable(nil, t)}
+	err := s.call(ctx, methodDigest, m.append(nil), func(d *dec) {
+		var err error
+		if out, d.b, err = checkpoint.DecodeDigest(d.b); err != nil {
+			d.err = errMalformed
+		}
+	})
+	return out, err
+}
+
 // Restore implements elastic.ParameterServer.
 func (s *Server) Restore(ctx context.Context, step uint64, t *ps.OwnerTable, mode elastic.RestoreMode) error {
 	m := serverMsg{inc: s.inc.Load(), coord: s.coord.Load(), step: step, table: ps.AppendOwnerTable(nil, t), mode: uint8(mode)}
@@ -646,7 +673,8 @@ func (c *Control) SetPlan(ctx context.Context, plan elastic.Plan) error {
 }
 
 // AddServers calls elastic.Coordinator.AddServers in the coordinator's process for servers a
-// scheduler started at the given nodes (the coordinator reaches them through its Config.ServerAt);
+// scheduler started at the given nodes (the coordinator reaches them through its
+// elastic.Config.ServerAt);
 // it returns once the slots have moved onto them.
 func (c *Control) AddServers(ctx context.Context, nodes ...ps.Node) error {
 	e := enc(nil).u64(uint64(len(nodes)))

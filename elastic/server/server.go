@@ -63,6 +63,13 @@ func New(srv *ps.Server, addr string, ck checkpoint.Config) (*Server, error) {
 // Server returns the wrapped server.
 func (s *Server) Server() *ps.Server { return s.srv }
 
+var _ elastic.Digester = (*Server)(nil)
+
+// Digest implements elastic.Digester: ps.Server.Digest of the slots t gives the server.
+func (s *Server) Digest(ctx context.Context, t *ps.OwnerTable) (checkpoint.Digest, error) {
+	return s.srv.Digest(ctx, t)
+}
+
 // Node implements elastic.ParameterServer.
 func (s *Server) Node() ps.Node { return ps.Node{ID: s.srv.ID(), Addr: s.addr} }
 

@@ -22,13 +22,13 @@
 //
 // # Use
 //
-// A Page samples a Source, *elastic.Coordinator, every Config.Every. The program chains the
-// page into the coordinator's callbacks (so it makes the page first) and reports its own
-// figures:
+// A Page samples a Source, *elastic.Coordinator, every Config.Every. The program gives the page
+// the coordinator's progress events (so it makes the page first: ObserveProgress, or
+// ObserveCheckpoint and ObserveRecovery chained into OnCheckpoint and OnRecovery) and reports
+// its own figures:
 //
 //	page, err := statuspage.New(statuspage.Config{Secret: secret})
-//	cfg.OnCheckpoint = page.ObserveCheckpoint // chained with the program's own, if any
-//	cfg.OnRecovery = page.ObserveRecovery
+//	cfg.OnProgress = page.ObserveProgress // or called from the program's own
 //	coord, err := elastic.NewCoordinator(ctx, cfg)
 //	page.SetSource(coord)
 //	ln, err := net.Listen("tcp", ":8080")

@@ -86,8 +86,9 @@ func New(cfg Config) (*Page, error) {
 }
 
 // SetSource makes src the job the page shows, from the next sample on: for a page made before
-// its coordinator, so that the coordinator's Config.OnCheckpoint and OnRecovery can be the
-// page's ObserveCheckpoint and ObserveRecovery.
+// its coordinator, so that the coordinator's elastic.Config.OnProgress can be the page's
+// ObserveProgress (or its OnCheckpoint and OnRecovery the page's ObserveCheckpoint and
+// ObserveRecovery).
 func (p *Page) SetSource(src Source) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -208,6 +209,14 @@ func (p *Page) ObserveCheckpoint(ev elastic.CheckpointEvent) {
 	if errText != "" {
 		c.Err = errText
 	}
+}
+
+// ObserveProgress records the checkpoints and recoveries among a coordinator's progress events:
+// it can be elastic.Config.OnProgress (or be called from the program's own), in place of
+// ObserveCheckpoint and ObserveRecovery in OnCheckpoint and OnRecovery; not both, or each
+// event counts twice.
+func (p *Page) ObserveProgress(ev elastic.ProgressEvent) {
+	ev.Observe(p.ObserveCheckpoint, p.ObserveRecovery)
 }
 
 // ObserveRecovery records a recovery from server failures: chain it into

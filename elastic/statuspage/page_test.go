@@ -383,3 +383,18 @@ func TestRunOnce(t *testing.T) {
 	assert.ErrorIs(t, <-done, context.Canceled)
 	assert.ErrorIs(t, p.Run(ctx), context.Canceled, "a Run that ended frees the page")
 }
+
+// The coordinator's progress events carry the checkpoints and recoveries the page shows.
+func TestObserveProgress(t *testing.T) {
+	p, _, _ := newTestPage(t, Config{})
+	p.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventStep, Step: 9})
+	p.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventCheckpoint, Step: 10, Checkpoint: elastic.CheckpointEvent{Step: 10, Bytes: 64}})
+	p.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventCheckpoint, Step: 12, Checkpoint: elastic.CheckpointEvent{Step: 10, Commit: true}})
+	p.ObserveProgress(elastic.ProgressEvent{Kind: elastic.EventRecovery, Step: 12, Recovery: elastic.RecoveryEvent{Policy: elastic.Partial, Step: 10}})
+	s := p.Snapshot()
+	require.Len(t, s.Checkpoints, 1)
+	assert.True(t, s.Checkpoints[0].Committed)
+	assert.EqualValues(t, 64, s.Checkpoints[0].Bytes)
+	require.Len(t, s.Recoveries, 1)
+	assert.Equal(t, "partial", s.Recoveries[0].Policy)
+}

@@ -145,7 +145,13 @@ type ledgerService struct {
 	svc shard.Service
 }
 
-var _ shard.ReportAcquirer = (*ledgerService)(nil)
+var (
+	_ shard.ReportAcquirer = (*ledgerService)(nil)
+	_ shard.ShardAwaiter   = (*ledgerService)(nil)
+)
+
+// AwaitShard passes the wait on (shard.AwaitShard); it counts nothing.
+func (s *ledgerService) AwaitShard(ctx context.Context) error { return shard.AwaitShard(ctx, s.svc) }
 
 func (s *ledgerService) Acquire(ctx context.Context, worker string) (shard.Lease, error) {
 	s.l.mu.Lock()

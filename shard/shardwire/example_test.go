@@ -39,5 +39,5 @@ func Example() {
 	// Output:
 	// w1: lease seq 1, records [0, 60)
 	// w2: lease seq 2, records [60, 100)
-	// w3: shard: no shard available yet, retry after 1s (wait: true)
+	// w3: shard: no shard available yet, retry after 250ms (wait: true)
 }
