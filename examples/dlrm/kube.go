@@ -22,6 +22,9 @@ import (
 const (
 	kubeServerPort  = 7070
 	kubeMetricsPort = 9090
+	// kubeMaxRestarts is how often a server's or a worker's pod that ends abnormally (a crash,
+	// an OOM kill, a deletion behind the coordinator's back) is replaced under its name.
+	kubeMaxRestarts = 5
 )
 
 // kubeRoleFlags are the flags that say which process of a job this is: the coordinator passes every
@@ -90,7 +93,7 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 	scaler, err := kube.New(ctx, kube.Config{
 		Client: client, Namespace: self.Namespace, Job: self.Job,
 		Template: self.Template, Container: self.Container, Owner: self.Owner, Secret: self.Secret,
-		Port: kubeServerPort,
+		Port: kubeServerPort, MaxRestarts: kubeMaxRestarts,
 		Args: func(l kube.Launch) []string { return podArgs(o, l, dispatcher, first) },
 		Server: func(id, addr string) (elastic.ParameterServer, error) {
 			rs, err := remote.NewServer(ps.Node{ID: id, Addr: addr}, remote.Config{Secret: secret, Logger: rc.Logger})
