@@ -44,6 +44,25 @@ type options struct {
 	passOn []string
 }
 
+// rawValue is a flag's value that also keeps what the command line gave it, each time: a flag
+// defined with FlagSet.Func prints as "", and the coordinator passes the flags on as given.
+type rawValue struct {
+	flag.Value
+	name string
+	raw  map[string][]string
+}
+
+func (v *rawValue) Set(s string) error {
+	v.raw[v.name] = append(v.raw[v.name], s)
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag one that needs no value.
+func (v *rawValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 // parseFlags reads the command line into options. Every problem is reported at once.
 func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("dlrm", flag.ContinueOnError)
@@ -169,6 +188,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	logFormat := fs.String("log-format", "text", "the log records' format on stderr: text or json (each record names the job, role and node)")
 	fs.Float64Var(&skew, "skew", 1.2, "synthetic data: Zipf exponent of the ids (larger is easier to learn)")
 	fs.IntVar(&vocabCap, "vocab-cap", 20_000, "synthetic data: cap on each field's number of distinct ids (0: Criteo's own sizes, up to 100000)")
+	raw := map[string][]string{} // each flag's values as given, for passOn
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &rawValue{Value: f.Value, name: f.Name, raw: raw} })
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -178,7 +199,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Visit(func(f *flag.Flag) {
 		ckDirSet = ckDirSet || f.Name == "checkpoint-dir"
 		if !kubeRoleFlags[f.Name] {
-			o.passOn = append(o.passOn, "-"+f.Name+"="+f.Value.String())
+			for _, v := range raw[f.Name] {
+				o.passOn = append(o.passOn, "-"+f.Name+"="+v)
+			}
 		}
 	})
 	o.defaultDir = !ckDirSet

@@ -265,3 +265,14 @@ func TestJSONLogsNameJobRoleAndNode(t *testing.T) {
 	_, err := parseFlags(strings.Fields("-log-format yaml"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, `-log-format "yaml"`)
 }
+
+// The coordinator on Kubernetes passes its flags on to its pods as given, but those that say
+// which process it is.
+func TestKubeCoordinatorPassesItsFlagsOn(t *testing.T) {
+	t.Setenv(SecretEnv, "0123456789abcdef0123456789abcdef")
+	o, err := parseFlags(strings.Fields("-role coordinator -kube -listen 10.0.0.1:7071 -ps 3 -workers 4 -recovery partial -train-records 100 -v -status-addr 10.0.0.1:8080"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"-recovery=partial", "-train-records=100", "-v=true"}, o.passOn)
+	_, err = parseFlags(strings.Fields("-role ps -kube -id ps-0 -listen h:1"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-kube is for -role coordinator")
+}

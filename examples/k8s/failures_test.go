@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,19 +39,26 @@ func awaitStatus(t *testing.T, ctx context.Context, ctl *remote.Control, what st
 
 // A server's pod and a worker's pod deleted while the job trains (kubectl delete pod, a node
 // drained) come back under their names as new incarnations: the coordinator hears of the
-// server's end from the scaler at once, rolls the job back to its newest commit once the new
-// server serves, and the job trains on to its end with every position exactly once.
+// server's end from the scaler at once and, once the new server serves, rolls the job back to
+// its newest commit (Rollback) or restores the server's slots alone (Partial); the job trains on
+// to its end with every position trained exactly once.
 func TestJobRecoversFromDeletedPods(t *testing.T) {
+	for _, policy := range []elastic.RecoveryPolicy{elastic.Rollback, elastic.Partial} {
+		t.Run(policy.String(), func(t *testing.T) { recoverFromDeletedPods(t, policy) })
+	}
+}
+
+func recoverFromDeletedPods(t *testing.T, policy elastic.RecoveryPolicy) {
 	cp := cluster.Get(t)
 	bin := dlrmBinary(t)
 	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
 	defer cancel()
-	node := cp.StartNode(t, "recovering", kubetest.NodeOptions{
+	ns := "recover-" + strings.ToLower(policy.String())
+	node := cp.StartNode(t, ns, kubetest.NodeOptions{
 		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
 		Images:   map[string]string{image: bin},
 	})
-	const ns = "recover"
-	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3"})
+	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3", "-recovery": strings.ToLower(policy.String())})
 	coord := coordinatorReady(t, ctx, cp, ns, job)
 	ctl, err := remote.NewControl(remote.Config{Addr: net.JoinHostPort(coord.Status.PodIP, "7071"), Secret: secret})
 	require.NoError(t, err)
@@ -82,11 +90,15 @@ func TestJobRecoversFromDeletedPods(t *testing.T) {
 	st := awaitStatus(t, ctx, ctl, "the recovery", func(st elastic.Status) bool { return st.Recoveries > 0 })
 	require.NotNil(t, st.LastRecovery)
 	assert.Contains(t, st.LastRecovery.Failed, "ps-1", "the recovery was of the deleted server")
-	assert.Equal(t, elastic.Rollback, st.LastRecovery.Policy)
+	assert.Equal(t, policy, st.LastRecovery.Policy)
 
 	done, err := waitJob(ctx, cp, ns, job)
 	require.NoError(t, err, logs())
 	require.Equal(t, int32(1), done.Status.Succeeded, "the Job succeeded\n%s", logs())
 	out := node.Logs(ns, coord.Name)
-	assert.Contains(t, out, "every position of every epoch covered exactly once", out)
+	// Partial may lose the updates of the positions trained on the server's slots between the
+	// commit and the restore: the summary then counts them beside the verdict.
+	assert.Contains(t, out, "every position", out)
+	assert.Contains(t, out, "covered exactly once", out)
+	assert.NotContains(t, out, "FAILED", out)
 }
