@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -49,15 +48,8 @@ func TestJobRecoversFromDeletedPods(t *testing.T) {
 }
 
 func recoverFromDeletedPods(t *testing.T, policy elastic.RecoveryPolicy) {
-	cp := cluster.Get(t)
-	bin := dlrmBinary(t)
-	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
-	defer cancel()
 	ns := "recover-" + strings.ToLower(policy.String())
-	node := cp.StartNode(t, ns, kubetest.NodeOptions{
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
-		Images:   map[string]string{image: bin},
-	})
+	cp, node, ctx := start(t, ns)
 	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3", "-recovery": strings.ToLower(policy.String())})
 	coord := coordinatorReady(t, ctx, cp, ns, job)
 	ctl, err := remote.NewControl(remote.Config{Addr: net.JoinHostPort(coord.Status.PodIP, "7071"), Secret: secret})

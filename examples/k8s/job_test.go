@@ -137,19 +137,27 @@ func podLogs(ctx context.Context, cp *kubetest.ControlPlane, node *kubetest.Node
 	return b.String()
 }
 
+// start returns the test's control plane, a node agent named name that runs the dlrm binary for
+// the manifests' image, and a context bounded by jobTimeout.
+func start(t *testing.T, name string) (*kubetest.ControlPlane, *kubetest.Node, context.Context) {
+	t.Helper()
+	cp := cluster.Get(t)
+	bin := dlrmBinary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
+	t.Cleanup(cancel)
+	node := cp.StartNode(t, name, kubetest.NodeOptions{
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
+		Images:   map[string]string{image: bin},
+	})
+	return cp, node, ctx
+}
+
 // The job of the example manifests trains to its end on Kubernetes: the Job runs the
 // coordinator, which holds the Lease, starts two servers and two workers as pods and
 // checkpoints to the claim; every position is trained exactly once; at the end the job's pods
 // are gone, and deleting the Job deletes the Service the coordinator made.
 func TestJobOfTheManifestsTrainsToItsEnd(t *testing.T) {
-	cp := cluster.Get(t)
-	bin := dlrmBinary(t)
-	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
-	defer cancel()
-	node := cp.StartNode(t, "trainer", kubetest.NodeOptions{
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
-		Images:   map[string]string{image: bin},
-	})
+	cp, node, ctx := start(t, "trainer")
 	const ns = "train"
 	job, _ := deploy(t, ctx, cp, ns, nil)
 

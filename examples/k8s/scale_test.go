@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -51,14 +50,7 @@ func ready(p *corev1.Pod) bool {
 // the new server's pod and moves slots onto it; scaling in, it moves every slot off the server
 // before it deletes the pod. The job trains on to its end, every position exactly once.
 func TestJobScalesOutAndInWhileItTrains(t *testing.T) {
-	cp := cluster.Get(t)
-	bin := dlrmBinary(t)
-	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
-	defer cancel()
-	node := cp.StartNode(t, "scaling", kubetest.NodeOptions{
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
-		Images:   map[string]string{image: bin},
-	})
+	cp, node, ctx := start(t, "scaling")
 	const ns = "scale"
 	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3"})
 	coord := coordinatorReady(t, ctx, cp, ns, job)
