@@ -551,6 +551,17 @@ func (c *Coordinator) checkpoint(ctx context.Context, final bool) (uint64, error
 		c.mu.Unlock()
 		return 0, err
 	}
+	if final && c.core.step == c.core.snapStep && c.core.phase == phaseIdle && c.core.inFlight() {
+		// Nothing ended since the last snapshot, but batches begun before may end yet and
+		// count: none begins from now on, and the final snapshot waits for those to end.
+		c.core.stop()
+		c.applyLocked(nil)
+		c.mu.Unlock()
+		if err := c.await(ctx, func() (bool, error) { return !c.core.inFlight(), nil }); err != nil {
+			return 0, err
+		}
+		c.mu.Lock()
+	}
 	if c.core.step == c.core.snapStep && (!final || c.core.phase == phaseIdle) {
 		step := c.core.snapStep
 		if final {

@@ -315,8 +315,19 @@ func (c *core) request(now time.Time, final bool) []action {
 	return c.advance()
 }
 
-// stop ends the checkpoint schedule: no barrier goes up after the ones in progress.
+// stop ends the checkpoint schedule: no barrier goes up after the ones in progress, and no
+// batch begins.
 func (c *core) stop() { c.stopped = true }
+
+// inFlight reports whether a live worker holds a batch it began.
+func (c *core) inFlight() bool {
+	for _, m := range c.members {
+		if m.inBatch {
+			return true
+		}
+	}
+	return false
+}
 
 // timers fails the workers that went silent and those a barrier has waited for too long.
 func (c *core) timers(now time.Time) []action {

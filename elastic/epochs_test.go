@@ -2,6 +2,8 @@ package elastic_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -272,4 +274,43 @@ func TestSnapshotBeforeARecoveryIsNeverCommittedAfterIt(t *testing.T) {
 	assert.NotContains(t, steps, held, "the snapshot taken before the recovery was committed after it")
 	assert.Contains(t, steps, first)
 	assert.Equal(t, first, c.Status().LastCommit)
+}
+
+// A final checkpoint asked for while a worker holds a batch it began, with no batch ended since
+// the newest commit, waits for that batch: the batch is in the final commit, not trained after
+// it (the job's last steps would otherwise be lost to a resume).
+func TestFinishWaitsForTheBatchInHand(t *testing.T) {
+	j := startFaultJobWith(t, 2, checkpoint.NewMemStorage(), t.TempDir(), func(c *elastic.Config) { c.CheckpointEvery = 0 })
+	ctx := context.Background()
+	c := j.coord
+	w, err := c.Join(ctx, "w", 32)
+	require.NoError(t, err)
+	v, err := c.Join(ctx, "v", 32)
+	require.NoError(t, err)
+	require.NoError(t, c.Settle(ctx))
+	require.NoError(t, c.Begin(ctx, "w", w))
+	require.NoError(t, c.End(ctx, "w", w, true))
+	_, err = c.Checkpoint(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.WaitCommits(ctx))
+
+	require.NoError(t, c.Begin(ctx, "w", w)) // in hand while the job finishes
+	finished := make(chan error, 1)
+	go func() { finished <- c.Finish(ctx, true, 0) }()
+	// Finish refuses every new batch first: v asks until it is refused (a batch it gets before
+	// that it gives up, which counts nothing).
+	for {
+		err := c.Begin(ctx, "v", v)
+		if errors.Is(err, elastic.ErrStopped) {
+			break
+		}
+		require.NoError(t, err)
+		require.NoError(t, c.End(ctx, "v", v, false))
+		runtime.Gosched()
+	}
+	require.NoError(t, c.End(ctx, "w", w, true))
+	require.NoError(t, <-finished)
+	st := c.Status()
+	assert.Equal(t, uint64(2), st.Step)
+	assert.Equal(t, st.Step, st.LastCommit, "the batch in hand at the final request is in the final commit")
 }
