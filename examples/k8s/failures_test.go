@@ -48,8 +48,7 @@ func TestJobRecoversFromDeletedPods(t *testing.T) {
 }
 
 func recoverFromDeletedPods(t *testing.T, policy elastic.RecoveryPolicy) {
-	ns := "recover-" + strings.ToLower(policy.String())
-	cp, node, ctx := start(t, ns)
+	cp, node, ctx, ns := start(t, "recover-"+strings.ToLower(policy.String()))
 	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3", "-recovery": strings.ToLower(policy.String())})
 	coord := coordinatorReady(t, ctx, cp, ns, job)
 	ctl, err := remote.NewControl(remote.Config{Addr: net.JoinHostPort(coord.Status.PodIP, "7071"), Secret: secret})

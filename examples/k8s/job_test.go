@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,10 +138,16 @@ func podLogs(ctx context.Context, cp *kubetest.ControlPlane, node *kubetest.Node
 	return b.String()
 }
 
-// start returns the test's control plane, a node agent named name that runs the dlrm binary for
-// the manifests' image, and a context bounded by jobTimeout.
-func start(t *testing.T, name string) (*kubetest.ControlPlane, *kubetest.Node, context.Context) {
+// runs numbers the tests' jobs: each gets a namespace and a node of its own, also when a test
+// runs again on the same control plane (go test -count).
+var runs atomic.Int64
+
+// start returns the test's control plane, a namespace and a node agent of its own, named after
+// name, whose pods run the dlrm binary for the manifests' image, and a context bounded by
+// jobTimeout.
+func start(t *testing.T, name string) (*kubetest.ControlPlane, *kubetest.Node, context.Context, string) {
 	t.Helper()
+	name = fmt.Sprintf("%s-%d", name, runs.Add(1))
 	cp := cluster.Get(t)
 	bin := dlrmBinary(t)
 	ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
@@ -149,7 +156,7 @@ func start(t *testing.T, name string) (*kubetest.ControlPlane, *kubetest.Node, c
 		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("32Gi")},
 		Images:   map[string]string{image: bin},
 	})
-	return cp, node, ctx
+	return cp, node, ctx, name
 }
 
 // The job of the example manifests trains to its end on Kubernetes: the Job runs the
@@ -157,8 +164,7 @@ func start(t *testing.T, name string) (*kubetest.ControlPlane, *kubetest.Node, c
 // checkpoints to the claim; every position is trained exactly once; at the end the job's pods
 // are gone, and deleting the Job deletes the Service the coordinator made.
 func TestJobOfTheManifestsTrainsToItsEnd(t *testing.T) {
-	cp, node, ctx := start(t, "trainer")
-	const ns = "train"
+	cp, node, ctx, ns := start(t, "train")
 	job, _ := deploy(t, ctx, cp, ns, nil)
 
 	// The pods the job ran, as the watch saw them come.

@@ -50,8 +50,7 @@ func ready(p *corev1.Pod) bool {
 // the new server's pod and moves slots onto it; scaling in, it moves every slot off the server
 // before it deletes the pod. The job trains on to its end, every position exactly once.
 func TestJobScalesOutAndInWhileItTrains(t *testing.T) {
-	cp, node, ctx := start(t, "scaling")
-	const ns = "scale"
+	cp, node, ctx, ns := start(t, "scale")
 	job, secret := deploy(t, ctx, cp, ns, map[string]string{"-train-records": "40000", "-epochs": "3"})
 	coord := coordinatorReady(t, ctx, cp, ns, job)
 	ctl, err := remote.NewControl(remote.Config{Addr: net.JoinHostPort(coord.Status.PodIP, "7071"), Secret: secret})
