@@ -115,21 +115,7 @@ func TestServiceAccountGetsOnlyWhatItsRoleAllows(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "reader"},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = cp.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""},
-			Resources: []string{"pods"},
-			Verbs:     []string{"get", "list", "watch"},
-		}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = cp.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "reader-reads-pods"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: ns}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	bindPodReader(t, ctx, cp, ns, "reader", "get", "list", "watch")
 
 	token, err := cp.TokenFor(ctx, "reader", ns)
 	require.NoError(t, err)
@@ -174,6 +160,23 @@ func TestKubeconfigAndStaticTokens(t *testing.T) {
 	require.NoError(t, err)
 	_, err = stranger.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsUnauthorized(err), "an unknown token is refused: got %v", err)
+}
+
+// bindPodReader gives ServiceAccount sa of namespace ns a Role ("pod-reader") with verbs on the
+// namespace's pods.
+func bindPodReader(t *testing.T, ctx context.Context, cp *kubetest.ControlPlane, ns, sa string, verbs ...string) {
+	t.Helper()
+	_, err := cp.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: verbs}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cp.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader-reads-pods"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 func clientFromKubeconfig(path string) (kubernetes.Interface, error) {
