@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
@@ -42,6 +44,9 @@ type options struct {
 	// but those that say which process it is (kubeRoleFlags).
 	kube   bool
 	passOn []string
+	// psSize and workerSize are the requests and limits of the server and worker pods -kube
+	// starts (zero: the template's own).
+	psSize, workerSize elastic.Resources
 }
 
 // rawValue is a flag's value that also keeps what the command line gave it, each time: a flag
@@ -50,6 +55,15 @@ type rawValue struct {
 	flag.Value
 	name string
 	raw  map[string][]string
+}
+
+// String is the value's, and "" for the zero rawValue the flag package makes to find a flag's
+// zero value for its help.
+func (v *rawValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
 }
 
 func (v *rawValue) Set(s string) error {
@@ -180,6 +194,10 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.gossip, "gossip", "", "roles: gossip membership on this address (HOST:PORT), so the coordinator hears of failures at once (default: no gossip; health checks find them)")
 	fs.StringVar(&o.seeds, "seeds", "", "roles with -gossip: the -gossip addresses of the job's processes, HOST:PORT,... (the same list everywhere will do)")
 	fs.BoolVar(&o.kube, "kube", false, "-role coordinator in a Kubernetes pod: start the job's -ps servers and -workers workers as pods like this one (same image, flags and volumes), hold the job's Lease, and leave the job running for the next coordinator when interrupted")
+	fs.Func("ps-memory", "-kube: each server pod's memory request and limit, a Kubernetes quantity such as 512Mi (default: the coordinator pod's)", quantity(&o.psSize.Memory))
+	fs.Func("ps-cpus", "-kube: each server pod's CPU request and limit, a Kubernetes quantity such as 1 or 500m (default: the coordinator pod's)", cpus(&o.psSize.CPUs))
+	fs.Func("worker-memory", "-kube: each worker pod's memory request and limit (default: the coordinator pod's)", quantity(&o.workerSize.Memory))
+	fs.Func("worker-cpus", "-kube: each worker pod's CPU request and limit (default: the coordinator pod's)", cpus(&o.workerSize.CPUs))
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process; default: the environment variable "+SecretEnv+", never a flag's value)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
@@ -302,6 +320,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	case c.EvalEvery < 0:
 		errs = append(errs, fmt.Errorf("-eval-every %v is negative", c.EvalEvery))
 	}
+	if !o.kube && (o.psSize != elastic.Resources{} || o.workerSize != elastic.Resources{}) {
+		errs = append(errs, errors.New("-ps-memory, -ps-cpus, -worker-memory and -worker-cpus size the pods -kube starts"))
+	}
 	switch o.role {
 	case "":
 	case "ps", "worker", "coordinator", "dispatcher":
@@ -380,4 +401,28 @@ func parseOptimizer(s string) (embedding.OptimizerKind, error) {
 		return 0, fmt.Errorf("unknown optimizer %q (want sgd, adagrad, rowwise-adagrad, adam or ftrl)", s)
 	}
 	return k, nil
+}
+
+// quantity returns a flag's Set that parses a Kubernetes quantity of bytes ("512Mi") into *to.
+func quantity(to *int64) func(string) error {
+	return func(s string) error {
+		q, err := resource.ParseQuantity(s)
+		if err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("%q is not a positive quantity of bytes such as 512Mi", s)
+		}
+		*to = q.Value()
+		return nil
+	}
+}
+
+// cpus returns a flag's Set that parses a Kubernetes quantity of cores ("2", "500m") into *to.
+func cpus(to *float64) func(string) error {
+	return func(s string) error {
+		q, err := resource.ParseQuantity(s)
+		if err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("%q is not a positive number of cores such as 2 or 500m", s)
+		}
+		*to = float64(q.MilliValue()) / 1000
+		return nil
+	}
 }

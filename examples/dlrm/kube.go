@@ -33,6 +33,7 @@ var kubeRoleFlags = map[string]bool{
 	"role": true, "kube": true, "id": true, "listen": true, "servers": true, "dispatcher": true,
 	"ps": true, "workers": true, "gossip": true, "seeds": true, "secret-file": true,
 	"status-addr": true, "metrics-addr": true, "scale-at": true,
+	"ps-memory": true, "ps-cpus": true, "worker-memory": true, "worker-cpus": true,
 }
 
 // runKubeCoordinator runs the coordinator of a job on Kubernetes, in a pod: while it holds the
@@ -118,7 +119,7 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 			scaler.Close()
 		}
 	}()
-	plan := elastic.Plan{Servers: o.cfg.Servers, Workers: o.cfg.Workers}
+	plan := elastic.Plan{Servers: o.cfg.Servers, Workers: o.cfg.Workers, Server: o.psSize, Worker: o.workerSize}
 	if err := scaler.Scale(ctx, plan); err != nil {
 		handedOver = ctx.Err() != nil
 		return fmt.Errorf("start the job's pods: %w", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -275,4 +276,27 @@ func TestKubeCoordinatorPassesItsFlagsOn(t *testing.T) {
 	assert.ElementsMatch(t, []string{"-recovery=partial", "-train-records=100", "-v=true"}, o.passOn)
 	_, err = parseFlags(strings.Fields("-role ps -kube -id ps-0 -listen h:1"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "-kube is for -role coordinator")
+}
+
+// TestFlagsKubeSizes: the pod sizes parse as Kubernetes quantities, are not passed on to the pods,
+// need -kube, and the help prints.
+func TestFlagsKubeSizes(t *testing.T) {
+	t.Setenv(SecretEnv, "a secret of the test, long enough to be one")
+	o, err := parseFlags(strings.Fields("-role coordinator -kube -listen :7070 -ps-memory 96Mi -ps-cpus 500m -worker-memory 1Gi -worker-cpus 2"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, elastic.Resources{CPUs: 0.5, Memory: 96 << 20}, o.psSize)
+	assert.Equal(t, elastic.Resources{CPUs: 2, Memory: 1 << 30}, o.workerSize)
+	for _, a := range o.passOn {
+		assert.NotContains(t, a, "memory")
+		assert.NotContains(t, a, "cpus")
+	}
+	_, err = parseFlags(strings.Fields("-ps-memory 96Mi"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-kube")
+	_, err = parseFlags(strings.Fields("-role coordinator -kube -listen :7070 -ps-memory -3"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "positive quantity")
+	var help bytes.Buffer
+	_, err = parseFlags([]string{"-h"}, &help)
+	assert.ErrorIs(t, err, flag.ErrHelp)
+	assert.Contains(t, help.String(), "-ps-memory")
+	assert.NotContains(t, help.String(), "panic")
 }
