@@ -57,6 +57,7 @@ func allSuites() map[string]suite {
 		"checkpoint": {about: "flash checkpoint of a 2 GiB table vs memcpy and a plain disk write", run: runCheckpoint},
 		"dlrm":       {about: "DLRM training throughput on the embedded cluster, 1 vs 2 workers; checkpoint pauses of the main command against a memcpy and a batch", run: runDLRM},
 		"elastic":    {about: "worker join, server failures under both recovery policies and a coordinator restart vs stopping and restarting the job", run: runElastic},
+		"kube":       {about: "the DLRM job on a local Kubernetes control plane: a server's pod deleted, an OOM kill and a scale-out vs stopping and recreating every pod; the scaler's cost per pod vs a bare pod", run: runKube},
 		"autoscale":  {about: "cluster simulator on the Philly-derived DLRM workload: manual vs auto configuration, elastic LAS live vs stop-and-restart", run: runAutoscale},
 	}
 }
