@@ -318,7 +318,9 @@ func (j *kubeJob) scaleOut(ctx context.Context, r *report) (resumed, caught time
 		return 0, 0, err
 	}
 	start := time.Now()
-	if err := j.ctl.SetPlan(ctx, j.plan(3)); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
+	if err := j.ctl.SetPlan(sctx, j.plan(3)); err != nil {
 		return 0, 0, err
 	}
 	stR, _, err := j.awaitStatus(ctx, "the new owner table", func(st elastic.Status) bool { return owns(st, elastic.ServerID(2)) })
@@ -350,7 +352,9 @@ func (j *kubeJob) scaleIn(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	start := time.Now()
-	if err := j.ctl.SetPlan(ctx, j.plan(2)); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
+	if err := j.ctl.SetPlan(sctx, j.plan(2)); err != nil {
 		return 0, err
 	}
 	took := time.Since(start)

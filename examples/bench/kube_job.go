@@ -39,6 +39,10 @@ const (
 // of every time the suite reports, subjects and baselines alike.
 const kubePollEvery = 20 * time.Millisecond
 
+// kubeWaitFor bounds each wait of the suite for an event (a pod gone, a status, a pod's
+// address): an event that does not come fails the suite rather than hang it.
+const kubeWaitFor = time.Minute
+
 // kubeDataFlags are the dlrm flags of the suite's job, the same for every start of it: a small
 // synthetic job that trains far longer than the suite runs.
 var kubeDataFlags = []string{
@@ -151,7 +155,9 @@ func (j *kubeJob) startCoordinator(ctx context.Context, servers int, resume bool
 	if _, err := j.cp.Client.CoreV1().Pods(j.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the coordinator's pod: %w", err)
 	}
-	p, err := j.cp.WaitPod(ctx, j.ns, j.coordName, func(p *corev1.Pod) bool { return p.Status.PodIP != "" })
+	wctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
+	p, err := j.cp.WaitPod(wctx, j.ns, j.coordName, func(p *corev1.Pod) bool { return p.Status.PodIP != "" })
 	if err != nil {
 		return err
 	}
@@ -191,6 +197,8 @@ func (j *kubeJob) stopAll(ctx context.Context) error {
 
 // waitNoPods polls until no pod matches the selectors.
 func (j *kubeJob) waitNoPods(ctx context.Context, fields, labels string) error {
+	ctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
 	for {
 		list, err := j.cp.Client.CoreV1().Pods(j.ns).List(ctx, metav1.ListOptions{FieldSelector: fields, LabelSelector: labels})
 		if err != nil {
@@ -208,6 +216,8 @@ func (j *kubeJob) waitNoPods(ctx context.Context, fields, labels string) error {
 // awaitStatus asks the coordinator for its status until cond holds of it, and returns it with
 // the time it was read. Errors (the coordinator not up yet) are retried until ctx ends.
 func (j *kubeJob) awaitStatus(ctx context.Context, what string, cond func(elastic.Status) bool) (elastic.Status, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
 	var last error
 	for {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)

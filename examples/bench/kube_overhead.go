@@ -23,6 +23,8 @@ import (
 //
 // Both Running times are read the same way (WaitPod on the pod's name).
 func (j *kubeJob) scalerOverhead(ctx context.Context, round int) (scaler, bare time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, kubeWaitFor)
+	defer cancel()
 	name := "ovh" + strconv.Itoa(round)
 	spec := j.podSpec(nil)
 	tmpl := corev1.PodTemplateSpec{Spec: spec}
