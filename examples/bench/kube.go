@@ -18,6 +18,7 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/kubetest"
+	"github.com/elasticps/elasticps/internal/wait"
 )
 
 // kubePSMemory is each server pod's memory (-ps-memory): what an OOM kill grows by the
@@ -248,7 +249,22 @@ func (j *kubeJob) oomKilled(ctx context.Context, id string, r *report) (resumed,
 	if pid == 0 || cg == "" || limit == 0 {
 		return 0, 0, fmt.Errorf("server %s: pid %d, memory cgroup %q, limit %d: %w", id, pid, cg, limit, errNotDone)
 	}
+	// The hog takes a while to fill the pod's memory, and the job trains on meanwhile: the step
+	// to catch up with is the last one before the kill, read while the hog runs.
+	before := make(chan uint64, 1)
+	pctx, stop := context.WithCancel(ctx)
+	go func() {
+		last := st0.Step
+		for wait.Sleep(pctx, kubePollEvery) == nil {
+			if st, err := j.ctl.Status(pctx); err == nil && st.Recoveries == st0.Recoveries && st.ServerFailures == st0.ServerFailures {
+				last = max(last, st.Step)
+			}
+		}
+		before <- last
+	}()
 	killed, err := oomKill(ctx, cg, pid, 2*limit)
+	stop()
+	st0.Step = <-before
 	if err != nil {
 		return 0, 0, err
 	}
