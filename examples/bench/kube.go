@@ -34,17 +34,21 @@ const kubePSMemory = "256Mi"
 //     first step after the recovery (the scaler replaces the pod, the coordinator rolls the
 //     job back to its newest commit);
 //   - oom_killed: a server OOM-killed by the kernel for its pod's memory limit (a memory hog
-//     in the pod's cgroup, which the OOM killer may not pick): from the kill to the first step
-//     after the recovery onto the replacement pod, which the scaler gives 1.5 times the memory;
+//     in the pod's cgroup fills it, the server made the OOM killer's first choice: see
+//     kube_hog.go): from the kill to the first step after the recovery onto the replacement
+//     pod, which the scaler gives 1.5 times the memory;
 //   - scale_out: the coordinator asked for a third server (SetPlan, as dlrm scale does): from
-//     the request to the first step after the new server owns its slots;
+//     the request to the first step after the new server owns its slots (checked to have
+//     served rows); the job trains on meanwhile, and the steps it trained are reported;
 //   - the baseline, stop_restart: stop everything (every pod of the job killed, the Lease
 //     deleted) and recreate the coordinator's pod with -resume, which recreates the servers
 //     and workers and restores the newest commit from storage: from the stop to the first
 //     step. For scale_out the restart asks for three servers (stop_restart_3).
 //
-// Each also gets the time until the step count passes the step before the event (caught up:
-// the steps rolled back are trained again). The scaler's own cost per pod (scaler_pod: a plan
+// A round runs pod_deleted, oom_killed, stop_restart, stop_restart_3, a live scale-in back to
+// two servers (scale_in_s, for scale) and scale_out, so that each ratio pairs an event with the
+// baseline of its own round. Each also gets the time until the step count passes the step
+// before the event (caught up: the steps rolled back are trained again). The scaler's own cost per pod (scaler_pod: a plan
 // of one server to its pod Running) is set against the same pod created directly (bare_pod).
 // The control plane's start, and the build of its binaries (build-tools.sh, cached after the
 // first), are reported. Times are medians over the rounds (3; 1 with -quick); every time is
@@ -359,6 +363,10 @@ func (j *kubeJob) scaleOut(ctx context.Context, r *report) (resumed, caught time
 		}
 	}
 	r.add("scale_out_steps_meanwhile", float64(stR.Step-st0.Step), "steps the job trained between the scale-out request and the new owner table (last round)")
+	if rp := u.Repartition; rp != nil && rp.To == 3 && rp.Err == "" {
+		r.add("scale_out_repartition_s", rp.Duration.Seconds(), fmt.Sprintf("s of the repartition as the coordinator reports it: %d slots moved in %d groups, %d rows (last round)", rp.SlotsDone, rp.Groups, rp.MovedRows))
+		r.add("scale_out_max_fenced_ms", ckMillis(rp.MaxFenced), "ms the longest a group of slots was refused while handed to the new server: the only pause of training on those slots (last round)")
+	}
 	return at.Sub(start), at.Sub(start), nil
 }
 
