@@ -157,7 +157,9 @@ type Config struct {
 	// default 3.
 	StragglerMinWorkers int
 	// PendingFor is how long a process may wait to be scheduled before its request is
-	// made smaller; default 5 minutes.
+	// made smaller; default 5 minutes. A platform that gives up a pending process by itself
+	// must wait longer (kube.Config.PendingTimeout well above PendingFor plus the Runner's
+	// period), or the autoscaler never sees the wait.
 	PendingFor time.Duration
 	// ShrinkFactor multiplies a pending request's cores and memory; default 0.75. A server's
 	// memory never goes below its share of what the model's rows need (the profile's size or
