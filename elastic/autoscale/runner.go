@@ -322,7 +322,10 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 
 // killed marks the servers of kills OOMKilled in loads, with the limit they went over; a
 // server the job does not serve from now (failed, not yet recovered) is added, with the
-// memory it used at the previous reading.
+// memory it used at the previous reading. That memory is capped at the limit: the kernel
+// killed the server there, and a reading above it is the process's resident memory counting
+// pages its memory cgroup does not charge it (the flash checkpoint's shared memory, say), which
+// must not make the planner ask for more than MemoryGrowth times the limit.
 func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
 	for _, k := range kills {
 		i := slices.IndexFunc(loads, func(l ServerLoad) bool { return l.ID == k.ID })
@@ -330,6 +333,9 @@ func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
 			l := ServerLoad{ID: k.ID}
 			if p, ok := prev.server(k.ID); ok {
 				l.Memory, _ = p.Use()
+			}
+			if k.MemoryLimit > 0 {
+				l.Memory = min(l.Memory, k.MemoryLimit)
 			}
 			loads = append(loads, l)
 			i = len(loads) - 1

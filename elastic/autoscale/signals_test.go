@@ -75,17 +75,18 @@ func signalRunner(t *testing.T, job *fakeJob, sig *fakeSignals, cfg autoscale.Co
 const mib = 1 << 20
 
 // A server the platform reports killed for lack of memory, which the job counts failed (so its
-// Usage has no figures of it), is restarted with MemoryGrowth times the limit it went over: the
-// runner gives the coordinator the platform's plan (the coordinator has none yet) with the
-// servers' new memory, then asks the platform to restart it. A kill is answered once.
+// Usage has no figures of it), is restarted with MemoryGrowth times the limit it went over, also
+// when its resident memory last read above the limit: the runner gives the coordinator the
+// platform's plan (the coordinator has none yet) with the servers' new memory, then asks the
+// platform to restart it. A kill is answered once.
 func TestSignalsOOMKillRestartsTheServerLarger(t *testing.T) {
 	plan := elastic.Plan{Servers: 2, Workers: 2, Server: elastic.Resources{CPUs: 1, Memory: 100 * mib}}
 	job := &fakeJob{st: elastic.Status{
-		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, {ID: "ps-1", Pid: 11, ResidentBytes: 90 * mib}},
+		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, {ID: "ps-1", Pid: 11, ResidentBytes: 140 * mib}},
 		Workers: []elastic.WorkerStatus{{ID: "worker-0"}, {ID: "worker-1"}},
 	}}
 	sig := &fakeSignals{plan: plan}
-	r, clk := signalRunner(t, job, sig, autoscale.Config{NearMemory: 1})
+	r, clk := signalRunner(t, job, sig, autoscale.Config{NearMemory: 2})
 	ctx := context.Background()
 
 	applied, err := r.Tick(ctx)

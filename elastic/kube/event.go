@@ -145,7 +145,7 @@ type PodStatus struct {
 	Phase corev1.PodPhase
 	// Restarts counts the replacement pods.
 	Restarts int
-	// Size is the newest pod's size (Launch.Size).
+	// Size is the newest pod's size (Launch.Size), from when it is on its way.
 	Size elastic.Resources
 	// Running says the newest pod's container runs.
 	Running bool

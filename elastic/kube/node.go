@@ -108,6 +108,7 @@ func (s *Scaler) supervise(n *node) {
 				size = r.size
 			}
 		}
+		n.size = size // the pod on its way: RestartServer compares with it
 		s.mu.Unlock()
 		l := s.launch(n, restart, size)
 		uid, adopted, err := s.start(n, l)
