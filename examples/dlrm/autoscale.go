@@ -66,8 +66,10 @@ func (a *kubeAutoscale) note(format string, args ...any) {
 
 // scale starts the job's pods for plan. Without the autoscaler, it waits for them all. With it,
 // it waits for the servers, which the coordinator needs, and starts the workers in the
-// background: a worker no node can hold then waits for the autoscaler, which gives it up or
-// asks for it smaller, rather than failing the job's start.
+// background, one at a time in order: a worker no node can hold then waits for the
+// autoscaler rather than failing the job's start, and it is the highest-numbered, which a plan
+// of fewer workers gives up (the workers started after it wait for its answer). The background
+// start stops once the plan's workers are not those it set (the autoscaler changed them).
 func (a *kubeAutoscale) scale(ctx context.Context, scaler *kube.Scaler, plan elastic.Plan) error {
 	if a == nil {
 		return scaler.Scale(ctx, plan)
@@ -80,8 +82,18 @@ func (a *kubeAutoscale) scale(ctx context.Context, scaler *kube.Scaler, plan ela
 	ctx, cancel := context.WithCancel(ctx)
 	a.cancel = cancel
 	a.wg.Go(func() {
-		if err := scaler.Scale(ctx, plan); err != nil && ctx.Err() == nil {
-			a.note("the first workers' start: %v", err)
+		for k := 1; k <= plan.Workers; k++ {
+			p := scaler.Plan() // the sizes as the autoscaler may have changed them
+			if p.Workers != k-1 {
+				return
+			}
+			p.Workers = k
+			if err := scaler.Scale(ctx, p); err != nil {
+				if ctx.Err() == nil {
+					a.note("the start of worker %d: %v", k-1, err)
+				}
+				return
+			}
 		}
 	})
 	return nil
