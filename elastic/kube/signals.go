@@ -104,8 +104,8 @@ func (s *Scaler) RestartServer(ctx context.Context, id, reason string) error {
 		return elastic.ErrClosed
 	}
 	want := s.plan.Server
-	if n.redo != nil {
-		want = larger(want, n.redo.size)
+	if n.redo != nil && n.redo.running {
+		want = larger(want, n.redo.size) // a restart asked already: at least as large
 	}
 	if covers(n.size, want) || n.finished || n.stop != stopNone {
 		return nil
