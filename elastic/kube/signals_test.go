@@ -92,3 +92,23 @@ func TestOOMKillsAndRestartServer(t *testing.T) {
 
 	require.ErrorIs(t, s.RestartServer(context.Background(), "ps-7", "none"), elastic.ErrInvalidConfig)
 }
+
+// The scaler's growth after an OOM kill is rounded up to a whole MiB, as the autoscaler's is,
+// so that an autoscaler's restart at MemoryGrowth times a limit of no whole MiB finds the
+// replacement as large.
+func TestOOMGrowthAgreesWithTheAutoscaler(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.config("agree")
+	cfg.MaxRestarts = 2
+	s, rec := e.scaler(cfg)
+	plan := elastic.Plan{Servers: 1, Server: elastic.Resources{Memory: 100e6}}
+	require.NoError(t, s.Scale(e.ctx, plan))
+	require.NoError(t, e.kubelet.end(e.ctx, e.ns, kube.PodName("agree", "ps-0"), oomKill))
+	run := awaitRunning(t, rec, "ps-0", 1)
+	assert.Equal(t, int64(144<<20), run.Size.Memory, "1.5e8 bytes rounded up to a whole MiB")
+
+	plan.Server.Memory = 144 << 20 // autoscale's roundMiB(1.5 x 1e8)
+	require.NoError(t, s.Scale(e.ctx, plan))
+	require.NoError(t, s.RestartServer(e.ctx, "ps-0", "killed for lack of memory"))
+	assert.Equal(t, 1, podStatus(s, "ps-0").Restarts, "no second restart")
+}
