@@ -48,7 +48,10 @@ type Config struct {
 	// near its limit; default 1.5.
 	MemoryGrowth float64
 	// NearMemory is the fraction of its memory limit in use at which a server counts as near
-	// the limit and is restarted larger before it is killed; default 0.95.
+	// the limit and is restarted larger before it is killed; default 0.95. A server's memory
+	// in use is its process's resident memory, which counts shared pages (the flash
+	// checkpoint's) its memory cgroup may not charge it, so it can read above the limit: a
+	// NearMemory above 1 keeps the rule to the servers actually killed.
 	NearMemory float64
 
 	// CPUHeadroom multiplies the most cores a process of a role was seen to use (over the
@@ -157,7 +160,9 @@ type Config struct {
 	// default 3.
 	StragglerMinWorkers int
 	// PendingFor is how long a process may wait to be scheduled before its request is
-	// made smaller; default 5 minutes.
+	// made smaller; default 5 minutes. A platform that gives up a pending process by itself
+	// must wait longer (kube.Config.PendingTimeout well above PendingFor plus the Runner's
+	// period), or the autoscaler never sees the wait.
 	PendingFor time.Duration
 	// ShrinkFactor multiplies a pending request's cores and memory; default 0.75. A server's
 	// memory never goes below its share of what the model's rows need (the profile's size or
@@ -295,7 +300,7 @@ func (c Config) Validate() error {
 	bad(!(d.MemoryHeadroom >= 1) || !finite(d.MemoryHeadroom), "MemoryHeadroom %g (at least 1)", c.MemoryHeadroom)
 	bad(d.MaxServerMemory < 0, "MaxServerMemory %d", c.MaxServerMemory)
 	bad(!(d.MemoryGrowth > 1) || !finite(d.MemoryGrowth), "MemoryGrowth %g (above 1)", c.MemoryGrowth)
-	bad(!(d.NearMemory > 0 && d.NearMemory <= 1), "NearMemory %g (in (0, 1])", c.NearMemory)
+	bad(!(d.NearMemory > 0) || !finite(d.NearMemory), "NearMemory %g", c.NearMemory)
 	bad(!(d.CPUHeadroom >= 1) || !finite(d.CPUHeadroom), "CPUHeadroom %g (at least 1)", c.CPUHeadroom)
 	bad(!(d.BusyHeadroom >= 1) || !finite(d.BusyHeadroom), "BusyHeadroom %g (at least 1)", c.BusyHeadroom)
 	bad(!(d.CPUStep > 0) || !finite(d.CPUStep), "CPUStep %g", c.CPUStep)

@@ -109,6 +109,26 @@
 //	ctl, err := remote.NewControl(remote.Config{Addr: coordinatorAddr, Secret: secret})
 //	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: ctl, Planner: p, RestartServer: restart})
 //
+// # Signals from the platform
+//
+// What the job cannot see of its own processes comes from the platform that runs them, through
+// Signals (RunnerConfig.Signals; *kube.Scaler is one, and this package does not import
+// client-go): the processes its scheduler has not placed (Observation.Pending, with the
+// scheduler's reason, which the decision's Reason repeats), the servers its kernel killed for
+// lack of memory since the previous observation (ServerLoad.OOMKilled with the limit they went
+// over, also while the job counts the server failed and has no figures of it), the plan while
+// the job's coordinator has none (a Kubernetes coordinator starts its pods before it exists),
+// and RestartServer. So the planner acts on real signals: a server killed comes back with
+// MemoryGrowth times its limit and restores its slots; a process pending longer than PendingFor
+// is asked for smaller, and the platform asks again for it at that size, or given up:
+//
+//	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: coord, Planner: p, Signals: scaler})
+//
+// The platform may answer a kill itself first (kube's scaler replaces an OOM-killed pod with
+// more memory at once): its RestartServer then finds the server as large as the plan asks and
+// does nothing, so a kill is answered once; see package elastic/kube. A platform that fails a
+// pending process by itself after a timeout must wait longer than PendingFor.
+//
 // # Concurrency
 //
 // A Planner's methods are safe for concurrent use; observations must come in time order. A

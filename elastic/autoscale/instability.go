@@ -305,7 +305,7 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 		ds = append(ds, Decision{Kind: ShrinkRequest, At: obs.At, Target: pd.ID, Role: pd.Role, Shape: s, Size: pd.Size,
 			Value: pd.Waited.Seconds(), Limit: c.PendingFor.Seconds(),
 			Reason: fmt.Sprintf("pending for %v >= %v: give it up, %d workers (a worker is added back for nothing once the job runs)",
-				pd.Waited.Round(time.Second), c.PendingFor, s.Workers)})
+				pd.Waited.Round(time.Second), c.PendingFor, s.Workers) + schedulerSaid(pd)})
 	}
 	if gaveUp {
 		return ds
@@ -338,6 +338,7 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 			if size.CPU == p.minCPU[pd.Role] && size.CPU > c.MinProcess.CPU {
 				d.Reason += fmt.Sprintf(" (%g cores: the median the history's %ss used of their requests)", size.CPU, pd.Role)
 			}
+			d.Reason += schedulerSaid(pd)
 			ds = append(ds, d)
 			continue
 		}
@@ -358,10 +359,18 @@ func (p *Planner) pendingLocked(obs Observation) []Decision {
 		s = next
 		d.Kind, d.Size, d.Shape = ShrinkRequest, pd.Size, s
 		d.Reason = fmt.Sprintf("pending for %v >= %v at the smallest size %v: give it up, %d workers and %d servers",
-			pd.Waited.Round(time.Second), c.PendingFor, pd.Size, s.Workers, s.Servers)
+			pd.Waited.Round(time.Second), c.PendingFor, pd.Size, s.Workers, s.Servers) + schedulerSaid(pd)
 		ds = append(ds, d)
 	}
 	return ds
+}
+
+// schedulerSaid is the scheduler's reason for pd's wait, for a decision's Reason.
+func schedulerSaid(pd Pending) string {
+	if pd.Reason == "" {
+		return ""
+	}
+	return "; the scheduler: " + pd.Reason
 }
 
 // memoryFloorLocked is the least memory a process of role may ask for: a server's share of

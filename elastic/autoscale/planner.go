@@ -70,6 +70,9 @@ type Pending struct {
 	// ShrinkRequest carried out starts the wait again).
 	Size   Resources
 	Waited time.Duration
+	// Reason is the scheduler's word on why it waits ("0/1 nodes are available: 1
+	// Insufficient memory."), "" when it gave none.
+	Reason string
 }
 
 // Planner decides a job's shape: a first plan from its profile and the history (Begin), then,

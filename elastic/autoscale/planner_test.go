@@ -420,6 +420,8 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"workers", "RemoveEfficiency", "HotCPU", "ShrinkFactor", "Prior"} {
 		assert.Contains(t, err.Error(), want)
 	}
-	_, err = NewPlanner(Config{NearMemory: 1.5})
+	_, err = NewPlanner(Config{NearMemory: -0.5})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewPlanner(Config{NearMemory: 1.5})
+	assert.NoError(t, err, "above 1: only kills")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,13 +42,25 @@ type (
 
 // status returns the job's status, with no server's counters read where the Job can.
 func (r *Runner) status(ctx context.Context) (elastic.Status, error) {
+	var st elastic.Status
+	var err error
 	switch j := r.cfg.Job.(type) {
 	case statuser:
-		return j.Status(), nil
+		st = j.Status()
 	case ctxStatuser:
-		return j.Status(ctx)
+		st, err = j.Status(ctx)
+	default:
+		st, err = r.cfg.Job.Usage(ctx)
 	}
-	return r.cfg.Job.Usage(ctx)
+	return r.withPlan(st), err
+}
+
+// withPlan is st with the plan of RunnerConfig.Signals while the coordinator has none.
+func (r *Runner) withPlan(st elastic.Status) elastic.Status {
+	if st.Plan == (elastic.Plan{}) && r.cfg.Signals != nil {
+		st.Plan = r.cfg.Signals.Plan()
+	}
+	return st
 }
 
 // A Job that can fail a worker is the default of RunnerConfig.ReplaceWorker: the coordinator's
@@ -79,16 +92,24 @@ type RunnerConfig struct {
 	WorkerCPU, ServerCPU float64
 	// RestartServer restarts server id, whose new size the coordinator's plan already holds
 	// (SetPlan), so that it restores its slots from the newest flash checkpoint: for an
-	// in-process job, local.Job.RestartServerByID. Nil: RestartServer decisions fail with
-	// ErrNoRestarter.
+	// in-process job, local.Job.RestartServerByID. Nil: Signals' RestartServer; without
+	// Signals, RestartServer decisions fail with ErrNoRestarter.
 	RestartServer func(ctx context.Context, id, reason string) error
 	// ReplaceWorker stops worker id so that the scaler starts another in its place. Nil: the
 	// Job's Fail, which *elastic.Coordinator and *remote.Control have (the worker is fenced and
 	// its shards go to the others; a scaler that restarts failed workers starts it again); for
 	// a Job without one, ReplaceWorker decisions fail with ErrNoReplacer.
 	ReplaceWorker func(ctx context.Context, id, reason string) error
-	// Pending lists the processes a cluster scheduler has not placed yet. Nil: none.
+	// Pending lists the processes a cluster scheduler has not placed yet. Nil: Signals'
+	// Pending, or none.
 	Pending func() []Pending
+	// Signals, if set, is what the platform that runs the processes tells of them (a
+	// *kube.Scaler): the pending processes (the default of Pending), the servers killed for
+	// lack of memory (each observation marks those killed since the previous one OOMKilled,
+	// with the limit they went over, whether the job still counts them failed or serves from
+	// their replacements already), the plan while the coordinator has none, and the default
+	// of RestartServer. Nil: none of these.
+	Signals Signals
 	// RebalanceOver, RebalanceWindow and RebalanceMoves are the arguments of the
 	// Job.Rebalance an AddServer or Rebalance decision calls: a server's share of
 	// the load above RebalanceOver times the average is moved off (default 1.2), measured
@@ -187,6 +208,14 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 			}
 		}
 	}
+	if sig := cfg.Signals; sig != nil {
+		if cfg.Pending == nil {
+			cfg.Pending = sig.Pending
+		}
+		if cfg.RestartServer == nil {
+			cfg.RestartServer = sig.RestartServer
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -243,6 +272,7 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 	if err != nil {
 		return Observation{}, fmt.Errorf("autoscale: usage: %w", err)
 	}
+	st = r.withPlan(st)
 	now := r.cfg.Now()
 	cur := &reading{
 		at:      now,
@@ -281,7 +311,41 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 	if r.cfg.Pending != nil {
 		obs.Pending = r.cfg.Pending()
 	}
+	if r.cfg.Signals != nil {
+		obs.Servers = killed(obs.Servers, r.cfg.Signals.OOMKills(), prev)
+		for _, sv := range obs.Servers {
+			obs.Changing = obs.Changing || sv.OOMKilled
+		}
+	}
 	return obs, nil
+}
+
+// killed marks the servers of kills OOMKilled in loads, with the limit they went over; a
+// server the job does not serve from now (failed, not yet recovered) is added, with the
+// memory it used at the previous reading. That memory is capped at the limit: the kernel
+// killed the server there, and a reading above it is the process's resident memory counting
+// pages its memory cgroup does not charge it (the flash checkpoint's shared memory, say), which
+// must not make the planner ask for more than MemoryGrowth times the limit.
+func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
+	for _, k := range kills {
+		i := slices.IndexFunc(loads, func(l ServerLoad) bool { return l.ID == k.ID })
+		if i < 0 {
+			l := ServerLoad{ID: k.ID}
+			if p, ok := prev.server(k.ID); ok {
+				l.Memory, _ = p.Use()
+			}
+			if k.MemoryLimit > 0 {
+				l.Memory = min(l.Memory, k.MemoryLimit)
+			}
+			loads = append(loads, l)
+			i = len(loads) - 1
+		}
+		loads[i].OOMKilled = true
+		if k.MemoryLimit > 0 {
+			loads[i].MemoryLimit = k.MemoryLimit
+		}
+	}
+	return loads
 }
 
 // serverLoad is a server's figures from two readings of it. A server alone in its process
@@ -390,8 +454,9 @@ func (r *Runner) Apply(ctx context.Context, d Decision) Applied {
 			a.Moves = moves
 		}
 	case RestartServer:
+		// Only the memory: the cores of a plan that sets none stay the platform's default.
 		p := plan(st, d.Shape)
-		p.Server = elastic.Resources{CPUs: d.Size.CPU, Memory: d.Size.Memory}
+		p.Server.Memory = d.Size.Memory
 		if r.cfg.RestartServer == nil {
 			a.Err = ErrNoRestarter
 		} else if a.Err = c.SetPlan(ctx, p); a.Err == nil {

@@ -113,7 +113,7 @@ type Config struct {
 	// Default DefaultStopGrace.
 	StopGrace time.Duration
 	// OOMGrowth multiplies the memory limit (and request) of a pod replaced after an OOM kill:
-	// at least 1. Default DefaultOOMGrowth.
+	// at least 1, the memory rounded up to a whole MiB. Default DefaultOOMGrowth.
 	OOMGrowth float64
 	// MaxMemory caps the memory OOMGrowth gives, in bytes. Default 0: no cap.
 	MaxMemory int64

@@ -61,6 +61,8 @@
 //	Deleted    deleted behind the scaler's back
 //	Stopped    deleted by the scaler (Scale, StopServers, Close)
 //	Refused    the apiserver refused to create it (an exceeded quota, say); the start fails
+//	Unschedulable  the scheduler found no node for the pod yet (its message), once per pod;
+//	           the pod waits (see Signals below)
 //
 // A pod that ends by itself is reported at once to the Reporter (SetReporter; a
 // *elastic.Coordinator is one): every end of a server (ServerFailed), an abnormal end of a worker
@@ -70,9 +72,27 @@
 // MaxMemory). A worker that exits with status 0 is done. A node id at its restart limit keeps
 // its ended pod (for its logs) until it is stopped, and PodStatus.Err wraps ErrRestartLimit.
 //
-// Deciding what to do about these events (more memory for a job whose servers keep being OOM
-// killed, a smaller request for pending pods, more servers) is an autoscaler's job
-// (elastic/autoscale); feeding it these events is left to later.
+// # Signals for an autoscaler
+//
+// Deciding what to do about these events (more memory for a server killed for lack of it, a
+// smaller request for a pod no node can hold, fewer workers) is an autoscaler's job: a Scaler is
+// an autoscale.Signals, which autoscale.RunnerConfig.Signals hands to an autoscale.Runner:
+//
+//	Pending        the plan's pods not placed yet, with the size asked, the wait at that size and
+//	               the scheduler's message
+//	OOMKills       the servers killed for going over their limit since the previous call
+//	RestartServer  a server's pod restarted at the plan's server size, unless it has it already
+//	Plan           the plan, which the Runner reads while the coordinator has none
+//
+// A Scale whose plan changes a role's size asks again, at the new size, for the pods of the
+// role that are still pending (a ShrinkRequest carried out), while the pods that run keep
+// theirs. An OOM kill is answered twice over, once by each layer, and the two agree: the scaler
+// replaces the pod at once with OOMGrowth times the limit, so the server is back as soon as
+// possible, and the autoscaler's answer (autoscale.Config.MemoryGrowth times the limit, the plan's
+// server size from then on) finds the replacement that large already, so its RestartServer does
+// nothing and the server restores its slots once, from the replacement. PendingTimeout is then
+// the last resort: set it well above autoscale.Config.PendingFor and the Runner's period, so the
+// autoscaler shrinks or gives up a pending pod before its start fails.
 //
 // # Leadership
 //

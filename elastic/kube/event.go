@@ -37,10 +37,15 @@ const (
 	// EventRefused: the apiserver refused to create the pod; Message is its error (an
 	// exceeded ResourceQuota, a missing service account, RBAC). The start fails with it.
 	EventRefused
+	// EventUnschedulable: the scheduler found no node for the pod; Reason and Message are its
+	// words ("Unschedulable", "0/3 nodes are available: 3 Insufficient memory."). Once per
+	// pod, as soon as the scheduler says so: the pod lives on and waits, and Scaler.Pending
+	// lists it, for an autoscaler to ask for it smaller (Scale) before PendingTimeout fails it.
+	EventUnschedulable
 )
 
 // String returns the kind's name: "Pending", "Running", "Exited", "OOMKilled", "Evicted",
-// "Preempted", "Deleted", "Stopped" or "Refused".
+// "Preempted", "Deleted", "Stopped", "Refused" or "Unschedulable".
 func (k EventKind) String() string {
 	switch k {
 	case EventPending:
@@ -61,6 +66,8 @@ func (k EventKind) String() string {
 		return "Stopped"
 	case EventRefused:
 		return "Refused"
+	case EventUnschedulable:
+		return "Unschedulable"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -138,7 +145,7 @@ type PodStatus struct {
 	Phase corev1.PodPhase
 	// Restarts counts the replacement pods.
 	Restarts int
-	// Size is the newest pod's size (Launch.Size).
+	// Size is the newest pod's size (Launch.Size), from when it is on its way.
 	Size elastic.Resources
 	// Running says the newest pod's container runs.
 	Running bool

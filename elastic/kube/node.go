@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/autoscale"
 )
 
 // stopMode is what the scaler asks of a node's goroutine.
@@ -52,6 +53,21 @@ type node struct {
 	result   error
 	finished bool
 	retry    bool // done because a start failed: a later Scale starts the node id anew
+	// asked is when the newest pod was created at its size; scheduled says the scheduler has
+	// placed it, and unschedulable is the scheduler's message while it finds no node for it.
+	asked         time.Time
+	scheduled     bool
+	unschedulable string
+	// redo asks the goroutine for a pod of another size (Scale, RestartServer).
+	redo *redo
+}
+
+// redo is a pod asked for again at another size: a pending pod at a plan's new size (Scale),
+// or a running server larger (RestartServer), which is a new incarnation.
+type redo struct {
+	size    elastic.Resources
+	running bool   // the pod is replaced even once scheduled or running
+	reason  string // why, for the Reporter and the log
 }
 
 // errQuit ends a node's goroutine when Close has cancelled the scaler's context, or released it.
@@ -83,6 +99,17 @@ func (s *Scaler) supervise(n *node) {
 	size, restart := n.size, 0
 	s.mu.Unlock()
 	for {
+		s.mu.Lock()
+		if r := n.redo; r != nil {
+			n.redo = nil
+			if r.running {
+				size = larger(size, r.size)
+			} else {
+				size = r.size
+			}
+		}
+		n.size = size // the pod on its way: RestartServer compares with it
+		s.mu.Unlock()
 		l := s.launch(n, restart, size)
 		uid, adopted, err := s.start(n, l)
 		switch {
@@ -104,6 +131,7 @@ func (s *Scaler) supervise(n *node) {
 		}
 		s.mu.Lock()
 		n.uid, n.restarts, n.size, n.phase, n.running = uid, restart, size, "", false
+		n.asked, n.scheduled, n.unschedulable = time.Now(), false, ""
 		s.mu.Unlock()
 
 		ev, how := s.follow(n, l, uid, ready)
@@ -128,6 +156,27 @@ func (s *Scaler) supervise(n *node) {
 			s.finish(n, err, true, ready)
 			s.waitGone(n, uid)
 			return
+		case endRedo:
+			s.mu.Lock()
+			r := n.redo
+			reporter := s.reporter
+			s.mu.Unlock()
+			if e := s.deletePod(s.ctx, n.name, uid, 0); e != nil {
+				log.Error("could not delete the pod to start it at another size", "pod", n.name, "err", e)
+			}
+			if err := s.waitGone(n, uid); err != nil {
+				return
+			}
+			if r == nil || !r.running {
+				log.Info("pending pod asked for again at the plan's new size", "pod", n.name)
+				continue // never ran: the same incarnation
+			}
+			log.Warn("server restarted larger", "pod", n.name, "size", r.size, "reason", r.reason)
+			if reporter != nil {
+				reporter.ServerFailed(n.id, fmt.Sprintf("pod %s restarted with %v: %s", n.name, r.size, r.reason))
+			}
+			restart++
+			continue
 		}
 		// The pod ended by itself.
 		abnormal := ev.Abnormal()
@@ -148,6 +197,11 @@ func (s *Scaler) supervise(n *node) {
 			} else if abnormal {
 				reporter.Fail(n.id, ev.String())
 			}
+		}
+		if ev.Kind == EventOOMKilled && n.role == elastic.RoleServer {
+			s.mu.Lock()
+			s.oomKills = append(s.oomKills, autoscale.OOMKill{ID: n.id, MemoryLimit: ev.MemoryLimit})
+			s.mu.Unlock()
 		}
 		s.emit(ev)
 		if final {
@@ -310,6 +364,7 @@ const (
 	endStopped               // the scaler deleted it, and it is gone
 	endPending               // it stayed unscheduled too long; it is still there
 	endQuit                  // the scaler closed, or released the node
+	endRedo                  // asked for at another size (node.redo); the pod is still there
 )
 
 // follow watches pod uid of node n, started as l, until it ends, and returns how, with its
@@ -318,15 +373,30 @@ func (s *Scaler) follow(n *node, l Launch, uid types.UID, ready func()) (Event, 
 	since := time.Now()
 	deadline := time.NewTimer(s.cfg.PendingTimeout)
 	defer deadline.Stop()
-	ran, seen := false, false
+	ran, seen, told := false, false, false
 	for {
 		ch := s.changes()
 		live, gone := s.look(n.name, uid)
 		s.mu.Lock()
 		stop, deleted := n.stop, n.deleted
+		var unsched *corev1.PodCondition
+		redoNow := false
 		if live != nil {
 			n.phase = live.Status.Phase
 			n.running = running(live, s.cname) && live.DeletionTimestamp == nil
+			n.scheduled = live.Spec.NodeName != ""
+			if unsched = unscheduled(live); unsched != nil && !n.scheduled {
+				n.unschedulable = unsched.Message
+			} else {
+				unsched, n.unschedulable = nil, ""
+			}
+			if r := n.redo; r != nil && live.DeletionTimestamp == nil && !terminal(live) {
+				if r.running || !n.scheduled {
+					redoNow = true
+				} else {
+					n.redo = nil // scheduled meanwhile: it keeps its size
+				}
+			}
 		}
 		s.mu.Unlock()
 		if stop == stopRelease {
@@ -350,8 +420,16 @@ func (s *Scaler) follow(n *node, l Launch, uid types.UID, ready func()) (Event, 
 				s.mu.Unlock()
 			}
 		case stop == stopAsked:
+		case redoNow && stop == stopNone:
+			return Event{Pod: n.name, UID: uid}, endRedo
 		case live != nil:
 			seen = true
+			if unsched != nil && !told {
+				told = true
+				s.emit(Event{Launch: l, Pod: n.name, UID: uid, Kind: EventUnschedulable, Reason: unsched.Reason, Message: unsched.Message,
+					MemoryLimit: memoryLimit(live, s.cname)})
+				s.log.Warn("the scheduler finds no node for the pod", "pod", n.name, "reason", unsched.Reason, "message", unsched.Message)
+			}
 			switch {
 			case live.DeletionTimestamp != nil: // deleted behind the scaler's back: acted on once gone
 			case terminal(live):
@@ -400,6 +478,16 @@ func sizeOf(p *corev1.Pod, c string) elastic.Resources {
 		}
 	}
 	return r
+}
+
+// larger returns the larger of a and b in each resource.
+func larger(a, b elastic.Resources) elastic.Resources {
+	return elastic.Resources{CPUs: max(a.CPUs, b.CPUs), Memory: max(a.Memory, b.Memory)}
+}
+
+// covers reports whether a is at least b in every resource b sets.
+func covers(a, b elastic.Resources) bool {
+	return (b.CPUs == 0 || a.CPUs >= b.CPUs) && (b.Memory == 0 || a.Memory >= b.Memory)
 }
 
 // indexOf returns i of ServerID(i) or WorkerID(i).

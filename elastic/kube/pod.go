@@ -206,7 +206,9 @@ func setResources(r *corev1.ResourceRequirements, size elastic.Resources) {
 }
 
 // grown returns size with the memory an OOM-killed pod whose limit was limit gets: limit (or
-// size's memory, when the pod had no limit) times Config.OOMGrowth, capped at MaxMemory.
+// size's memory, when the pod had no limit) times Config.OOMGrowth, rounded up to a whole MiB
+// (as autoscale's planner rounds the memory it asks for, so that the two agree), capped at
+// MaxMemory.
 func (s *Scaler) grown(size elastic.Resources, limit int64) elastic.Resources {
 	if limit <= 0 {
 		limit = size.Memory
@@ -214,7 +216,8 @@ func (s *Scaler) grown(size elastic.Resources, limit int64) elastic.Resources {
 	if limit <= 0 {
 		return size // no limit: the node ran out of memory, and more would not help
 	}
-	m := int64(math.Ceil(float64(limit) * s.cfg.OOMGrowth))
+	const mib = 1 << 20
+	m := int64(math.Ceil(float64(limit)*s.cfg.OOMGrowth/mib)) * mib
 	if s.cfg.MaxMemory > 0 {
 		m = min(m, max(s.cfg.MaxMemory, limit))
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/autoscale"
 )
 
 // callTimeout bounds a deletion that a caller's ctx does not.
@@ -64,6 +65,7 @@ type Scaler struct {
 	changed    chan struct{}          // closed and replaced at every pod event and stop
 	reporter   Reporter
 	closed     bool
+	oomKills   []autoscale.OOMKill // the servers' OOM kills not yet taken (OOMKills)
 }
 
 var _ elastic.ServerScaler = (*Scaler)(nil)
@@ -206,7 +208,10 @@ func (s *Scaler) SetReporter(r Reporter) {
 // Scale implements elastic.Scaler. Its first call creates the plan's server pods; every call
 // creates the worker pods plan has and the scaler does not run (a node id whose pod exited
 // with status 0 or used up its restarts is not started again while plan keeps it; one whose
-// start failed is), and deletes the workers plan does not have, the highest-numbered first,
+// start failed is), asks again, at the plan's size, for every pod of a role whose size plan
+// changes that the scheduler has not placed yet (deleted and created anew, the same
+// incarnation; not waited for: the call that started it waits), and deletes the workers plan
+// does not have, the highest-numbered first,
 // each with the grace period Config.StopGrace: a worker's drain (SIGTERM, it finishes its batch
 // and leaves). It returns once every pod it created runs (its container) or failed to start
 // (the error joins the failures: ErrPending with the scheduler's message, a refused create),
@@ -260,6 +265,7 @@ func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 		for i := range plan.Workers {
 			started = s.startLocked(started, elastic.RoleWorker, i, plan.Worker)
 		}
+		s.resizePendingLocked(plan)
 		s.plan, s.serversSet = plan, true
 	}
 	closed := s.closed

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/autoscale"
 	"github.com/elasticps/elasticps/embedding"
 	"github.com/elasticps/elasticps/examples/dlrm/model"
 	"github.com/elasticps/elasticps/examples/dlrm/train"
@@ -47,6 +48,11 @@ type options struct {
 	// psSize and workerSize are the requests and limits of the server and worker pods -kube
 	// starts (zero: the template's own).
 	psSize, workerSize elastic.Resources
+	// autoscale runs the autoscaler on a -kube job, every autoscaleEvery, with a pending pod
+	// answered after pendingFor.
+	autoscale                  bool
+	autoscaleEvery, pendingFor time.Duration
+	nearMemory                 float64
 }
 
 // rawValue is a flag's value that also keeps what the command line gave it, each time: a flag
@@ -198,6 +204,10 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Func("ps-cpus", "-kube: each server pod's CPU request and limit, a Kubernetes quantity such as 1 or 500m (default: the coordinator pod's)", cpus(&o.psSize.CPUs))
 	fs.Func("worker-memory", "-kube: each worker pod's memory request and limit (default: the coordinator pod's)", quantity(&o.workerSize.Memory))
 	fs.Func("worker-cpus", "-kube: each worker pod's CPU request and limit (default: the coordinator pod's)", cpus(&o.workerSize.CPUs))
+	fs.BoolVar(&o.autoscale, "autoscale", false, "-kube: answer what Kubernetes says of the job's pods (elastic/autoscale): a server killed for lack of memory comes back with more and restores its slots, a pod no node can hold for -pending-for is asked for smaller or given up; the counts stay within -ps and -workers")
+	fs.DurationVar(&o.autoscaleEvery, "autoscale-every", 15*time.Second, "-autoscale: how often the autoscaler observes the job")
+	fs.Float64Var(&o.nearMemory, "near-memory", autoscale.DefaultConfig().NearMemory, "-autoscale: the share of its memory limit a server may use before it is restarted larger, ahead of a kill (above 1: only once killed, since a server's resident memory counts the shared checkpoint pages and may read above its limit)")
+	fs.DurationVar(&o.pendingFor, "pending-for", autoscale.DefaultConfig().PendingFor, "-autoscale: how long a pod may wait for a node before it is asked for smaller or given up")
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process; default: the environment variable "+SecretEnv+", never a flag's value)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")
 	fs.BoolVar(&o.verbose, "v", false, "log the components' warnings and notices to stderr")
@@ -319,6 +329,15 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		c.EvalEvery = -1
 	case c.EvalEvery < 0:
 		errs = append(errs, fmt.Errorf("-eval-every %v is negative", c.EvalEvery))
+	}
+	if o.autoscale && !o.kube {
+		errs = append(errs, errors.New("-autoscale is for -role coordinator -kube: it answers what Kubernetes says of the pods"))
+	}
+	if !(o.nearMemory > 0) {
+		errs = append(errs, fmt.Errorf("-near-memory %v is not positive", o.nearMemory))
+	}
+	if o.autoscaleEvery <= 0 || o.pendingFor <= 0 {
+		errs = append(errs, fmt.Errorf("-autoscale-every %v and -pending-for %v must be positive", o.autoscaleEvery, o.pendingFor))
 	}
 	if !o.kube && (o.psSize != elastic.Resources{} || o.workerSize != elastic.Resources{}) {
 		errs = append(errs, errors.New("-ps-memory, -ps-cpus, -worker-memory and -worker-cpus size the pods -kube starts"))

@@ -34,6 +34,7 @@ var kubeRoleFlags = map[string]bool{
 	"ps": true, "workers": true, "gossip": true, "seeds": true, "secret-file": true,
 	"status-addr": true, "metrics-addr": true, "scale-at": true,
 	"ps-memory": true, "ps-cpus": true, "worker-memory": true, "worker-cpus": true,
+	"autoscale": true, "autoscale-every": true, "pending-for": true, "near-memory": true,
 }
 
 // runKubeCoordinator runs the coordinator of a job on Kubernetes, in a pod: while it holds the
@@ -90,11 +91,12 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 		}
 	}()
 	secret := rc.Secret
+	auto := newKubeAutoscale(o, rc)
 	first := kube.ServerAddr(self.Job, self.Namespace, kube.DefaultClusterDomain, 0, kubeServerPort)
 	scaler, err := kube.New(ctx, kube.Config{
 		Client: client, Namespace: self.Namespace, Job: self.Job,
 		Template: self.Template, Container: self.Container, Owner: self.Owner, Secret: self.Secret,
-		Port: kubeServerPort, MaxRestarts: kubeMaxRestarts,
+		Port: kubeServerPort, MaxRestarts: kubeMaxRestarts, PendingTimeout: auto.pendingTimeout(), OnEvent: auto.podEvent,
 		Args: func(l kube.Launch) []string { return podArgs(o, l, dispatcher, first) },
 		Server: func(id, addr string) (elastic.ParameterServer, error) {
 			rs, err := remote.NewServer(ps.Node{ID: id, Addr: addr}, remote.Config{Secret: secret, Logger: rc.Logger})
@@ -120,7 +122,8 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 		}
 	}()
 	plan := elastic.Plan{Servers: o.cfg.Servers, Workers: o.cfg.Workers, Server: o.psSize, Worker: o.workerSize}
-	if err := scaler.Scale(ctx, plan); err != nil {
+	defer auto.stop()
+	if err := auto.scale(ctx, scaler, plan); err != nil {
 		handedOver = ctx.Err() != nil
 		return fmt.Errorf("start the job's pods: %w", err)
 	}
@@ -128,7 +131,7 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 		rc.PS = append(rc.PS, ps.Node{ID: elastic.ServerID(i), Addr: kube.ServerAddr(self.Job, self.Namespace, kube.DefaultClusterDomain, i, kubeServerPort)})
 	}
 	rc.Scaler = scaler
-	rc.OnCoordinator = func(c *elastic.Coordinator) { scaler.SetReporter(c) }
+	rc.OnCoordinator = func(c *elastic.Coordinator) { scaler.SetReporter(c); auto.start(ctx, c, scaler) }
 	rc.HandOver = true
 	err = run(ctx, rc)
 	handedOver = errors.Is(err, train.ErrHandedOver)

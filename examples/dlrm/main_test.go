@@ -300,3 +300,21 @@ func TestFlagsKubeSizes(t *testing.T) {
 	assert.Contains(t, help.String(), "-ps-memory")
 	assert.NotContains(t, help.String(), "panic")
 }
+
+// TestFlagsAutoscale: -autoscale and its settings are the -kube coordinator's own (not passed on
+// to the pods) and need -kube; bad values are refused.
+func TestFlagsAutoscale(t *testing.T) {
+	t.Setenv(SecretEnv, "a secret of the test, long enough to be one")
+	o, err := parseFlags(strings.Fields("-role coordinator -kube -listen :7070 -autoscale -autoscale-every 2s -pending-for 30s -near-memory 1.5 -epochs 1"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.True(t, o.autoscale)
+	assert.Equal(t, 2*time.Second, o.autoscaleEvery)
+	assert.Equal(t, 30*time.Second, o.pendingFor)
+	assert.Equal(t, 1.5, o.nearMemory)
+	assert.Equal(t, []string{"-epochs=1"}, o.passOn)
+	_, err = parseFlags(strings.Fields("-autoscale"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-autoscale is for -role coordinator -kube")
+	_, err = parseFlags(strings.Fields("-role coordinator -kube -listen :7070 -autoscale -pending-for 0s -near-memory 0"), &bytes.Buffer{})
+	assert.ErrorContains(t, err, "-pending-for 0s must be positive")
+	assert.ErrorContains(t, err, "-near-memory 0 is not positive")
+}
