@@ -2,6 +2,7 @@ package elastic_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,4 +50,82 @@ func TestCheckpointWaitsOutABusyServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), step)
 	assert.Len(t, busy.Hits(), 5, "refused five times, then taken")
+}
+
+// A checkpoint asked for while Config.CommitBacklog snapshots wait for their commit (storage
+// is slow) is refused at first (elastic.ErrCommitsBehind), as a scheduled one is: Checkpoint,
+// and the final checkpoint of Finish, take it again once the commits in the way are done.
+func TestCheckpointWaitsOutTheCommitBacklog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	storage := checkpoint.NewFaultStorage(checkpoint.NewMemStorage())
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	behind := make(chan struct{}, 1)
+	snapped := make(chan uint64, 8)
+	job, err := elastictest.Start(ctx, elastictest.Config{T: t, Servers: 1,
+		Tables: []ps.TableSpec{{Name: "emb", Config: embedding.Config{Dim: 2}}},
+		Coordinator: elastic.Config{Storage: storage, CommitBacklog: 1,
+			Dispatcher: shard.Config{Dataset: shard.IndexedDataset(256), ShardSize: 32},
+			OnCheckpoint: func(ev elastic.CheckpointEvent) {
+				if !ev.Commit && ev.Err == nil {
+					snapped <- ev.Step
+				}
+				if errors.Is(ev.Err, elastic.ErrCommitsBehind) {
+					select {
+					case behind <- struct{}{}:
+					default:
+					}
+				}
+			}},
+	})
+	require.NoError(t, err)
+	data := shard.IndexedSource{Data: shard.IndexedFunc(256, func(i int64, rec *shard.Record) error {
+		rec.IDs = append(rec.IDs, uint64(i))
+		rec.EndField()
+		return nil
+	})}
+	sess, err := job.Session("w0", shard.ReaderConfig{Source: data, BatchSize: 32})
+	require.NoError(t, err)
+	step := func() {
+		require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+			return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
+		}))
+	}
+	step()
+	// The first commit hangs in storage (and then fails).
+	storage.Inject(checkpoint.Fault{Op: checkpoint.OpRename, Nth: 1, Hold: hold, Reached: held})
+	first := make(chan error, 1)
+	go func() { _, err := job.Coordinator().Checkpoint(ctx); first <- err }()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the first commit never reached storage")
+	}
+	// The second snapshot waits in the backlog; the third finds it full.
+	step()
+	second := make(chan error, 1)
+	go func() { _, err := job.Coordinator().Checkpoint(ctx); second <- err }()
+	for s := range snapped {
+		if s == 2 {
+			break
+		}
+	}
+	step()
+	third := make(chan error, 1)
+	var got uint64
+	go func() {
+		var err error
+		got, err = job.Coordinator().Checkpoint(ctx)
+		third <- err
+	}()
+	select {
+	case <-behind:
+	case err := <-third:
+		t.Fatalf("the third checkpoint returned while the first commit was held: %v", err)
+	}
+	close(hold)
+	<-first // its commit failed, or a later one covers its step
+	<-second
+	require.NoError(t, <-third, "the third checkpoint was taken again once the backlog cleared")
+	assert.Equal(t, uint64(3), got)
 }

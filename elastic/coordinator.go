@@ -501,8 +501,9 @@ const checkpointBusyWait = 30 * time.Second
 
 // Checkpoint takes a checkpoint at the next barrier and waits for its commit. It returns the
 // committed step; with nothing new since the last snapshot, that snapshot's step. A snapshot
-// refused because a server's generations are both still being persisted (checkpoint.ErrBusy) is
-// taken again once the commits before it are written, and after a pause that grows, for up to
+// refused because a server's generations are both still being persisted (checkpoint.ErrBusy), or
+// because Config.CommitBacklog snapshots wait for their commit (ErrCommitsBehind), is taken
+// again once the commits before it are written, and after a pause that grows, for up to
 // checkpointBusyWait: the persists in the way may be an earlier coordinator's, which no commit
 // here waits for. Over the commits of an earlier run that this coordinator neither resumed nor
 // overwrote, it returns a *checkpoint.ExistingCommitsError and writes nothing; on a coordinator another
@@ -515,7 +516,7 @@ func (c *Coordinator) checkpointTries(ctx context.Context, final bool) (uint64, 
 	pause, deadline := 10*time.Millisecond, time.Now().Add(checkpointBusyWait)
 	for {
 		step, err := c.checkpoint(ctx, final)
-		if !errors.Is(err, checkpoint.ErrBusy) || time.Now().After(deadline) {
+		if !(errors.Is(err, checkpoint.ErrBusy) || errors.Is(err, ErrCommitsBehind)) || time.Now().After(deadline) {
 			return step, err
 		}
 		if err := c.WaitCommits(ctx); err != nil {

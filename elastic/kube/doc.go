@@ -97,8 +97,10 @@
 // # Leadership
 //
 // Lead runs a function while the caller holds the job's coordination.k8s.io Lease, cancels its
-// context when the lease is lost, and releases the lease when its own context ends, so that
-// another replica of the coordinator takes the job over at once (elastic.Coordinator.Resume).
+// context when the lease is lost, and releases the lease when its own context ends, once the
+// function has returned (never while it may still act for the job), so that another replica of
+// the coordinator takes the job over at once (elastic.Coordinator.Resume). A lease lost is not
+// released: it expires.
 //
 // # RBAC
 //

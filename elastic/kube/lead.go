@@ -86,24 +86,26 @@ func (c LeaderConfig) withDefaults() LeaderConfig {
 // coordinator at a time runs the job: it waits until it acquires the lease, renews it while run
 // runs, and cancels run's ctx when it loses the lease (it could not renew within RenewDeadline,
 // another candidate took it over). Lead returns once run has returned: nil when run returned by
-// itself (the job is done) or ctx ended, the lease then released at once for the next candidate
-// to take without waiting LeaseDuration; ErrLeaseLost when the lease was lost. run should stop acting for the job as soon
-// as its ctx ends: another coordinator takes over once the lease expires.
+// itself (the job is done) or ctx ended, the lease then released for the next candidate to take
+// without waiting LeaseDuration, but only once run has returned, so that two leaders never act
+// at once; ErrLeaseLost when the lease was lost, which is then left to expire. run should stop
+// acting for the job as soon as its ctx ends: another coordinator takes over once the lease is
+// released or expires.
 func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity)
-	lock := &heldLock{Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
-		Client:     cfg.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-	}}
 	ran := make(chan struct{})
 	// The elector runs until its ctx ends: run's return ends it too, and releases the lease.
 	electCtx, stopElecting := context.WithCancel(ctx)
 	defer stopElecting()
+	lock := &heldLock{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
+		Client:     cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}, stopping: electCtx.Done(), ran: ran, log: log}
 	var finished atomic.Bool // run returned while the lease was held
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -147,10 +149,22 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 
 // heldLock is a lock that notes whether it was ever written as this candidate's: then the
 // elector acquired it and has started OnStartedLeading.
+//
+// It also makes the release safe: the elector releases the lease as soon as its context ends
+// or a renewal fails, while run may still be acting for the job, and the next candidate must
+// not lead before run has stopped. A release asked for because Lead stops (stopping is closed)
+// waits until run has returned; one after a failed renewal, run still running, is refused, and
+// the lease expires by itself, which gives run LeaseDuration - RenewDeadline to stop.
 type heldLock struct {
 	resourcelock.Interface
-	held atomic.Bool
+	stopping <-chan struct{} // closed when Lead stops electing: run returned, or Lead's ctx ended
+	ran      <-chan struct{} // closed once run has returned
+	log      *slog.Logger
+	held     atomic.Bool
 }
+
+// errLeftToExpire refuses a release while run may still act for the job.
+var errLeftToExpire = errors.New("kube: the lease is left to expire: the leader may still be acting")
 
 func (l *heldLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
 	err := l.Interface.Create(ctx, r)
@@ -159,8 +173,27 @@ func (l *heldLock) Create(ctx context.Context, r resourcelock.LeaderElectionReco
 }
 
 func (l *heldLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	release := r.HolderIdentity == "" && l.held.Load()
+	if release {
+		select {
+		case <-l.stopping:
+		default:
+			return errLeftToExpire
+		}
+		// The elector gives the release RenewDeadline: a run slower to stop than that keeps
+		// the lease until it expires, rather than share the job with the next leader.
+		select {
+		case <-l.ran:
+		case <-ctx.Done():
+			l.log.Warn("the leader did not stop in time: the lease is left to expire", "err", ctx.Err())
+			return ctx.Err()
+		}
+	}
 	err := l.Interface.Update(ctx, r)
 	l.note(err, r)
+	if release && err == nil {
+		l.log.Info("released the lease")
+	}
 	return err
 }
 

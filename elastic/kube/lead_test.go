@@ -113,23 +113,31 @@ func TestLeaderConfigValidate(t *testing.T) {
 	assert.ErrorIs(t, kube.Lead(context.Background(), kube.LeaderConfig{}, func(context.Context) {}), elastic.ErrInvalidConfig)
 }
 
-// Lead returns only once run has: here run, told to stop, lingers until it sees the lease
-// released, which Lead does before it returns.
+// Lead releases the lease only once run has returned, and returns after both: run, told to
+// stop, still holds the lease while it winds down (the next leader may not act for the job
+// yet), and the lease is released when Lead returns.
 func TestLeadWaitsForRun(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
+	cfg := e.leaderConfig("a")
 	leading := make(chan struct{})
 	var returned atomic.Bool
+	releasedEarly := false
 	ended := make(chan bool, 1)
 	go func() {
-		err := kube.Lead(ctx, e.leaderConfig("a"), func(ctx context.Context) {
+		err := kube.Lead(ctx, cfg, func(ctx context.Context) {
 			close(leading)
 			<-ctx.Done()
-			w, err := e.cp.Client.CoordinationV1().Leases(e.ns).Watch(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=job"})
-			if err == nil {
+			// An early release comes at once: half of RenewDeadline (within which the
+			// release waits for run) is long enough a wind-down to see one.
+			wctx, wcancel := context.WithTimeout(e.ctx, cfg.RenewDeadline/2)
+			defer wcancel()
+			w, err := e.cp.Client.CoordinationV1().Leases(e.ns).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=job"})
+			if assert.NoError(t, err) {
 				for ev := range w.ResultChan() {
 					if l, ok := ev.Object.(*coordinationv1.Lease); ok && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a") {
+						releasedEarly = true
 						break
 					}
 				}
@@ -147,6 +155,10 @@ func TestLeadWaitsForRun(t *testing.T) {
 	}
 	cancel()
 	assert.True(t, <-ended, "run had returned when Lead did")
+	assert.False(t, releasedEarly, "the lease is held until run returns")
+	lease, err := e.cp.Client.CoordinationV1().Leases(e.ns).Get(e.ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "a", "the lease is released once run returned")
 }
 
 // A run that returns by itself (the job is done) ends Lead with nil and releases the lease at

@@ -23,7 +23,9 @@
 // status 1 and says which step a resume would restore.
 //
 // Exit status: 0 when the run trained (or evaluated) and its final checkpoint is committed; 1
-// for any failure, a failed exactly-once check included. With -recovery partial a run that lost
+// for any failure, a failed exactly-once check included; 75 (ExitHandedOver) for a coordinator
+// on Kubernetes (-kube) that was interrupted and left the job running for the next one, which
+// examples/k8s/job.yaml's podFailurePolicy does not count as a failure of the Job. With -recovery partial a run that lost
 // updates in a recovery still exits 0, since that is the policy it was given: the loss is
 // printed in the summary (its exactly-once line and a recoveries line) and logged to stderr at
 // each recovery, with how many positions' updates were lost.
@@ -48,6 +50,10 @@ import (
 	"github.com/elasticps/elasticps/ps"
 	"golang.org/x/term"
 )
+
+// ExitHandedOver is the exit status of a coordinator that handed its running job over
+// (train.ErrHandedOver): no failure, yet the job is not done (75 is EX_TEMPFAIL of sysexits.h).
+const ExitHandedOver = 75
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -97,6 +103,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.role != "" {
 		err := runRole(ctx, o, stdout, stderr)
 		disp.close()
+		if errors.Is(err, train.ErrHandedOver) {
+			fmt.Fprintf(stderr, "dlrm: %v\n", err)
+			return ExitHandedOver
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "dlrm: %v\n", err)
 			explain(stderr, o, err)
