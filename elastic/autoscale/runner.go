@@ -322,7 +322,8 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 
 // killed marks the servers of kills OOMKilled in loads, with the limit they went over; a
 // server the job does not serve from now (failed, not yet recovered) is added, with the
-// memory it used at the previous reading. That memory is capped at the limit: the kernel
+// memory it used at the previous reading. Its memory, that reading or its replacement's when
+// the job serves from that already, is capped at the limit: the kernel
 // killed the server there, and a reading above it is the process's resident memory counting
 // pages its memory cgroup does not charge it (the flash checkpoint's shared memory, say), which
 // must not make the planner ask for more than MemoryGrowth times the limit.
@@ -334,15 +335,13 @@ func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
 			if p, ok := prev.server(k.ID); ok {
 				l.Memory, _ = p.Use()
 			}
-			if k.MemoryLimit > 0 {
-				l.Memory = min(l.Memory, k.MemoryLimit)
-			}
 			loads = append(loads, l)
 			i = len(loads) - 1
 		}
 		loads[i].OOMKilled = true
 		if k.MemoryLimit > 0 {
 			loads[i].MemoryLimit = k.MemoryLimit
+			loads[i].Memory = min(loads[i].Memory, k.MemoryLimit)
 		}
 	}
 	return loads

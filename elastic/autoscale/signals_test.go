@@ -126,6 +126,34 @@ func TestSignalsOOMKillRestartsTheServerLarger(t *testing.T) {
 	assert.Len(t, sig.restarts, 1)
 }
 
+// A kill heard only once the job serves from the replacement, whose resident memory reads above
+// the limit the killed one went over (shared pages the cgroup does not charge it), is answered
+// at MemoryGrowth times that limit, as large as the platform's own replacement: not larger,
+// which would restart the replacement once more.
+func TestSignalsOOMKillHeardAfterTheReplacementServes(t *testing.T) {
+	plan := elastic.Plan{Servers: 2, Workers: 1, Server: elastic.Resources{CPUs: 1, Memory: 100 * mib}}
+	job := &fakeJob{st: elastic.Status{
+		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, {ID: "ps-1", Pid: 11, ResidentBytes: 90 * mib}},
+		Workers: []elastic.WorkerStatus{{ID: "worker-0"}},
+	}}
+	sig := &fakeSignals{plan: plan}
+	r, clk := signalRunner(t, job, sig, autoscale.Config{NearMemory: 2})
+	ctx := context.Background()
+	_, err := r.Tick(ctx)
+	require.NoError(t, err)
+
+	job.mu.Lock()
+	job.st.Servers[1] = elastic.ServerStatus{ID: "ps-1", Pid: 12, ResidentBytes: 160 * mib}
+	job.mu.Unlock()
+	sig.kills = []autoscale.OOMKill{{ID: "ps-1", MemoryLimit: 100 * mib}}
+	clk.now = clk.now.Add(time.Second)
+	applied, err := r.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, 1)
+	assert.Equal(t, autoscale.RestartServer, applied[0].Decision.Kind)
+	assert.Equal(t, int64(150*mib), applied[0].Decision.Size.Memory, "MemoryGrowth times the limit, not the replacement's reading")
+}
+
 // A worker the platform reports pending for PendingFor, with the scheduler's reason, is given
 // up: the coordinator's plan loses a worker, and the decision says what the scheduler said.
 // Before PendingFor nothing is done.

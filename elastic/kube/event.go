@@ -147,6 +147,10 @@ type PodStatus struct {
 	Restarts int
 	// Size is the newest pod's size (Launch.Size), from when it is on its way.
 	Size elastic.Resources
+	// Resize is the size the newest pod is to be asked for again at (zero: none): a restart
+	// asked for (RestartServer), or a still-pending pod of a role whose size a Scale changed,
+	// and not yet carried out.
+	Resize elastic.Resources
 	// Running says the newest pod's container runs.
 	Running bool
 	// Done says the node id gets no other pod.

@@ -265,7 +265,7 @@ func (s *Scaler) Scale(ctx context.Context, plan elastic.Plan) error {
 		for i := range plan.Workers {
 			started = s.startLocked(started, elastic.RoleWorker, i, plan.Worker)
 		}
-		s.resizePendingLocked(plan)
+		s.resizePendingLocked(s.plan, plan)
 		s.plan, s.serversSet = plan, true
 	}
 	closed := s.closed
@@ -510,6 +510,9 @@ func (s *Scaler) Pods() []PodStatus {
 	for _, n := range s.nodes {
 		out = append(out, PodStatus{Role: n.role, ID: n.id, Pod: n.name, UID: n.uid, Phase: n.phase, Restarts: n.restarts,
 			Size: n.size, Running: n.running, Done: n.finished, Last: n.last, Err: n.result})
+		if n.redo != nil {
+			out[len(out)-1].Resize = n.redo.size
+		}
 		if n.uid == "" {
 			out[len(out)-1].Pod = ""
 		}

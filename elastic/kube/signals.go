@@ -12,21 +12,32 @@ import (
 
 var _ autoscale.Signals = (*Scaler)(nil)
 
-// resizePendingLocked asks again, at plan's size for its role, for every pod of the plan that
-// the scheduler has not placed and whose size plan changes. s.mu is held.
-func (s *Scaler) resizePendingLocked(plan elastic.Plan) {
+// resizePendingLocked asks again for the pods of a role whose size the plan changes (from prev
+// to plan) and that the scheduler has not placed, at the new size: the fields plan sets replace
+// the pod's own, so a pod grown after an OOM kill, or one whose template sets what the plan does
+// not, is asked for again only when the plan itself changes. s.mu is held.
+func (s *Scaler) resizePendingLocked(prev, plan elastic.Plan) {
 	for _, n := range s.nodes {
-		size := plan.Worker
+		was, size := prev.Worker, plan.Worker
 		if n.role == elastic.RoleServer {
-			size = plan.Server
+			was, size = prev.Server, plan.Server
 		}
-		if size == (elastic.Resources{}) || size == n.size || n.finished || n.uid == "" || n.scheduled || n.stop != stopNone {
+		if size == was || size == (elastic.Resources{}) || n.finished || n.uid == "" || n.scheduled || n.stop != stopNone {
 			continue
 		}
 		if n.redo != nil && n.redo.running {
 			continue // a restart larger comes first
 		}
-		n.redo = &redo{size: size}
+		want := n.size
+		if size.CPUs > 0 {
+			want.CPUs = size.CPUs
+		}
+		if size.Memory > 0 {
+			want.Memory = size.Memory
+		}
+		if want != n.size {
+			n.redo = &redo{size: want}
+		}
 	}
 	s.notifyLocked()
 }

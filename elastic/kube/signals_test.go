@@ -76,12 +76,16 @@ func TestOOMKillsAndRestartServer(t *testing.T) {
 	plan.Server.Memory = 96 << 20 // what an autoscaler asks: 1.5 times the limit
 	require.NoError(t, s.Scale(e.ctx, plan))
 	require.NoError(t, s.RestartServer(e.ctx, "ps-0", "killed for lack of memory"))
-	assert.Equal(t, 1, podStatus(s, "ps-0").Restarts, "the replacement is as large: nothing to do")
+	assert.Zero(t, podStatus(s, "ps-0").Resize, "the replacement is as large: no restart asked for")
+	assert.Equal(t, 1, podStatus(s, "ps-0").Restarts)
 	require.Len(t, rep.told(), 1)
 
 	plan.Server.Memory = 128 << 20
 	require.NoError(t, s.Scale(e.ctx, plan))
 	require.NoError(t, s.RestartServer(e.ctx, "ps-0", "near its limit"))
+	if st := podStatus(s, "ps-0"); st.Restarts == 1 {
+		assert.Equal(t, int64(128<<20), st.Resize.Memory, "a restart asked for at the plan's size")
+	}
 	run := awaitRunning(t, rec, "ps-0", 2)
 	assert.Equal(t, int64(128<<20), run.Size.Memory)
 	p := e.pod("restart", "ps-0")
@@ -110,5 +114,28 @@ func TestOOMGrowthAgreesWithTheAutoscaler(t *testing.T) {
 	plan.Server.Memory = 144 << 20 // autoscale's roundMiB(1.5 x 1e8)
 	require.NoError(t, s.Scale(e.ctx, plan))
 	require.NoError(t, s.RestartServer(e.ctx, "ps-0", "killed for lack of memory"))
-	assert.Equal(t, 1, podStatus(s, "ps-0").Restarts, "no second restart")
+	assert.Zero(t, podStatus(s, "ps-0").Resize, "no second restart asked for")
+	assert.Equal(t, 1, podStatus(s, "ps-0").Restarts)
+}
+
+// A Scale that leaves a role's size as it was does not ask again for that role's pods: a
+// server's replacement grown after an OOM kill and still pending keeps its size whatever the
+// workers' plan does.
+func TestScaleKeepsAGrownPendingServer(t *testing.T) {
+	e := newEnv(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("1Gi")})
+	cfg := e.config("grown")
+	cfg.MaxRestarts = 2
+	s, rec := e.scaler(cfg)
+	plan := elastic.Plan{Servers: 1, Server: elastic.Resources{Memory: 800 << 20}}
+	require.NoError(t, s.Scale(e.ctx, plan))
+	require.NoError(t, e.kubelet.end(e.ctx, e.ns, kube.PodName("grown", "ps-0"), oomKill))
+	ev, err := rec.await(e.ctx, "ps-0", kube.EventUnschedulable) // 1.5 x 800 MiB: no node holds it
+	require.NoError(t, err)
+	assert.Equal(t, int64(1200<<20), ev.Size.Memory)
+
+	plan.Workers = 1
+	require.NoError(t, s.Scale(e.ctx, plan))
+	st := podStatus(s, "ps-0")
+	assert.Zero(t, st.Resize, "the server's size is the plan's as before: not asked for again")
+	assert.Equal(t, int64(1200<<20), st.Size.Memory)
 }
