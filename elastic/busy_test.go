@@ -105,9 +105,11 @@ func TestCheckpointWaitsOutTheCommitBacklog(t *testing.T) {
 	step()
 	second := make(chan error, 1)
 	go func() { _, err := job.Coordinator().Checkpoint(ctx); second <- err }()
-	for s := range snapped {
-		if s == 2 {
-			break
+	for s := uint64(0); s != 2; {
+		select {
+		case s = <-snapped:
+		case <-ctx.Done():
+			t.Fatal("the second snapshot never came")
 		}
 	}
 	step()

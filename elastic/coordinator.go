@@ -519,7 +519,15 @@ func (c *Coordinator) checkpointTries(ctx context.Context, final bool) (uint64, 
 		if !(errors.Is(err, checkpoint.ErrBusy) || errors.Is(err, ErrCommitsBehind)) || time.Now().After(deadline) {
 			return step, err
 		}
-		if err := c.WaitCommits(ctx); err != nil {
+		// The commits in the way are waited for until the deadline at most: the next try then
+		// returns what the storage still refuses.
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		err = c.WaitCommits(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return 0, err
 		}
 		t := time.NewTimer(pause)

@@ -334,14 +334,18 @@ func (c *Coordinator) SetParallelism(ctx context.Context, workers, servers int) 
 	return c.SetPlan(ctx, plan)
 }
 
-// SetPlan hands plan, with its process sizes, to the scaler (see SetParallelism).
+// SetPlan hands plan, with its process sizes, to the scaler (see SetParallelism). ErrClosed
+// once the coordinator is closed: the job's processes are no longer its to change.
 func (c *Coordinator) SetPlan(ctx context.Context, plan Plan) error {
 	if err := plan.Validate(); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	have, scaler, incomplete := len(c.servers), c.scaler, c.repIncomplete
+	have, scaler, incomplete, closed := len(c.servers), c.scaler, c.repIncomplete, c.closed
 	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	if scaler == nil {
 		return ErrNoScaler
 	}

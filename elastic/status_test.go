@@ -121,6 +121,8 @@ func TestStatusAndSetParallelismOverTheControlProtocol(t *testing.T) {
 
 	noScaler := startFaultJob(t, 1, nil, t.TempDir())
 	assert.ErrorIs(t, noScaler.coord.SetParallelism(ctx, 2, 1), elastic.ErrNoScaler)
+	noScaler.coord.Close()
+	assert.ErrorIs(t, noScaler.coord.SetParallelism(ctx, 2, 1), elastic.ErrClosed, "a closed coordinator changes no plan")
 }
 
 // JobRunning tells fresh servers from servers running a job, and cannot tell while a server it

@@ -18,21 +18,29 @@ import (
 // autoscale.Signals). A nil *kubeAutoscale is the coordinator without one: its methods then do
 // what the coordinator does without.
 type kubeAutoscale struct {
-	o    *options
-	log  *slog.Logger
-	emit func(train.Event)
+	o       *options
+	log     *slog.Logger
+	emit    func(train.Event)
+	planner *autoscale.Planner
 
 	mu     sync.Mutex // serializes the notes
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 }
 
-// newKubeAutoscale returns the autoscaler -autoscale asks for, nil without it.
-func newKubeAutoscale(o *options, rc train.RoleConfig) *kubeAutoscale {
+// newKubeAutoscale returns the autoscaler -autoscale asks for, nil without it, or why its
+// planner cannot be made (before the job starts, so that a job asked to autoscale never runs
+// without).
+func newKubeAutoscale(o *options, rc train.RoleConfig) (*kubeAutoscale, error) {
 	if !o.autoscale {
-		return nil
+		return nil, nil
 	}
-	return &kubeAutoscale{o: o, log: rc.Logger, emit: rc.OnEvent, cancel: func() {}}
+	planner, err := autoscale.NewPlanner(autoscale.Config{MaxWorkers: o.workers,
+		MinServers: o.cfg.Servers, MaxServers: o.cfg.Servers, PendingFor: o.pendingFor, NearMemory: o.nearMemory, Logger: rc.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("-autoscale: %w", err)
+	}
+	return &kubeAutoscale{o: o, log: rc.Logger, emit: rc.OnEvent, planner: planner, cancel: func() {}}, nil
 }
 
 // pendingTimeout is the scaler's Config.PendingTimeout: with the autoscaler, well above its
@@ -100,34 +108,29 @@ func (a *kubeAutoscale) scale(ctx context.Context, scaler *kube.Scaler, plan ela
 }
 
 // start runs the autoscaler on the job's coordinator until stop: the counts within -ps
-// servers and -workers workers.
+// servers and -workers workers. Once the coordinator is closed its SetPlan fails with
+// elastic.ErrClosed, so a decision taken after the job's end changes nothing.
 func (a *kubeAutoscale) start(ctx context.Context, coord *elastic.Coordinator, scaler *kube.Scaler) {
 	if a == nil {
 		return
 	}
-	planner, err := autoscale.NewPlanner(autoscale.Config{MaxWorkers: a.o.workers,
-		MinServers: a.o.cfg.Servers, MaxServers: a.o.cfg.Servers, PendingFor: a.o.pendingFor, NearMemory: a.o.nearMemory, Logger: a.log})
-	if err == nil {
-		var r *autoscale.Runner
-		r, err = autoscale.NewRunner(autoscale.RunnerConfig{Job: coord, Planner: planner, Signals: scaler,
-			Every: a.o.autoscaleEvery, Logger: a.log,
-			OnApplied: func(ap autoscale.Applied) {
-				if ap.Err != nil {
-					a.note("%s %s failed: %v (%s)", ap.Decision.Kind, ap.Decision.Target, ap.Err, ap.Decision.Reason)
-					return
-				}
-				a.note("%s %s: %s", ap.Decision.Kind, ap.Decision.Target, ap.Decision.Reason)
-			}})
-		if err == nil {
-			ctx, cancel := context.WithCancel(ctx)
-			prev := a.cancel
-			a.cancel = func() { prev(); cancel() }
-			a.wg.Go(func() { _ = r.Run(ctx) })
-			a.note("observing the job every %v; a pod pending for %v is asked for smaller or given up", a.o.autoscaleEvery, a.o.pendingFor)
-			return
-		}
+	r, err := autoscale.NewRunner(autoscale.RunnerConfig{Job: coord, Planner: a.planner, Signals: scaler,
+		Every: a.o.autoscaleEvery, Logger: a.log,
+		OnApplied: func(ap autoscale.Applied) {
+			if ap.Err != nil {
+				a.note("%s %s failed: %v (%s)", ap.Decision.Kind, ap.Decision.Target, ap.Err, ap.Decision.Reason)
+				return
+			}
+			a.note("%s %s: %s", ap.Decision.Kind, ap.Decision.Target, ap.Decision.Reason)
+		}})
+	if err != nil {
+		panic(fmt.Sprintf("autoscale: a Runner of a coordinator and a planner: %v", err)) // both are set: cannot fail
 	}
-	a.note("not started: %v", err)
+	ctx, cancel := context.WithCancel(ctx)
+	prev := a.cancel
+	a.cancel = func() { prev(); cancel() }
+	a.wg.Go(func() { _ = r.Run(ctx) })
+	a.note("observing the job every %v; a pod pending for %v is asked for smaller or given up", a.o.autoscaleEvery, a.o.pendingFor)
 }
 
 // stop ends the autoscaler and the workers' start, and waits for them.

@@ -91,7 +91,10 @@ func leadJob(ctx context.Context, o *options, rc train.RoleConfig, client kubern
 		}
 	}()
 	secret := rc.Secret
-	auto := newKubeAutoscale(o, rc)
+	auto, err := newKubeAutoscale(o, rc)
+	if err != nil {
+		return err
+	}
 	first := kube.ServerAddr(self.Job, self.Namespace, kube.DefaultClusterDomain, 0, kubeServerPort)
 	scaler, err := kube.New(ctx, kube.Config{
 		Client: client, Namespace: self.Namespace, Job: self.Job,
