@@ -84,13 +84,13 @@ func (c LeaderConfig) withDefaults() LeaderConfig {
 
 // Lead runs run while this candidate holds the job's Lease (coordination.k8s.io), so that one
 // coordinator at a time runs the job: it waits until it acquires the lease, renews it while run
-// runs, and cancels run's ctx when it loses the lease (it could not renew within RenewDeadline,
-// another candidate took it over). Lead returns once run has returned: nil when run returned by
-// itself (the job is done) or ctx ended, the lease then released for the next candidate to take
-// without waiting LeaseDuration, but only once run has returned, so that two leaders never act
-// at once; ErrLeaseLost when the lease was lost, which is then left to expire. run should stop
-// acting for the job as soon as its ctx ends: another coordinator takes over once the lease is
-// released or expires.
+// runs, and cancels run's ctx when ctx ends or it loses the lease (it could not renew within
+// RenewDeadline, another candidate took it over). Lead returns once run has returned: nil when
+// run returned by itself (the job is done) or ctx ended, the lease then released for the next
+// candidate to take without waiting LeaseDuration; ErrLeaseLost when the lease was lost, which
+// is then left to expire. After ctx ends the lease is still renewed until run has returned, so
+// that two leaders never act at once however long run takes to stop: run should stop acting
+// for the job as soon as its ctx ends. A process killed meanwhile leaves the lease to expire.
 func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -98,15 +98,21 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity)
 	ran := make(chan struct{})
-	// The elector runs until its ctx ends: run's return ends it too, and releases the lease.
-	electCtx, stopElecting := context.WithCancel(ctx)
+	// The elector runs until run has returned, ctx ended or not, and then releases the lease;
+	// before the lease is held, ctx's end stops it.
+	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElecting()
 	lock := &heldLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 		Client:     cfg.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}, stopping: electCtx.Done(), ran: ran, log: log}
-	var finished atomic.Bool // run returned while the lease was held
+	var finished atomic.Bool // run returned by itself while the lease was held
+	defer context.AfterFunc(ctx, func() {
+		if !lock.held.Load() {
+			stopElecting()
+		}
+	})()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -115,14 +121,16 @@ func Lead(ctx context.Context, cfg LeaderConfig, run func(ctx context.Context)) 
 		ReleaseOnCancel: true,
 		Name:            cfg.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leading context.Context) {
 				defer close(ran)
 				log.Info("leading")
-				run(ctx)
-				if ctx.Err() == nil {
-					finished.Store(true)
-					stopElecting()
-				}
+				runCtx, cancel := context.WithCancel(leading)
+				stop := context.AfterFunc(ctx, cancel)
+				run(runCtx)
+				stop()
+				cancel()
+				finished.Store(leading.Err() == nil && ctx.Err() == nil)
+				stopElecting()
 			},
 			OnStoppedLeading: func() {},
 		},

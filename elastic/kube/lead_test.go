@@ -182,3 +182,52 @@ func TestLeadEndsWhenRunReturns(t *testing.T) {
 	require.NoError(t, kube.Lead(ctx, next, func(context.Context) { led = true }))
 	assert.True(t, led, "the next candidate leads at once")
 }
+
+// A leader whose run takes longer than LeaseDuration to stop after its ctx ended keeps the
+// lease until run returns: the next candidate never leads while it still acts for the job.
+func TestLeadHoldsTheLeaseUntilASlowRunStops(t *testing.T) {
+	e := newEnv(t, nil)
+	actx, acancel := context.WithCancel(e.ctx)
+	defer acancel()
+	var acting atomic.Bool
+	leading := make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		aDone <- kube.Lead(actx, e.leaderConfig("a"), func(ctx context.Context) {
+			acting.Store(true)
+			close(leading)
+			<-ctx.Done()
+			// The wind-down of a slow coordinator: twice LeaseDuration.
+			t := time.NewTimer(2 * e.leaderConfig("a").LeaseDuration)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-e.ctx.Done():
+			}
+			acting.Store(false)
+		})
+	}()
+	select {
+	case <-leading:
+	case <-e.ctx.Done():
+		t.Fatal("a never led")
+	}
+	bctx, bcancel := context.WithCancel(e.ctx)
+	defer bcancel()
+	bLed := make(chan bool, 1)
+	bDone := make(chan error, 1)
+	go func() {
+		bDone <- kube.Lead(bctx, e.leaderConfig("b"), func(ctx context.Context) {
+			bLed <- acting.Load()
+		})
+	}()
+	acancel()
+	select {
+	case whileActing := <-bLed:
+		assert.False(t, whileActing, "b led while a's run still acted for the job")
+	case <-e.ctx.Done():
+		t.Fatal("b never led")
+	}
+	assert.NoError(t, <-aDone)
+	assert.NoError(t, <-bDone)
+}
