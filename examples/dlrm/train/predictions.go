@@ -114,7 +114,9 @@ func sigmoid(z float32) float64 {
 
 // writePredictions writes the scores of the last run of e to path: a header line, then one line
 // per record, "origin<TAB>label<TAB>score" in the order of the set, the score the model's
-// probability of a click printed so that it reads back as the same float64. The file is
+// probability of a click printed so that it reads back as the same float64 (ranked as the
+// logits are, but for logits above about 23, where neighbouring float32 logits can round to
+// one probability, and about 37.4, from which every probability is 1). The file is
 // written to a temporary file in the same directory, synced and renamed into place, and the
 // directory synced: a reader sees the old file or the whole new one.
 func writePredictions(path string, e *evaluator, at *origins) error {
