@@ -174,22 +174,29 @@ func TestPredictionsFileGivesTheSummarysAUC(t *testing.T) {
 	assert.Equal(t, cfg.Predictions, e.Predictions)
 }
 
-// TestPredictionsOfSyntheticData: generated test records are named by the generator's index.
+// TestPredictionsOfSyntheticData: generated test records are named by the generator's index;
+// with keep-best, whose final test figures come from the final checkpoint's evaluation, the
+// file holds that evaluation.
 func TestPredictionsOfSyntheticData(t *testing.T) {
-	cfg := smallConfig(t, 4000, 1)
-	cfg.TestRecords = 1500
-	cfg.Predictions = filepath.Join(t.TempDir(), "p.tsv")
-	s, err := train.Run(context.Background(), cfg)
-	require.NoError(t, err)
-	column, ps := readPredictions(t, cfg.Predictions)
-	assert.Equal(t, "record", column)
-	require.Equal(t, 1500, len(ps), "one line per test record")
-	for i, p := range ps {
-		require.Equal(t, strconv.FormatInt(1<<40+int64(i), 10), p.at)
+	for _, keepBest := range []bool{false, true} {
+		cfg := smallConfig(t, 4000, 1)
+		cfg.TestRecords, cfg.KeepBest = 1500, keepBest
+		cfg.Predictions = filepath.Join(t.TempDir(), "p.tsv")
+		s, err := train.Run(context.Background(), cfg)
+		require.NoError(t, err)
+		column, ps := readPredictions(t, cfg.Predictions)
+		assert.Equal(t, "record", column)
+		require.Equal(t, 1500, len(ps), "one line per test record")
+		for i, p := range ps {
+			require.Equal(t, strconv.FormatInt(1<<40+int64(i), 10), p.at)
+		}
+		auc := rankAUC(t, ps)
+		t.Logf("keep-best %v: AUC recomputed from the file %.12f, summary %.12f", keepBest, auc, s.Eval.AUC)
+		assert.InDelta(t, s.Eval.AUC, auc, 1e-9)
+		if keepBest {
+			require.NotNil(t, s.Best)
+		}
 	}
-	auc := rankAUC(t, ps)
-	t.Logf("AUC recomputed from the file %.12f, summary %.12f", auc, s.Eval.AUC)
-	assert.InDelta(t, s.Eval.AUC, auc, 1e-9)
 }
 
 // TestSoftLabelInATestFileIsRefused: AUC is defined on clicks, so a test line with a soft label
