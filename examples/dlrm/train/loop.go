@@ -262,9 +262,9 @@ func nothingWhy(s *Summary) string {
 
 // stoppedByDuration says how far the epochs got when Config.Duration ended training, from the
 // dispatcher's progress pr once the workers have stopped; samples is what the model was trained
-// on. A position of generated and MovieLens data is a record, so the figures are samples; a
-// position of text data is a line, held-out and malformed lines included, so the figures are
-// lines, and the samples trained are said beside.
+// on (negative: not known). A position of generated and MovieLens data is a record, so the
+// figures are samples; a position of text data is a line, held-out and malformed lines
+// included, so the figures are lines, and the samples trained are said beside.
 func stoppedByDuration(cfg *Config, pr shard.Progress, samples int64) string {
 	var done, per int64
 	for _, e := range pr.EpochRecords {
@@ -276,8 +276,11 @@ func stoppedByDuration(cfg *Config, pr shard.Progress, samples int64) string {
 	total := per * int64(cfg.Epochs)
 	switch cfg.Data.Kind {
 	case Criteo, LibSVM, LibFM:
-		return fmt.Sprintf("stopped by -duration after %d of %d lines (%d epochs of %d lines, -duration %v; %d samples trained: held-out and malformed lines are not)",
-			done, total, cfg.Epochs, per, cfg.Duration, samples)
+		trained := ""
+		if samples >= 0 {
+			trained = fmt.Sprintf("; %d samples trained: held-out and malformed lines are not", samples)
+		}
+		return fmt.Sprintf("stopped by -duration after %d of %d lines (%d epochs of %d lines, -duration %v%s)", done, total, cfg.Epochs, per, cfg.Duration, trained)
 	}
 	return fmt.Sprintf("stopped by -duration after %d of %d samples (%d epochs of %d, -duration %v)", done, total, cfg.Epochs, per, cfg.Duration)
 }

@@ -17,6 +17,7 @@ func TestStoppedByDuration(t *testing.T) {
 	cfg.Data.Kind = LibSVM
 	assert.Equal(t, "stopped by -duration after 1250 of 3000 lines (3 epochs of 1000 lines, -duration 1m0s; 1000 samples trained: held-out and malformed lines are not)",
 		stoppedByDuration(cfg, pr, 1000))
+	assert.Equal(t, "stopped by -duration after 1250 of 3000 lines (3 epochs of 1000 lines, -duration 1m0s)", stoppedByDuration(cfg, pr, -1), "samples not known")
 }
 
 // Each kind of origin prints as the predictions file's first column.

@@ -612,7 +612,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	sum.TotalSamples = accepted()
 	sum.Samples = sum.TotalSamples - r.baseSamp
 	if byDuration {
-		sum.StopReason = stoppedByDuration(cfg, coord.Dispatcher().Progress(), sum.TotalSamples)
+		sum.StopReason = stoppedByDuration(cfg, coord.Dispatcher().Progress(), -1) // the dispatcher counts positions, not samples
 	}
 	sum.Steps = int64(coord.Status().Step)
 	if sec := sum.Elapsed.Seconds(); sec > 0 {
