@@ -96,7 +96,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	var (
 		o                                options
-		ckDirSet                         bool
+		ckDirSet, durationSet            bool
 		data, test, bottom, top, scaleAt string
 		embOpt, denseOpt                 string
 		fieldMap, badLines               string
@@ -165,7 +165,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&c.MinCount, "min-count", 0, fmt.Sprintf("movielens data: ids seen fewer than this many times in the training ratings share one row per field (default %d; 1: none)", train.DefaultMovieLensMinCount))
 	fs.IntVar(&c.BatchSize, "batch", train.DefaultBatchSize, "records per worker step")
 	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the data (default 3 movielens, else 1)")
-	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long (0: when the epochs are done)")
+	fs.DurationVar(&c.Duration, "duration", time.Minute, "stop after this long; the summary then says how far the epochs got (0: when the epochs are done, the default for file data: criteo, libsvm, libfm and movielens run the -epochs asked for)")
 	fs.IntVar(&c.Servers, "ps", train.DefaultServers, "parameter servers")
 	fs.IntVar(&c.Workers, "workers", train.DefaultWorkers, "workers")
 	fs.StringVar(&scaleAt, "scale-at", "", "change the cluster while it trains: TIME:ps=N[,workers=M], steps separated by ';' (e.g. 20s:ps=3;40s:ps=2): servers are added or drained with their slots moved live")
@@ -191,6 +191,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
 	fs.BoolVar(&c.KeepBest, "keep-best", false, "evaluate the held-out set (the -valid set, if any) at every checkpoint (training paused) and mark the best commit by AUC; retention keeps it; the summary reports the best and the final")
 	fs.StringVar(&c.Evaluate, "evaluate", "", "instead of training, load a commit of -checkpoint-dir and evaluate it: best (the commit -keep-best marked), newest, or a step; give the data and model flags of the run that wrote it")
+	// The test records' labels and scores, for computing the AUC (or anything else) outside.
+	fs.StringVar(&c.Predictions, "predictions", "", "write the final test evaluation to this file (temporary file and rename): a header line, then one line per test record in the test set's order, FILE:LINE (or the synthetic record's index, or for movielens the ratings file#rating index), its label (0 or 1) and the model's probability of a click, tab-separated; the model is the one the summary's test line reports: the final one, or with -evaluate the commit loaded (-evaluate best for -keep-best's best)")
 	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop after this many evaluated checkpoints in a row without a better AUC (implies -keep-best; 0: never)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
@@ -226,6 +228,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	fs.Visit(func(f *flag.Flag) {
 		ckDirSet = ckDirSet || f.Name == "checkpoint-dir"
+		durationSet = durationSet || f.Name == "duration"
 		if !kubeRoleFlags[f.Name] {
 			for _, v := range raw[f.Name] {
 				o.passOn = append(o.passOn, "-"+f.Name+"="+v)
@@ -250,6 +253,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if c.Data, err = train.ParseDataSpec(data); err != nil {
 		errs = append(errs, fmt.Errorf("-data: %w", err))
+	}
+	if !durationSet && c.Data.Kind != train.Synthetic {
+		c.Duration = 0 // file data: the epochs asked for; the minute is the synthetic demo's
 	}
 	if fieldMap != "" {
 		if !strings.Contains(fieldMap, "=") { // a file of entries

@@ -8,7 +8,7 @@
 //	go run ./examples/dlrm
 //	go run ./examples/dlrm -resume       # after Ctrl-C: continue from the newest checkpoint
 //	go run ./examples/dlrm -overwrite    # start afresh, deleting the checkpoints of the run before
-//	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small -duration 0
+//	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small   # every epoch (file data has no -duration by default)
 //	go run ./examples/dlrm status -dispatcher HOST:PORT -secret-file FILE   # a running multi-process job
 //	go run ./examples/dlrm scale -dispatcher HOST:PORT -secret-file FILE -add ps-2=HOST:PORT   # give it a server
 //

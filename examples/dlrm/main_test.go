@@ -318,3 +318,49 @@ func TestFlagsAutoscale(t *testing.T) {
 	assert.ErrorContains(t, err, "-pending-for 0s must be positive")
 	assert.ErrorContains(t, err, "-near-memory 0 is not positive")
 }
+
+// TestDurationDefaultsPerData: the minute is the synthetic demo's; file data runs the epochs
+// asked for unless -duration is given.
+func TestDurationDefaultsPerData(t *testing.T) {
+	for args, want := range map[string]time.Duration{
+		"":                                time.Minute,
+		"-data libsvm:x":                  0,
+		"-data criteo:x,y -test z":        0,
+		"-data movielens:ml":              0,
+		"-data libfm:x -duration 30s":     30 * time.Second,
+		"-data synthetic -duration 0":     0,
+		"-train-records 10 -duration 90s": 90 * time.Second,
+	} {
+		o, err := parseFlags(strings.Fields(args), &bytes.Buffer{})
+		require.NoError(t, err, args)
+		assert.Equal(t, want, o.cfg.Duration, args)
+	}
+}
+
+// TestFileRunWritesPredictions runs the command on a libSVM file and a test file without
+// -duration: every epoch is trained, and the summary names the predictions file, which has a
+// line per test record.
+func TestFileRunWritesPredictions(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 600 {
+		fmt.Fprintf(&b, "%d %d:1 %d:1\n", (i/3)%2, i%7, 100+i%11)
+	}
+	data, test, pred := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm"), filepath.Join(dir, "pred.tsv")
+	require.NoError(t, os.WriteFile(data, []byte(b.String()), 0o600))
+	require.NoError(t, os.WriteFile(test, []byte(strings.Join(strings.SplitAfter(b.String(), "\n")[:50], "")), 0o600))
+	var out, errs bytes.Buffer
+	code := run(strings.Fields("-data libsvm:"+data+" -test "+test+" -epochs 2 -dim 4 -bottom 4 -top 4 -batch 50 -eval-every 0 -predictions "+pred+" -checkpoint-dir "+t.TempDir()), &out, &errs)
+	require.Equal(t, 0, code, errs.String())
+	s := out.String()
+	assert.Contains(t, s, "training until the epochs are done")
+	assert.Contains(t, s, "summary (every epoch done)")
+	assert.Contains(t, s, "epoch 1 (complete): 600 of 600 positions covered")
+	assert.Contains(t, s, "predictions: "+pred+": the test records' labels and this model's scores, 50 lines after the header")
+	got, err := os.ReadFile(pred)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")
+	require.Equal(t, 51, len(lines), "a header and one line per test record")
+	assert.Equal(t, "file:line\tlabel\tscore", lines[0])
+	assert.True(t, strings.HasPrefix(lines[50], test+":50\t"), "%q", lines[50])
+}

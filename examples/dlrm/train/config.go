@@ -123,8 +123,10 @@ type Config struct {
 	// Epochs is the number of passes over the training data. Default 3 for MovieLens (where
 	// the held-out AUC peaks), 1 otherwise. Duration may end the run first.
 	Epochs int
-	// Duration ends training after this much wall time (a final checkpoint follows). 0 means run
-	// until the epochs are done.
+	// Duration ends training after this much wall time (a final checkpoint follows); the
+	// summary then says how far the epochs got ("stopped by -duration after N of M samples").
+	// 0 means run until the epochs are done (the command's default for file data; a minute for
+	// synthetic data).
 	Duration time.Duration
 	// Servers is the number of parameter servers. Default 2.
 	Servers int
@@ -210,6 +212,14 @@ type Config struct {
 	// each EvalEvery tick takes a checkpoint instead of evaluating the live servers. Embedded
 	// mode only (Run). Default false; EarlyStop sets it.
 	KeepBest bool
+	// Predictions, if set, names a file the final test evaluation is written to, one line per
+	// test record after a header line: where the record is from, its label and the model's
+	// score (the probability of a click), tab-separated, in the test set's order (Summary's
+	// Predictions says more). The model is the one the summary's test line reports: the final
+	// one of a training run, the loaded commit with Evaluate (for keep-best's best commit,
+	// evaluate "best"). Written to a temporary file renamed into place: it is never seen half
+	// written. Embedded mode only (Run). Default "": none.
+	Predictions string
 	// EarlyStop stops training after this many evaluated commits in a row without a better AUC
 	// than the best (a final checkpoint follows). Default 0: never. Sets KeepBest.
 	EarlyStop int

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -39,6 +40,9 @@ type dataSet struct {
 	// point out about the input (such as every feature landing in one field).
 	bad   *shard.BadLines
 	notes []string
+
+	// testAt and validAt say where each test and validation record comes from.
+	testAt, validAt *origins
 }
 
 // loadData builds the dataSet of cfg (defaults filled in).
@@ -117,6 +121,7 @@ func loadSynthetic(cfg *Config) (*dataSet, error) {
 		pooling: make([]model.Pooling, len(fields)),
 		dataset: shard.IndexedDataset(cfg.TrainRecords), source: shard.IndexedSource{Data: data},
 		shuffle: true, test: test, ceiling: &ceil, synth: gen, valid: valid, validOut: validOut,
+		testAt: indexOrigins("record", synthTestFrom, len(test)), validAt: indexOrigins("record", synthValidFrom, len(valid)),
 		heldOut: fmt.Sprintf("%d generated records [2^40, 2^40+%d)", cfg.TestRecords, cfg.TestRecords),
 	}, nil
 }
@@ -199,6 +204,8 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
 		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
+		testAt:  ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), testIdx[:keep]),
+		validAt: ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), validIdx[:len(valid)]),
 		heldOut: fmt.Sprintf("seeded random split: %d of %d ratings held out (%.0f%%), %d evaluated", nTest, n, 100*cfg.TestFraction, keep),
 	}, nil
 }
@@ -266,6 +273,8 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
 		dataset: shard.IndexedDataset(int64(n)), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
+		testAt:  ratingOrigins(filepath.Join(tdir, name), testIdx),
+		validAt: ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), validIdx),
 		heldOut: fmt.Sprintf("test ratings %s: %d of %d evaluated (%d lines skipped)", filepath.Join(tdir, name), keep, tml.Len(), tml.Skipped()),
 	}, nil
 }
@@ -275,8 +284,11 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 type osFS struct{ root string }
 
 func (f osFS) Open(name string) (fs.File, error) {
-	return os.Open(filepath.Join(f.root, filepath.FromSlash(name)))
+	return os.Open(f.path(name))
 }
+
+// path is the operating-system path of name.
+func (f osFS) path(name string) string { return filepath.Join(f.root, filepath.FromSlash(name)) }
 
 // fsNames turns command-line paths into names for osFS.
 func fsNames(paths []string) (osFS, []string, error) {
@@ -445,19 +457,22 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 	valid.lo, valid.hi = test.hi, test.hi+cfg.ValidFraction*(1-test.hi)
 	if len(cfg.TestFiles) > 0 {
 		tsrc := shard.TextSource{FS: tfs, Parser: parser, OnError: onError, Bad: bad}
-		if d.test, err = readText(ctx, tsrc, tshards, cfg.TestRecords, nil); err != nil {
+		d.testAt = textOrigins(tfs.path)
+		if d.test, err = readText(ctx, tsrc, tshards, cfg.TestRecords, nil, d.testAt); err != nil {
 			return nil, fmt.Errorf("test files: %w", err)
 		}
 		d.heldOut = fmt.Sprintf("test files %v: first %d records", cfg.TestFiles, len(d.test))
 	} else {
-		if d.test, err = readText(ctx, src, shards, cfg.TestRecords, test.is); err != nil {
+		d.testAt = textOrigins(fsys.path)
+		if d.test, err = readText(ctx, src, shards, cfg.TestRecords, test.is, d.testAt); err != nil {
 			return nil, err
 		}
 		d.heldOut = fmt.Sprintf("seeded random split: %.0f%% of lines held out, the first %d evaluated", 100*cfg.TestFraction, len(d.test))
 	}
 	d.source = src
 	if valid.hi > valid.lo {
-		if d.valid, err = readText(ctx, src, shards, cfg.TestRecords, valid.is); err != nil {
+		d.validAt = textOrigins(fsys.path)
+		if d.valid, err = readText(ctx, src, shards, cfg.TestRecords, valid.is, d.validAt); err != nil {
 			return nil, err
 		}
 		if len(d.valid) < 2 {
@@ -467,6 +482,9 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 	}
 	if valid.hi > 0 {
 		d.source = heldOutSource{inner: src, heldOut: heldOut{seed: cfg.Seed, hi: valid.hi}}
+	}
+	if err := errors.Join(checkClicks("test", d.test, d.testAt), checkClicks("validation", d.valid, d.validAt)); err != nil {
+		return nil, err
 	}
 	if len(d.test) < 2 {
 		err := fmt.Errorf("%s: only %d held-out records", cfg.Data.Kind, len(d.test))
@@ -493,8 +511,8 @@ func exampleLines(ex []*shard.ParseError) string {
 }
 
 // readText reads up to limit records of the shards (those keep accepts by dataset position,
-// or all) into samples.
-func readText(ctx context.Context, src shard.Source, shards []shard.Shard, limit int, keep func(pos int64) bool) ([]model.Sample, error) {
+// or all) into samples, and adds their origins to at (nil: none).
+func readText(ctx context.Context, src shard.Source, shards []shard.Shard, limit int, keep func(pos int64) bool, at *origins) ([]model.Sample, error) {
 	var out []model.Sample
 	var rec shard.Record
 	for i, s := range shards {
@@ -517,6 +535,7 @@ func readText(ctx context.Context, src shard.Source, shards []shard.Shard, limit
 			}
 			out = append(out, model.Sample{})
 			sampleFromRecord(&out[len(out)-1], &rec)
+			at.add(s.File, s.Line+rec.Offset) // the shard is read in file order
 		}
 		cur.Close()
 		if len(out) >= limit {

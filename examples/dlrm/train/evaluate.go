@@ -91,5 +91,8 @@ func (r *run) evaluate(ctx context.Context) (*Summary, error) {
 	s.Eval = ev
 	r.emit(Event{Kind: EventEval, Eval: ev})
 	s.Elapsed = time.Since(start)
+	if err := r.writePredictions(s); err != nil {
+		return s, err
+	}
 	return s, nil
 }

@@ -105,6 +105,13 @@ type Summary struct {
 	Evaluated uint64
 
 	Eval Eval // the final evaluation of the held-out test set
+	// Predictions is the file Eval's scores were written to (Config.Predictions; "" without):
+	// a header line "file:line<TAB>label<TAB>score" (first column "record" for synthetic data,
+	// the generator's index; "rating" for MovieLens, the ratings file and the rating's index
+	// among its well-formed ratings after '#'), then one line per test record in the order of
+	// the test set (files as given, lines in order), the label 0 or 1 and the score the
+	// model's probability of a click.
+	Predictions string
 	// Valid is the final evaluation of the validation set (Config.ValidFraction), nil without.
 	Valid *Eval
 	// Best is, with Config.KeepBest, the evaluated commit with the best AUC (of the validation
@@ -299,5 +306,8 @@ func (s *Summary) evals(p func(format string, a ...any)) {
 			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
 	default:
 		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+	}
+	if s.Predictions != "" {
+		p("  predictions: %s: the test records' labels and this model's scores, %d lines after the header", s.Predictions, s.Eval.Samples)
 	}
 }

@@ -84,6 +84,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 
 	var failure error
 	reason := ""
+	byDuration := false
 	coordDone := r.job.Coordinator().Done()
 	for running && reason == "" {
 		select {
@@ -92,7 +93,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		case <-coordDone:
 			failure, reason = r.job.Coordinator().Err(), "another coordinator took the job over"
 		case <-deadline:
-			reason = fmt.Sprintf("%v passed", cfg.Duration)
+			reason, byDuration = "stopped by -duration", true
 		case err := <-done:
 			running = false
 			if err != nil {
@@ -174,6 +175,9 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 		}
 	}
 	trainedFor := time.Since(r.start)
+	if byDuration && failure == nil {
+		reason = stoppedByDuration(cfg, r.job.Coordinator().Dispatcher().Progress(), r.samples.Load())
+	}
 	r.emit(Event{Kind: EventNote, Message: "training stopped: " + reason})
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
@@ -232,6 +236,9 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	sum.Eval = ev
 	sum.Best, sum.SinceBest, sum.Evaluations = r.best.state()
+	if err := r.writePredictions(sum); err != nil {
+		return sum, err
+	}
 	if !sum.ExactlyOnce {
 		return sum, ErrNotExactlyOnce
 	}
@@ -251,6 +258,31 @@ func nothingWhy(s *Summary) string {
 		return fmt.Sprintf("%d positions covered, every one a held-out or malformed line (%d malformed:%s)", covered, s.BadLines.Bad, exampleLines(s.BadLines.Examples))
 	}
 	return fmt.Sprintf("%d positions covered, every one a held-out line", covered)
+}
+
+// stoppedByDuration says how far the epochs got when Config.Duration ended training, from the
+// dispatcher's progress pr once the workers have stopped; samples is what the model was trained
+// on (negative: not known). A position of generated and MovieLens data is a record, so the
+// figures are samples; a position of text data is a line, held-out and malformed lines
+// included, so the figures are lines, and the samples trained are said beside.
+func stoppedByDuration(cfg *Config, pr shard.Progress, samples int64) string {
+	var done, per int64
+	for _, e := range pr.EpochRecords {
+		done += e.Done
+	}
+	if len(pr.EpochRecords) > 0 {
+		per = pr.EpochRecords[0].Records
+	}
+	total := per * int64(cfg.Epochs)
+	switch cfg.Data.Kind {
+	case Criteo, LibSVM, LibFM:
+		trained := ""
+		if samples >= 0 {
+			trained = fmt.Sprintf("; %d samples trained: held-out and malformed lines are not", samples)
+		}
+		return fmt.Sprintf("stopped by -duration after %d of %d lines (%d epochs of %d lines, -duration %v%s)", done, total, cfg.Epochs, per, cfg.Duration, trained)
+	}
+	return fmt.Sprintf("stopped by -duration after %d of %d samples (%d epochs of %d, -duration %v)", done, total, cfg.Epochs, per, cfg.Duration)
 }
 
 type evalResult struct {

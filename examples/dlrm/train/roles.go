@@ -398,6 +398,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	if cfg.KeepBest {
 		return nil, fmt.Errorf("%w: keep-best and early stopping evaluate the held-out set, which only the embedded mode does", ErrConfig)
 	}
+	if cfg.Predictions != "" {
+		return nil, fmt.Errorf("%w: predictions are written by the test evaluation, which only the embedded mode does", ErrConfig)
+	}
 	data, err := loadData(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -568,6 +571,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		deadline = t.C
 	}
 	reason := ""
+	byDuration := false
 	for reason == "" {
 		select {
 		case <-ctx.Done():
@@ -581,7 +585,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 			// more of it is committed. The job is the other's; end now, and say so.
 			return nil, fmt.Errorf("coordinator: %w", coord.Err())
 		case <-deadline:
-			reason = fmt.Sprintf("%v passed", cfg.Duration)
+			reason, byDuration = "stopped by -duration", true
 		case <-tick.C:
 			coord.Dispatcher().Expire()
 			if coord.Dispatcher().Progress().Finished {
@@ -607,6 +611,9 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 	sum.Elapsed = time.Since(r.start)
 	sum.TotalSamples = accepted()
 	sum.Samples = sum.TotalSamples - r.baseSamp
+	if byDuration {
+		sum.StopReason = stoppedByDuration(cfg, coord.Dispatcher().Progress(), -1) // the dispatcher counts positions, not samples
+	}
 	sum.Steps = int64(coord.Status().Step)
 	if sec := sum.Elapsed.Seconds(); sec > 0 {
 		sum.SamplesPerSec = float64(sum.Samples) / sec

@@ -122,6 +122,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
+	if cfg.Predictions != "" {
+		if err := checkPredictionsPath(cfg.Predictions); err != nil {
+			return nil, err
+		}
+	}
 	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1), metrics: &metered{}}
 	if r.jobLogger == nil {
 		r.jobLogger = discardLogger()
