@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"sort"
 	"strings"
 	"time"
 )
@@ -282,8 +283,11 @@ type MovieLensConfig struct {
 	// Ratings and Movies are the file names within the file system. Default "ratings.csv" and
 	// "movies.csv" (the layout of ml-latest-small and the larger sets), or, when the file system
 	// has no ratings.csv but a u.data, "u.data" and "u.item" (the MovieLens 100K layout:
-	// tab-separated ratings without a header, pipe-separated movies with genre flags). A Movies
-	// name ending in ".item" is read as a 100K u.item.
+	// tab-separated ratings without a header, pipe-separated movies with genre flags). Ratings
+	// may name any ratings file of either layout, such as the 100K splits u1.base to u5.base,
+	// ua.base and ub.base; Movies then defaults to "movies.csv", or to "u.item" when the file
+	// system has no movies.csv but a u.item. A Movies name ending in ".item" is read as a 100K
+	// u.item.
 	Ratings, Movies string
 	// Threshold is the rating from which a record is positive. Default (0) 4.0.
 	Threshold float32
@@ -303,6 +307,9 @@ type MovieLens struct {
 	rating    []float32
 	ts        []int64
 	skipped   int64
+	// gaps are the lines of the ratings file that hold no rating (a header, skipped lines), in
+	// increasing order: with them Line finds a rating's line without a column of line numbers.
+	gaps []int64
 }
 
 var _ Indexed = (*MovieLens)(nil)
@@ -318,6 +325,9 @@ func LoadMovieLens(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
 	}
 	if cfg.Movies == "" {
 		cfg.Movies = "movies.csv"
+		if !exists(fsys, "movies.csv") && exists(fsys, "u.item") {
+			cfg.Movies = "u.item"
+		}
 	}
 	mf, err := fsys.Open(cfg.Movies)
 	if err != nil {
@@ -342,10 +352,12 @@ func LoadMovieLens(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error) {
 
 // is100K reports whether fsys holds the MovieLens 100K layout and not the CSV one.
 func is100K(fsys fs.FS) bool {
-	if _, err := fs.Stat(fsys, "ratings.csv"); err == nil {
-		return false
-	}
-	_, err := fs.Stat(fsys, "u.data")
+	return !exists(fsys, "ratings.csv") && exists(fsys, "u.data")
+}
+
+// exists reports whether fsys has a file of that name.
+func exists(fsys fs.FS, name string) bool {
+	_, err := fs.Stat(fsys, name)
 	return err == nil
 }
 
@@ -375,6 +387,7 @@ func (m *Movies) LoadRatings(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error
 	err = eachLine(rf, cfg.Ratings, func(lineNo int64, line []byte) error {
 		line = trimCR(line)
 		if lineNo == 1 && bytes.HasPrefix(line, []byte("userId,")) {
+			ml.gaps = append(ml.gaps, lineNo)
 			return nil
 		}
 		u, mv, rating, ts, err := parseRating(line)
@@ -388,6 +401,7 @@ func (m *Movies) LoadRatings(fsys fs.FS, cfg MovieLensConfig) (*MovieLens, error
 		if err != nil {
 			if cfg.OnError == SkipMalformed {
 				ml.skipped++
+				ml.gaps = append(ml.gaps, lineNo)
 				return nil
 			}
 			return &ParseError{File: cfg.Ratings, Line: lineNo, Err: err}
@@ -410,6 +424,14 @@ func (m *MovieLens) Len() int64 { return int64(len(m.row)) }
 
 // Skipped returns the malformed lines skipped while loading (SkipMalformed).
 func (m *MovieLens) Skipped() int64 { return m.skipped }
+
+// Line returns the 1-based line of the ratings file that rating i (0 <= i < Len) was read from.
+func (m *MovieLens) Line(i int64) int64 {
+	// The gaps before rating i are those with at most i ratings before them: gap j has
+	// m.gaps[j]-1-j, a count that grows with j.
+	k := sort.Search(len(m.gaps), func(j int) bool { return m.gaps[j]-1-int64(j) > i })
+	return i + 1 + int64(k)
+}
 
 // Movies returns the joined movies table.
 func (m *MovieLens) Movies() *Movies { return m.movies }

@@ -253,6 +253,21 @@ func TestMovieLens100K(t *testing.T) {
 	if err != nil || test.Len() != 1 || test.Skipped() != 1 {
 		t.Fatalf("%v: %d ratings, %d skipped", err, test.Len(), test.Skipped())
 	}
+	// A split file of the 100K layout (u1.base) as the training ratings, its movies from u.item;
+	// Line finds each rating's line past a skipped one.
+	fsys["u1.base"] = &fstest.MapFile{Data: []byte("196\t1\t3\t881250949\nnot a rating\n22\t3\t4\t878887116\n")}
+	base, err := shard.LoadMovieLens(fsys, shard.MovieLensConfig{Ratings: "u1.base", OnError: shard.SkipMalformed})
+	if err != nil || base.Len() != 2 || base.Skipped() != 1 || base.Movies().Len() != 3 {
+		t.Fatalf("u1.base: %v", err)
+	}
+	if base.Line(0) != 1 || base.Line(1) != 3 {
+		t.Fatalf("u1.base lines %d, %d; want 1, 3", base.Line(0), base.Line(1))
+	}
+	csv := fstest.MapFS{"ratings.csv": {Data: []byte("userId,movieId,rating,timestamp\n1,1,4,1\n1,2,4,1\n")}, "movies.csv": {Data: []byte("movieId,title,genres\n1,a (1995),Drama\n2,b (1996),Drama\n")}}
+	ml, err = shard.LoadMovieLens(csv, shard.MovieLensConfig{})
+	if err != nil || ml.Line(0) != 2 || ml.Line(1) != 3 {
+		t.Fatalf("ratings.csv after its header: %v", err)
+	}
 	bad := fstest.MapFS{"u.data": {Data: []byte("1\t1\t3\t1\n")}, "u.item": {Data: []byte("1|x|||\n")}}
 	if _, err := shard.LoadMovieLens(bad, shard.MovieLensConfig{}); !errors.As(err, &pe) || pe.File != "u.item" || pe.Line != 1 {
 		t.Fatalf("want u.item:1, got %v", err)

@@ -107,8 +107,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		vocabCap                         int
 	)
 	c := &o.cfg
-	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...] or movielens:DIR (ml-latest-small's CSV layout or the 100K layout of u.data and u.item)")
+	fs.StringVar(&data, "data", "synthetic", "training data: synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...], movielens:DIR (ml-latest-small's CSV layout or the 100K layout of u.data and u.item) or movielens:DIR/RATINGS (one ratings file, such as the 100K layout's u1.base, with the movies in its directory)")
 	fs.StringVar(&test, "test", "", "held-out file(s) for criteo, libsvm or libfm data, or for movielens a directory with its own ratings file (or a ratings file such as the 100K layout's u1.test) (default: a seeded random split of -data)")
+	fs.BoolVar(&c.AllowOverlap, "allow-overlap", false, "train and report the test figure even when -test records are also in the training data, identical after parsing (without it such a run is refused before training, naming the count and the first file:line pairs)")
 	fs.IntVar(&c.Fields, "fields", 0, "libfm data: the number of fields (default: the highest field index in the first MiB of the files, plus one)")
 	fs.StringVar(&fieldMap, "field-map", "", "libsvm data: feature index ranges to fields, NAME=LO-HI[,NAME=LO-HI...], or a file of such entries one per line (default: every feature in one field)")
 	fs.StringVar(&c.Pooling, "pooling", "", "libsvm and libfm data: pooling of the several features of one field, their rows weighted by their values: sum or mean (default sum; mean for libsvm without -field-map)")

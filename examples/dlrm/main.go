@@ -9,6 +9,7 @@
 //	go run ./examples/dlrm -resume       # after Ctrl-C: continue from the newest checkpoint
 //	go run ./examples/dlrm -overwrite    # start afresh, deleting the checkpoints of the run before
 //	go run ./examples/dlrm -data movielens:../shared/data/movielens-latest-small   # every epoch (file data has no -duration by default)
+//	go run ./examples/dlrm -data movielens:ml-100k/u1.base -test ml-100k/u1.test
 //	go run ./examples/dlrm status -dispatcher HOST:PORT -secret-file FILE   # a running multi-process job
 //	go run ./examples/dlrm scale -dispatcher HOST:PORT -secret-file FILE -add ps-2=HOST:PORT   # give it a server
 //
@@ -22,8 +23,13 @@
 // A run that ends with trained steps no commit holds (its final checkpoint failed) exits with
 // status 1 and says which step a resume would restore.
 //
+// A -test file whose records are also in the training data (identical after parsing; -data X
+// -test X, or the MovieLens 100K u.data with its u1.test) is refused before training, with the
+// count and the first few file:line pairs; -allow-overlap trains anyway and the summary gives
+// the count.
+//
 // Exit status: 0 when the run trained (or evaluated) and its final checkpoint is committed; 1
-// for any failure, a failed exactly-once check included; 75 (ExitHandedOver) for a coordinator
+// for any failure, a refused overlap and a failed exactly-once check included; 75 (ExitHandedOver) for a coordinator
 // on Kubernetes (-kube) that was interrupted and left the job running for the next one, which
 // examples/k8s/job.yaml's podFailurePolicy does not count as a failure of the Job. With -recovery partial a run that lost
 // updates in a recovery still exits 0, since that is the policy it was given: the loss is

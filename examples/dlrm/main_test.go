@@ -71,9 +71,14 @@ func TestFlagsReportEveryProblem(t *testing.T) {
 	assert.ErrorContains(t, err, "movielens takes one held-out path")
 	_, err = parseFlags(strings.Fields("-test t.csv"), &bytes.Buffer{})
 	assert.ErrorContains(t, err, "held-out test files")
-	o, err := parseFlags(strings.Fields("-data movielens:ml-100k -test ml-100k/u1.test"), &bytes.Buffer{})
+	o, err := parseFlags(strings.Fields("-data movielens:ml-100k/u1.base -test ml-100k/u1.test"), &bytes.Buffer{})
 	require.NoError(t, err)
+	assert.Equal(t, []string{"ml-100k/u1.base"}, o.cfg.Data.Paths)
 	assert.Equal(t, []string{"ml-100k/u1.test"}, o.cfg.TestFiles)
+	assert.False(t, o.cfg.AllowOverlap)
+	o, err = parseFlags(strings.Fields("-data movielens:ml-100k -test ml-100k/u1.test -allow-overlap"), &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.True(t, o.cfg.AllowOverlap)
 }
 
 func TestRunPrintsSummaryWithoutTerminal(t *testing.T) {
@@ -128,6 +133,32 @@ func TestRunFailsOnBadInput(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs.String(), data+":1: no tab but commas")
 	assert.NotContains(t, out.String(), "AUC")
+}
+
+// TestRunRefusesOverlap gives the training file as the test file: refused before training with
+// exit status 1, the count and the first pairs; with -allow-overlap it trains and the summary
+// gives the count.
+func TestRunRefusesOverlap(t *testing.T) {
+	var b strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&b, "%d %d:1 %d:1\n", i%2, 1+i%7, 100+i)
+	}
+	data := filepath.Join(t.TempDir(), "x.svm")
+	require.NoError(t, os.WriteFile(data, []byte(b.String()), 0o600))
+	args := "-data libsvm:" + data + " -test " + data + " -duration 0 -epochs 1 -dim 4 -bottom 4 -top 4 -checkpoint-dir "
+	var out, errs bytes.Buffer
+	code := run(strings.Fields(args+t.TempDir()), &out, &errs)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs.String(), "400 of 400 test records also in the training data, e.g. "+data+":1 = "+data+":1, "+data+":2 = "+data+":2")
+	assert.Contains(t, errs.String(), "-allow-overlap")
+	assert.NotContains(t, out.String(), "AUC")
+
+	out.Reset()
+	errs.Reset()
+	code = run(strings.Fields(args+t.TempDir()+" -allow-overlap"), &out, &errs)
+	require.Equal(t, 0, code, errs.String())
+	assert.Contains(t, out.String(), "overlap:     400 of 400 test records also in the training data")
+	assert.Contains(t, out.String(), "AUC")
 }
 
 func TestFlagsInput(t *testing.T) {

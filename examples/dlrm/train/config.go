@@ -43,6 +43,14 @@ type Config struct {
 	// as the 100K layout's u1.test), joined with the training directory's movies.
 	// Without them the held-out set is a seeded random TestFraction of the data.
 	TestFiles []string
+	// AllowOverlap lets a run train and report its test figure when test records given apart
+	// from the training data (TestFiles) are also in it, identical after parsing: the summary
+	// then gives their count (Summary.Overlap). Without it such a run is refused before
+	// training with an *OverlapError naming the count and the first few file:line pairs. The
+	// check (Overlap) costs one parsing pass over the training data before training, and
+	// memory for the test records only. A seeded random split is never refused: the records
+	// it puts on both sides are the data's duplicates, which the summary counts.
+	AllowOverlap bool
 	// TestFraction is the share of records held out for evaluation when there are no TestFiles.
 	// Default 0.2.
 	TestFraction float64

@@ -43,6 +43,12 @@ type dataSet struct {
 
 	// testAt and validAt say where each test and validation record comes from.
 	testAt, validAt *origins
+	// trainRecs and testRecs are the records trained and the test records evaluated, as parsed,
+	// for the overlap check (nil for synthetic data); split says that the test records are a
+	// random split of the training data. overlap is what the check found.
+	trainRecs, testRecs records
+	split               bool
+	overlap             *Overlap
 }
 
 // loadData builds the dataSet of cfg (defaults filled in).
@@ -151,19 +157,28 @@ func sampleFromRecord(s *model.Sample, rec *shard.Record) {
 	s.Offsets = append(s.Offsets, rec.FieldEnds...)
 }
 
+// loadMovieLens reads the MovieLens data of cfg: a directory (its ratings.csv, or the 100K
+// layout's u.data) or one ratings file (such as the 100K layout's u1.base), with the movies of
+// its directory (movies.csv, or the 100K layout's u.item).
 func loadMovieLens(cfg *Config) (*dataSet, error) {
-	dir := cfg.Data.Paths[0]
-	if st, err := os.Stat(dir); err != nil {
+	path := cfg.Data.Paths[0]
+	st, err := os.Stat(path)
+	if err != nil {
 		return nil, fmt.Errorf("movielens: %w", err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("movielens: %s is not a directory", dir)
 	}
-	ml, err := shard.LoadMovieLens(os.DirFS(dir), shard.MovieLensConfig{OnError: shard.SkipMalformed})
+	dir, mcfg := path, shard.MovieLensConfig{OnError: shard.SkipMalformed}
+	if st.IsDir() {
+		mcfg.Ratings = shard.DefaultRatingsFile(os.DirFS(dir))
+	} else {
+		dir, mcfg.Ratings = filepath.Dir(path), filepath.Base(path)
+	}
+	ml, err := shard.LoadMovieLens(os.DirFS(dir), mcfg)
 	if err != nil {
 		return nil, err
 	}
+	ratings := filepath.Join(dir, mcfg.Ratings)
 	if len(cfg.TestFiles) > 0 {
-		return movieLensWithTest(cfg, dir, ml)
+		return movieLensWithTest(cfg, ratings, ml)
 	}
 	n := int(ml.Len())
 	nTest := int(float64(n) * cfg.TestFraction)
@@ -200,20 +215,21 @@ func loadMovieLens(cfg *Config) (*dataSet, error) {
 	fields := movieLensFields(cfg)
 	return &dataSet{
 		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features%s",
-			dir, n, ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
+			ratings, n, ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
 		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
 		dataset: shard.IndexedDataset(int64(len(trainIdx))), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
-		testAt:  ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), testIdx[:keep]),
-		validAt: ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), validIdx[:len(valid)]),
+		testAt:    ratingOrigins(ratings, testIdx[:keep]),
+		validAt:   ratingOrigins(ratings, validIdx[:len(valid)]),
+		trainRecs: movieLensRecords(ml, ratings, trainIdx), testRecs: movieLensRecords(ml, ratings, testIdx[:keep]), split: true,
 		heldOut: fmt.Sprintf("seeded random split: %d of %d ratings held out (%.0f%%), %d evaluated", nTest, n, 100*cfg.TestFraction, keep),
 	}, nil
 }
 
-// movieLensWithTest trains every rating of ml and holds out the ratings of cfg.TestFiles[0]: a
-// directory (its ratings file, ratings.csv or the 100K layout's u.data) or a ratings file (such as
-// the 100K layout's u1.test), joined with ml's movies.
-func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, error) {
+// movieLensWithTest trains every rating of ml (read from the file ratings) and holds out the
+// ratings of cfg.TestFiles[0]: a directory (its ratings file, ratings.csv or the 100K layout's
+// u.data) or a ratings file (such as the 100K layout's u1.test), joined with ml's movies.
+func movieLensWithTest(cfg *Config, ratings string, ml *shard.MovieLens) (*dataSet, error) {
 	path := cfg.TestFiles[0]
 	st, err := os.Stat(path)
 	if err != nil {
@@ -245,19 +261,13 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 		validOut = fmt.Sprintf("seeded random split of the training ratings: %d held out (%.0f%%), %d evaluated", nValid, 100*cfg.ValidFraction, len(validIdx))
 		n = len(trainIdx)
 	} else {
-		trainIdx = make([]int, n)
-		for i := range trainIdx {
-			trainIdx[i] = i
-		}
+		trainIdx = rangeInts(n)
 	}
 	feat, err := newMovieLensFeatures(cfg, ml, trainIdx)
 	if err != nil {
 		return nil, err
 	}
-	testIdx := make([]int, keep)
-	for i := range testIdx {
-		testIdx[i] = i
-	}
+	testIdx := rangeInts(keep)
 	test, err := feat.samples(tml, testIdx)
 	if err != nil {
 		return nil, err
@@ -269,12 +279,13 @@ func movieLensWithTest(cfg *Config, dir string, ml *shard.MovieLens) (*dataSet, 
 	fields := movieLensFields(cfg)
 	return &dataSet{
 		desc: fmt.Sprintf("MovieLens %s: %d ratings (%d skipped lines), %d movies; label = rating >= 4; fields %v, %d dense features%s",
-			dir, ml.Len(), ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
+			ratings, ml.Len(), ml.Skipped(), ml.Movies().Len(), fields, ml.Schema().Dense, feat.describe()),
 		fields: fields, dense: max(ml.Schema().Dense, 1), rawDense: ml.Schema().Dense, pooling: movieLensPooling(fields),
 		dataset: shard.IndexedDataset(int64(n)), source: shard.IndexedSource{Data: feat.dataset(ml, trainIdx)},
 		shuffle: true, test: test, valid: valid, validOut: validOut,
-		testAt:  ratingOrigins(filepath.Join(tdir, name), testIdx),
-		validAt: ratingOrigins(filepath.Join(dir, shard.DefaultRatingsFile(os.DirFS(dir))), validIdx),
+		testAt:    ratingOrigins(filepath.Join(tdir, name), testIdx),
+		validAt:   ratingOrigins(ratings, validIdx),
+		trainRecs: movieLensRecords(ml, ratings, trainIdx), testRecs: movieLensRecords(tml, filepath.Join(tdir, name), testIdx),
 		heldOut: fmt.Sprintf("test ratings %s: %d of %d evaluated (%d lines skipped)", filepath.Join(tdir, name), keep, tml.Len(), tml.Skipped()),
 	}, nil
 }
@@ -423,8 +434,8 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 	}
 	var tfs osFS
 	var tshards []shard.Shard
+	var tnames []string
 	if len(cfg.TestFiles) > 0 {
-		var tnames []string
 		if tfs, tnames, err = fsNames(cfg.TestFiles); err != nil {
 			return nil, fmt.Errorf("test files: %w", err)
 		}
@@ -455,6 +466,15 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 		test.hi = cfg.TestFraction
 	}
 	valid.lo, valid.hi = test.hi, test.hi+cfg.ValidFraction*(1-test.hi)
+	// The overlap check reads through sources of their own that skip malformed lines without
+	// counting them: training counts them, and stops on them, as it would without the check.
+	quiet := shard.TextSource{FS: fsys, Parser: parser, OnError: shard.SkipMalformed}
+	tquiet := shard.TextSource{FS: tfs, Parser: parser, OnError: shard.SkipMalformed}
+	// The files by the paths given, for the overlap check's file:line.
+	given := map[string]string{}
+	for i, n := range names {
+		given[n] = cfg.Data.Paths[i]
+	}
 	if len(cfg.TestFiles) > 0 {
 		tsrc := shard.TextSource{FS: tfs, Parser: parser, OnError: onError, Bad: bad}
 		d.testAt = textOrigins(tfs.path)
@@ -462,12 +482,19 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 			return nil, fmt.Errorf("test files: %w", err)
 		}
 		d.heldOut = fmt.Sprintf("test files %v: first %d records", cfg.TestFiles, len(d.test))
+		tgiven := map[string]string{}
+		for i, n := range tnames {
+			tgiven[n] = cfg.TestFiles[i]
+		}
+		d.testRecs = textRecords(tquiet, tshards, len(d.test), nil, func(n string) string { return tgiven[n] })
 	} else {
 		d.testAt = textOrigins(fsys.path)
 		if d.test, err = readText(ctx, src, shards, cfg.TestRecords, test.is, d.testAt); err != nil {
 			return nil, err
 		}
 		d.heldOut = fmt.Sprintf("seeded random split: %.0f%% of lines held out, the first %d evaluated", 100*cfg.TestFraction, len(d.test))
+		d.testRecs = textRecords(quiet, shards, len(d.test), test.is, func(n string) string { return given[n] })
+		d.split = true
 	}
 	d.source = src
 	if valid.hi > valid.lo {
@@ -486,6 +513,11 @@ func loadText(ctx context.Context, cfg *Config) (*dataSet, error) {
 	if err := errors.Join(checkClicks("test", d.test, d.testAt), checkClicks("validation", d.valid, d.validAt)); err != nil {
 		return nil, err
 	}
+	var trained shard.Source = quiet
+	if valid.hi > 0 {
+		trained = heldOutSource{inner: quiet, heldOut: heldOut{seed: cfg.Seed, hi: valid.hi}}
+	}
+	d.trainRecs = textRecords(trained, shards, -1, nil, func(n string) string { return given[n] })
 	if len(d.test) < 2 {
 		err := fmt.Errorf("%s: only %d held-out records", cfg.Data.Kind, len(d.test))
 		if r := bad.Report(); r.Bad > 0 {
@@ -514,35 +546,49 @@ func exampleLines(ex []*shard.ParseError) string {
 // or all) into samples, and adds their origins to at (nil: none).
 func readText(ctx context.Context, src shard.Source, shards []shard.Shard, limit int, keep func(pos int64) bool, at *origins) ([]model.Sample, error) {
 	var out []model.Sample
+	err := eachText(ctx, src, shards, limit, keep, func(sh shard.Shard, rec *shard.Record) error {
+		out = append(out, model.Sample{})
+		sampleFromRecord(&out[len(out)-1], rec)
+		at.add(sh.File, sh.Line+rec.Offset) // the shard is read in file order
+		return nil
+	})
+	return out, err
+}
+
+// eachText calls fn with up to limit records of the shards of src in their order (those keep
+// accepts by dataset position, or all; limit < 0: no limit), each with its shard.
+func eachText(ctx context.Context, src shard.Source, shards []shard.Shard, limit int, keep func(pos int64) bool, fn func(sh shard.Shard, rec *shard.Record) error) error {
 	var rec shard.Record
+	n := 0
 	for i, s := range shards {
+		if limit >= 0 && n >= limit {
+			break
+		}
 		s.Index = i
 		cur, err := src.Open(ctx, shard.Lease{Shard: s})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for len(out) < limit {
+		for limit < 0 || n < limit {
 			err := cur.Next(&rec)
 			if err == io.EOF {
 				break
 			}
-			if err != nil {
-				cur.Close()
-				return nil, err
-			}
-			if keep != nil && !keep(s.Base+rec.Offset) {
+			if err == nil && keep != nil && !keep(s.Base+rec.Offset) {
 				continue
 			}
-			out = append(out, model.Sample{})
-			sampleFromRecord(&out[len(out)-1], &rec)
-			at.add(s.File, s.Line+rec.Offset) // the shard is read in file order
+			if err == nil {
+				err = fn(s, &rec)
+			}
+			if err != nil {
+				cur.Close()
+				return err
+			}
+			n++
 		}
 		cur.Close()
-		if len(out) >= limit {
-			break
-		}
 	}
-	return out, nil
+	return nil
 }
 
 // heldOut decides by a seeded hash of a record's dataset position whether it is held out: the

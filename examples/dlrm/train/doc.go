@@ -4,8 +4,10 @@
 //
 // # A run
 //
-// Run loads the data (the synthetic generator of package model, Criteo or libSVM files, or a
-// MovieLens directory) and starts an embedded job with local.Start: the coordinator with
+// Run loads the data (the synthetic generator of package model, Criteo, libSVM or libFM files,
+// or MovieLens ratings), checks that no test record is also a training record (Overlap: a test
+// file that repeats training records is refused unless Config.AllowOverlap), and starts an
+// embedded job with local.Start: the coordinator with
 // its data-shard dispatcher, and Config.Servers parameter servers on loopback TCP with a fresh
 // cluster secret, hosting one embedding table per sparse field ("emb.FIELD"). Every MLP tensor
 // is created on the server that owns its name ("mlp.NAME", ps.Client.InitDense: the first caller

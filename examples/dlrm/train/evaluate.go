@@ -73,7 +73,7 @@ func (r *run) loadCommit(ctx context.Context) error {
 func (r *run) evaluate(ctx context.Context) (*Summary, error) {
 	start := time.Now()
 	s := &Summary{
-		Data: r.data.desc, HeldOut: r.data.heldOut, Servers: len(r.job.Servers), Evaluated: r.restoredStep,
+		Data: r.data.desc, HeldOut: r.data.heldOut, Servers: len(r.job.Servers), Evaluated: r.restoredStep, Overlap: r.data.overlap,
 		StopReason: fmt.Sprintf("evaluated the commit of step %d", r.restoredStep),
 	}
 	if r.eval != r.testEval {

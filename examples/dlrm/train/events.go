@@ -143,6 +143,10 @@ type Summary struct {
 	// BadLines counts the malformed lines of text data per file, with the first few by file and
 	// line; its Err is set when they stopped the run. Zero for other data.
 	BadLines shard.BadLinesReport
+	// Overlap is what the check of the test records against the training records found (nil
+	// for synthetic data, and in the coordinator's summary: only a run that reports a test
+	// figure checks).
+	Overlap *Overlap
 	// Notes are what the summary points out about the input (such as every libSVM feature
 	// landing in one field).
 	Notes []string
@@ -181,6 +185,9 @@ func (s *Summary) String() string {
 		p("  note:        %s", n)
 	}
 	p("  held out:    %s", s.HeldOut)
+	if o := s.Overlap; o != nil && o.Records > 0 {
+		p("  overlap:     %s", o)
+	}
 	if s.Evaluated != 0 {
 		p("  commit:      step %d, loaded into %d parameter servers; nothing trained", s.Evaluated, s.Servers)
 		s.evals(p)

@@ -315,6 +315,9 @@ func (r *run) describe() string {
 	for _, n := range r.data.notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
+	if o := r.data.overlap; o != nil && o.Records > 0 {
+		fmt.Fprintf(&b, "overlap: %s\n", o)
+	}
 	if r.data.ceiling != nil {
 		fmt.Fprintf(&b, "the generator's hidden model reaches AUC %.4f (log loss %.4f) on the held-out records: the ceiling\n", r.data.ceiling.AUC, r.data.ceiling.LogLoss)
 	}
@@ -483,6 +486,7 @@ func (r *run) summary(reason string, trainedFor time.Duration) *Summary {
 		s.BadLines = r.data.bad.Report()
 	}
 	s.Notes = r.data.notes
+	s.Overlap = r.data.overlap
 	s.AppliedBytes = r.appliedBytes()
 	s.checkTraining(r.job.Coordinator())
 	byName := map[string]*TableRows{}

@@ -151,6 +151,9 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.data, err = loadData(ctx, cfg); err != nil {
 		return err
 	}
+	if err := r.data.checkOverlap(ctx, cfg.AllowOverlap); err != nil {
+		return err
+	}
 	r.mcfg = modelConfig(cfg, r.data)
 	m0, err := model.New(r.mcfg)
 	if err != nil {

@@ -16,7 +16,9 @@ const (
 	Criteo
 	// LibSVM is the libSVM / libFM text format, one or more files.
 	LibSVM
-	// MovieLens is a MovieLens directory holding ratings.csv and movies.csv; label = rating >= 4.
+	// MovieLens is a MovieLens directory holding ratings.csv and movies.csv (or the 100K
+	// layout's u.data and u.item), or one ratings file of either layout (such as the 100K
+	// layout's u1.base) with the movies in its directory; label = rating >= 4.
 	MovieLens
 	// LibFM is the field-aware libFM text format (label field:feature:value ...), one or more
 	// files: one embedding table per libFM field.
@@ -40,7 +42,8 @@ func (k DataKind) String() string {
 	return fmt.Sprintf("DataKind(%d)", uint8(k))
 }
 
-// DataSpec says what to train on: a kind and its files (or, for MovieLens, one directory).
+// DataSpec says what to train on: a kind and its files (or, for MovieLens, one directory or
+// ratings file).
 type DataSpec struct {
 	Kind  DataKind
 	Paths []string
@@ -51,7 +54,8 @@ type DataSpec struct {
 var ErrDataSpec = errors.New("train: bad data specification")
 
 // ParseDataSpec reads a -data flag value: "" or "synthetic" for the generator,
-// "criteo:FILE[,FILE...]", "libsvm:FILE[,FILE...]", "libfm:FILE[,FILE...]" or "movielens:DIR". Paths are not checked
+// "criteo:FILE[,FILE...]", "libsvm:FILE[,FILE...]", "libfm:FILE[,FILE...]" or "movielens:DIR" or "movielens:DIR/RATINGS" (a ratings file such as
+// the MovieLens 100K layout's u1.base, with the movies in its directory). Paths are not checked
 // here; loading reports missing files.
 func ParseDataSpec(s string) (DataSpec, error) {
 	s = strings.TrimSpace(s)
@@ -60,7 +64,7 @@ func ParseDataSpec(s string) (DataSpec, error) {
 	}
 	kind, rest, ok := strings.Cut(s, ":")
 	if !ok {
-		return DataSpec{}, fmt.Errorf("%w: %q: want synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...] or movielens:DIR", ErrDataSpec, s)
+		return DataSpec{}, fmt.Errorf("%w: %q: want synthetic, criteo:FILE[,FILE...], libsvm:FILE[,FILE...], libfm:FILE[,FILE...], movielens:DIR or movielens:DIR/RATINGS", ErrDataSpec, s)
 	}
 	var spec DataSpec
 	switch kind {
@@ -82,7 +86,7 @@ func ParseDataSpec(s string) (DataSpec, error) {
 		return DataSpec{}, fmt.Errorf("%w: %s: %w", ErrDataSpec, kind, err)
 	}
 	if spec.Kind == MovieLens && len(paths) != 1 {
-		return DataSpec{}, fmt.Errorf("%w: movielens takes one directory, got %d paths", ErrDataSpec, len(paths))
+		return DataSpec{}, fmt.Errorf("%w: movielens takes one directory or ratings file, got %d paths", ErrDataSpec, len(paths))
 	}
 	spec.Paths = paths
 	return spec, nil

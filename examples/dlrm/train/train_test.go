@@ -280,6 +280,7 @@ func TestParseDataSpec(t *testing.T) {
 		{"criteo:a.tsv, b.tsv", train.DataSpec{Kind: train.Criteo, Paths: []string{"a.tsv", "b.tsv"}}},
 		{"libsvm:x.svm", train.DataSpec{Kind: train.LibSVM, Paths: []string{"x.svm"}}},
 		{"movielens:../ml", train.DataSpec{Kind: train.MovieLens, Paths: []string{"../ml"}}},
+		{"movielens:ml-100k/u1.base", train.DataSpec{Kind: train.MovieLens, Paths: []string{"ml-100k/u1.base"}}},
 	} {
 		got, err := train.ParseDataSpec(c.in)
 		require.NoError(t, err, c.in)
