@@ -20,7 +20,8 @@ import (
 )
 
 // libsvmLines writes n libSVM lines whose label follows their features, with some noise, so a
-// small model learns an AUC well away from 0.5 and 1.
+// small model learns an AUC well away from 0.5 and 1; a seed other than 0 (held-out data) gives
+// each line a feature of its own, so that no line is one of the training data.
 func libsvmLines(b *strings.Builder, n, seed int) {
 	for i := range n {
 		a, c, d := (i*7+seed)%11, (i*13+seed)%17, (i*5+seed)%3
@@ -31,7 +32,12 @@ func libsvmLines(b *strings.Builder, n, seed int) {
 		if (i*31+seed)%10 == 0 { // noise
 			y = 1 - y
 		}
-		fmt.Fprintf(b, "%d %d:1 %d:1 %d:0.5\n", y, a, 100+c, 200+d)
+		if seed == 0 {
+			fmt.Fprintf(b, "%d %d:1 %d:1 %d:0.5\n", y, a, 100+c, 200+d)
+			continue
+		}
+		// A line of held-out data has a feature of its own, so that it is no training line.
+		fmt.Fprintf(b, "%d %d:1 %d:1 %d:0.5 %d:1\n", y, a, 100+c, 200+d, 1000+i)
 	}
 }
 
