@@ -379,7 +379,11 @@ func TestFileRunWritesPredictions(t *testing.T) {
 	}
 	data, test, pred := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm"), filepath.Join(dir, "pred.tsv")
 	require.NoError(t, os.WriteFile(data, []byte(b.String()), 0o600))
-	require.NoError(t, os.WriteFile(test, []byte(strings.Join(strings.SplitAfter(b.String(), "\n")[:50], "")), 0o600))
+	var tb strings.Builder // held-out lines, each with a feature of its own: no training line
+	for i := range 50 {
+		fmt.Fprintf(&tb, "%d %d:1 %d:1 %d:1\n", (i/3)%2, i%7, 100+i%11, 200+i)
+	}
+	require.NoError(t, os.WriteFile(test, []byte(tb.String()), 0o600))
 	var out, errs bytes.Buffer
 	code := run(strings.Fields("-data libsvm:"+data+" -test "+test+" -epochs 2 -dim 4 -bottom 4 -top 4 -batch 50 -eval-every 0 -predictions "+pred+" -checkpoint-dir "+t.TempDir()), &out, &errs)
 	require.Equal(t, 0, code, errs.String())
