@@ -104,23 +104,34 @@ type ServerStatus struct {
 	Busy        time.Duration `json:"busy_ns,omitempty"`
 	MemoryBytes int64         `json:"memory_bytes,omitempty"`
 	// Usage only: the server's process (ps.ServerStats.Process), identified by Host and Pid,
-	// its CPU time (user and system) since it started, and the memory it holds in RAM.
+	// its CPU time (user and system) since it started, and the memory it holds in RAM
+	// (ResidentBytes, shared pages included: the flash checkpoint's shared memory, say, which
+	// may be charged to another process's cgroup). When the process is in a memory cgroup with
+	// a limit (a pod's container with a memory limit), CgroupLimitBytes is that limit and
+	// CgroupBytes what the cgroup is charged less its inactive file pages (a kubelet's working
+	// set): the figure the kernel kills the process for when it goes over the limit.
 	// SharedProcess is set when the process also runs the coordinator or another server (an
 	// in-process job): its figures are then not the server's alone.
-	Host          string        `json:"host,omitempty"`
-	Pid           int           `json:"pid,omitempty"`
-	CPU           time.Duration `json:"cpu_ns,omitempty"`
-	ResidentBytes int64         `json:"resident_bytes,omitempty"`
-	SharedProcess bool          `json:"shared_process,omitempty"`
-	UsageError    string        `json:"usage_error,omitempty"`
+	Host             string        `json:"host,omitempty"`
+	Pid              int           `json:"pid,omitempty"`
+	CPU              time.Duration `json:"cpu_ns,omitempty"`
+	ResidentBytes    int64         `json:"resident_bytes,omitempty"`
+	CgroupBytes      int64         `json:"cgroup_bytes,omitempty"`
+	CgroupLimitBytes int64         `json:"cgroup_limit_bytes,omitempty"`
+	SharedProcess    bool          `json:"shared_process,omitempty"`
+	UsageError       string        `json:"usage_error,omitempty"`
 }
 
-// Use is what the server itself uses, as far as a Usage reading tells: its process's resident
-// memory (own) when the process is its own (read, and not SharedProcess), else its tables'
-// memory. Its CPU is UsedSince's.
+// Use is what the server itself uses, as far as a Usage reading tells. When the process is its
+// own (read, and not SharedProcess) that is the process's (own): its memory cgroup's charge
+// (CgroupBytes) where it has a cgroup with a limit, which is what the limit is held against,
+// else its resident memory. Otherwise it is its tables' memory. Its CPU is UsedSince's.
 func (s ServerStatus) Use() (memory int64, own bool) {
 	if s.Pid == 0 || s.SharedProcess {
 		return s.MemoryBytes, false
+	}
+	if s.CgroupLimitBytes > 0 {
+		return s.CgroupBytes, true
 	}
 	return cmp.Or(s.ResidentBytes, s.MemoryBytes), true
 }

@@ -39,6 +39,7 @@ func (c *Coordinator) Usage(ctx context.Context) (Status, error) {
 		s.Uptime = stats.Uptime
 		p := stats.Process
 		s.Host, s.Pid, s.CPU, s.ResidentBytes = p.Host, p.Pid, p.CPU, p.ResidentBytes
+		s.CgroupBytes, s.CgroupLimitBytes = p.CgroupBytes, p.CgroupLimitBytes
 		for _, sl := range stats.Slots {
 			s.Busy += time.Duration(sl.BusyNanos)
 		}

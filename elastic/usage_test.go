@@ -80,3 +80,26 @@ func TestUsage(t *testing.T) {
 	releaseAll()
 	require.NoError(t, scaler.Wait(ctx))
 }
+
+// TestServerStatusUse: a server's memory is its cgroup's charge where its process has a memory
+// cgroup with a limit (the kernel holds the charge, not the resident memory, against it), else
+// its resident memory, and its tables' memory where the process is not its own.
+func TestServerStatusUse(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name string
+		s    elastic.ServerStatus
+		mem  int64
+		own  bool
+	}{
+		{"cgroup", elastic.ServerStatus{Pid: 7, MemoryBytes: 40 * mib, ResidentBytes: 160 * mib, CgroupBytes: 90 * mib, CgroupLimitBytes: 112 * mib}, 90 * mib, true},
+		{"no limit", elastic.ServerStatus{Pid: 7, MemoryBytes: 40 * mib, ResidentBytes: 160 * mib}, 160 * mib, true},
+		{"no resident", elastic.ServerStatus{Pid: 7, MemoryBytes: 40 * mib}, 40 * mib, true},
+		{"shared", elastic.ServerStatus{Pid: 7, SharedProcess: true, MemoryBytes: 40 * mib, ResidentBytes: 160 * mib, CgroupBytes: 90 * mib, CgroupLimitBytes: 112 * mib}, 40 * mib, false},
+		{"unread", elastic.ServerStatus{MemoryBytes: 40 * mib}, 40 * mib, false},
+	} {
+		mem, own := tc.s.Use()
+		assert.Equal(t, tc.mem, mem, tc.name)
+		assert.Equal(t, tc.own, own, tc.name)
+	}
+}

@@ -103,8 +103,14 @@ type ProcessStats struct {
 	Host string
 	// CPU is the user and system time the process has used since it started.
 	CPU time.Duration
-	// ResidentBytes is the memory it holds in RAM (zero where the system does not say).
+	// ResidentBytes is the memory it holds in RAM (zero where the system does not say). It
+	// counts shared pages (the flash checkpoint's shared memory) too.
 	ResidentBytes int64
+	// CgroupBytes is the memory its memory cgroup is charged, less the inactive file pages:
+	// what the kernel kills the process for when it goes over CgroupLimitBytes, the cgroup's
+	// limit. Both are zero when the process is in no memory cgroup with a limit. A server that
+	// does not fill them (an older one) reports none.
+	CgroupBytes, CgroupLimitBytes int64
 }
 
 // statShard is one set of per-slot counters, padded so that shards do not share a cache line.
@@ -273,7 +279,8 @@ func (s *Server) Stats(withRows bool) ServerStats {
 	out.RefusedWrongOwner, out.RefusedMoved, out.RefusedFenced = st.wrongOwner.Load(), st.moved.Load(), st.fenced.Load()
 	out.PullLatency, out.PushLatency = st.pullLatency.histogram(), st.pushLatency.histogram()
 	p := procstat.Read()
-	out.Process = ProcessStats{Pid: p.Pid, Host: p.Host, CPU: p.CPU, ResidentBytes: p.ResidentBytes}
+	out.Process = ProcessStats{Pid: p.Pid, Host: p.Host, CPU: p.CPU, ResidentBytes: p.ResidentBytes,
+		CgroupBytes: p.CgroupBytes, CgroupLimitBytes: p.CgroupLimitBytes}
 	rows := make([]int, s.cfg.Slots)
 	bytes := make([]int64, s.cfg.Slots)
 	for _, h := range hs {

@@ -1,6 +1,7 @@
 package ps_test
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
 
@@ -110,4 +111,19 @@ func TestStatsCountWhatWasServed(t *testing.T) {
 	require.ErrorIs(t, lost.Pull(ctx, "emb", ids, make([]float32, len(ids)*dim)), ps.ErrWrongOwner)
 	assert.Positive(t, c.Server("ps-1").Stats(false).RefusedWrongOwner)
 	assert.Zero(t, c.Server("ps-0").Stats(false).RefusedWrongOwner, "ps-0 was not asked")
+}
+
+// A report travels in JSON: the process's cgroup figures go with it, and a report of a server
+// that does not send them (an older one) decodes with none, so its resident memory is used.
+func TestProcessStatsWire(t *testing.T) {
+	in := ps.ServerStats{ID: "ps-0", Process: ps.ProcessStats{Pid: 7, Host: "h", ResidentBytes: 160 << 20, CgroupBytes: 90 << 20, CgroupLimitBytes: 112 << 20}}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	var out ps.ServerStats
+	require.NoError(t, json.Unmarshal(b, &out))
+	assert.Equal(t, in.Process, out.Process)
+
+	var old ps.ServerStats
+	require.NoError(t, json.Unmarshal([]byte(`{"ID":"ps-0","Process":{"Pid":7,"Host":"h","CPU":5,"ResidentBytes":167772160}}`), &old))
+	assert.Equal(t, ps.ProcessStats{Pid: 7, Host: "h", CPU: 5, ResidentBytes: 160 << 20}, old.Process)
 }

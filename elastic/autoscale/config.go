@@ -48,10 +48,15 @@ type Config struct {
 	// near its limit; default 1.5.
 	MemoryGrowth float64
 	// NearMemory is the fraction of its memory limit in use at which a server counts as near
-	// the limit and is restarted larger before it is killed; default 0.95. A server's memory
-	// in use is its process's resident memory, which counts shared pages (the flash
-	// checkpoint's) its memory cgroup may not charge it, so it can read above the limit: a
-	// NearMemory above 1 keeps the rule to the servers actually killed.
+	// the limit and is restarted larger before it is killed; default 0.95. Where the server's
+	// process is in a memory cgroup with a limit (a pod with a memory limit), its memory in use
+	// is what the cgroup is charged, held against the cgroup's limit: the figures the kernel
+	// kills it by. Elsewhere it is the process's resident memory against the plan's server
+	// memory; the resident memory counts shared pages (the flash checkpoint's shared memory), so
+	// it may read more than the process is charged. A NearMemory above 1 turns the rule off
+	// for the servers measured by their cgroup (the kernel keeps a charge within its limit),
+	// and a large one (100) for all: a server is then restarted larger only once it was killed
+	// (ServerLoad.OOMKilled).
 	NearMemory float64
 
 	// CPUHeadroom multiplies the most cores a process of a role was seen to use (over the

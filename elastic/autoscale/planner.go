@@ -39,7 +39,9 @@ type ServerLoad struct {
 	// cores over Busy), which do not depend on the load, and the servers' share of the
 	// workers' step time, which fits the model's server term.
 	Busy float64
-	// Memory is the bytes it uses; MemoryLimit the bytes it may (0: Shape.Server.Memory).
+	// Memory is the bytes it uses; MemoryLimit the bytes it may (0: Shape.Server.Memory). A
+	// Runner gives a server's memory cgroup's charge and limit where it reports them
+	// (elastic.ServerStatus.CgroupBytes), the figures the kernel kills a process by.
 	Memory, MemoryLimit int64
 	// OOMKilled says it was killed for lack of memory since the previous observation.
 	OOMKilled bool

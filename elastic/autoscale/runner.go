@@ -324,9 +324,10 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 // server the job does not serve from now (failed, not yet recovered) is added, with the
 // memory it used at the previous reading. Its memory, that reading or its replacement's when
 // the job serves from that already, is capped at the limit: the kernel
-// killed the server there, and a reading above it is the process's resident memory counting
-// pages its memory cgroup does not charge it (the flash checkpoint's shared memory, say), which
-// must not make the planner ask for more than MemoryGrowth times the limit.
+// killed the server there, and a reading above it is the process's resident memory (a server
+// that reports no cgroup charge) counting pages its memory cgroup does not charge it (the flash
+// checkpoint's shared memory, say), which must not make the planner ask for more than
+// MemoryGrowth times the limit.
 func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
 	for _, k := range kills {
 		i := slices.IndexFunc(loads, func(l ServerLoad) bool { return l.ID == k.ID })
@@ -348,12 +349,20 @@ func killed(loads []ServerLoad, kills []OOMKill, prev *reading) []ServerLoad {
 }
 
 // serverLoad is a server's figures from two readings of it. A server alone in its process
-// reports what the process really uses: its CPU time, and the resident memory as its memory,
-// with Busy the share of the time it served. A server sharing its process (an in-process job)
-// counts its serving time as its CPU, and its tables' memory as its memory.
+// reports what the process really uses: its CPU time, and its memory (elastic.ServerStatus.Use),
+// with Busy the share of the time it served. Its memory limit is the plan's server memory
+// (size), or, where the process reports a memory cgroup with a limit, that limit, with the
+// cgroup's charge as its memory: what the kernel kills it for, which the resident memory is not
+// (it counts shared pages, the flash checkpoint's, that the cgroup may not be charged for). A
+// server sharing its process (an in-process job) counts its serving time as its CPU, and its
+// tables' memory as its memory.
 func serverLoad(s elastic.ServerStatus, prev *reading, size Resources) ServerLoad {
 	sl := ServerLoad{ID: s.ID, MemoryLimit: size.Memory}
-	sl.Memory, _ = s.Use()
+	var own bool
+	sl.Memory, own = s.Use()
+	if own && s.CgroupLimitBytes > 0 {
+		sl.MemoryLimit = s.CgroupLimitBytes
+	}
 	p, ok := prev.server(s.ID)
 	if !ok || s.Uptime <= p.Uptime || s.Busy < p.Busy {
 		return sl

@@ -154,6 +154,57 @@ func TestSignalsOOMKillHeardAfterTheReplacementServes(t *testing.T) {
 	assert.Equal(t, int64(150*mib), applied[0].Decision.Size.Memory, "MemoryGrowth times the limit, not the replacement's reading")
 }
 
+// A server whose process reports its memory cgroup is judged near its limit by the cgroup's
+// charge against the cgroup's limit, with the default NearMemory: one whose resident memory
+// reads above the limit (the flash checkpoint's shared pages, charged elsewhere) while its
+// charge is well within it is left alone; once its charge reaches NearMemory of the cgroup's
+// limit (not of the plan's server memory, here larger) it is restarted with MemoryGrowth times
+// the cgroup's limit. A server that reports no cgroup is judged by its resident memory against
+// the plan's server memory, as before.
+func TestSignalsNearMemoryIsTheCgroupCharge(t *testing.T) {
+	plan := elastic.Plan{Servers: 2, Workers: 1, Server: elastic.Resources{CPUs: 1, Memory: 128 * mib}}
+	healthy := elastic.ServerStatus{ID: "ps-1", Pid: 11, ResidentBytes: 160 * mib, CgroupBytes: 80 * mib, CgroupLimitBytes: 112 * mib}
+	job := &fakeJob{st: elastic.Status{
+		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, healthy},
+		Workers: []elastic.WorkerStatus{{ID: "worker-0"}},
+	}}
+	sig := &fakeSignals{plan: plan}
+	r, clk := signalRunner(t, job, sig, autoscale.Config{})
+	ctx := context.Background()
+	for range 3 {
+		applied, err := r.Tick(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, applied, "160 MiB resident, but 80 MiB charged of 112 MiB")
+		clk.now = clk.now.Add(time.Second)
+	}
+
+	job.mu.Lock()
+	job.st.Servers[1].CgroupBytes = 108 * mib
+	job.mu.Unlock()
+	applied, err := r.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, 1)
+	d := applied[0].Decision
+	assert.Equal(t, autoscale.RestartServer, d.Kind)
+	assert.Equal(t, "ps-1", d.Target)
+	assert.Equal(t, float64(108*mib), d.Value, "the charge")
+	assert.Equal(t, float64(112*mib), d.Limit, "the cgroup's limit")
+	assert.Equal(t, int64(168*mib), d.Size.Memory, "MemoryGrowth times the limit")
+	assert.Contains(t, d.Reason, "uses 0.11 of 0.11 GiB")
+
+	// No cgroup reported: the resident memory against the plan's server memory.
+	job2 := &fakeJob{st: elastic.Status{
+		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, {ID: "ps-1", Pid: 11, ResidentBytes: 124 * mib}},
+		Workers: []elastic.WorkerStatus{{ID: "worker-0"}},
+	}}
+	r2, _ := signalRunner(t, job2, &fakeSignals{plan: plan}, autoscale.Config{})
+	applied, err = r2.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, 1)
+	assert.Equal(t, float64(124*mib), applied[0].Decision.Value, "the resident memory")
+	assert.Equal(t, float64(128*mib), applied[0].Decision.Limit, "the plan's server memory")
+}
+
 // A worker the platform reports pending for PendingFor, with the scheduler's reason, is given
 // up: the coordinator's plan loses a worker, and the decision says what the scheduler said.
 // Before PendingFor nothing is done.

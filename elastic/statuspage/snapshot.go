@@ -75,8 +75,9 @@ type Member struct {
 	StepsPerSecond float64 `json:"steps_per_second,omitempty"`
 	// CPU is the cores a server used since the previous sample (its process's CPU time where
 	// the counters have it and the process is the server's alone, else its serving time);
-	// Memory the bytes its process holds (its tables' where the counters have no resident size
-	// or the process is shared). Zero: not read.
+	// Memory the bytes its process holds (its memory cgroup's charge where the cgroup has a
+	// limit, else its resident memory; its tables' where the counters have neither or the
+	// process is shared: elastic.ServerStatus.Use). Zero: not read.
 	CPU    float64 `json:"cpu,omitempty"`
 	Memory int64   `json:"memory_bytes,omitempty"`
 }

@@ -18,8 +18,9 @@ func ownership(st elastic.Status) (slots, migrating map[string]int) {
 }
 
 // usage fills m's host, process and memory from the servers' counters in s, where the page
-// read them: the process's resident memory, else (or when the process is shared with other
-// parts of the job) its tables'.
+// read them: the process's (its memory cgroup's charge where the cgroup has a limit, else its
+// resident memory), or its tables' when the process is shared with other parts of the job
+// (elastic.ServerStatus.Use).
 func usage(m *Member, s elastic.ServerStatus) {
 	m.Host, m.Pid = s.Host, s.Pid
 	m.Memory, _ = s.Use()

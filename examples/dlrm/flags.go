@@ -209,7 +209,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Func("worker-cpus", "-kube: each worker pod's CPU request and limit (default: the coordinator pod's)", cpus(&o.workerSize.CPUs))
 	fs.BoolVar(&o.autoscale, "autoscale", false, "-kube: answer what Kubernetes says of the job's pods (elastic/autoscale): a server killed for lack of memory comes back with more and restores its slots, a pod no node can hold for -pending-for is asked for smaller or given up; the counts stay within -ps and -workers")
 	fs.DurationVar(&o.autoscaleEvery, "autoscale-every", 15*time.Second, "-autoscale: how often the autoscaler observes the job")
-	fs.Float64Var(&o.nearMemory, "near-memory", autoscale.DefaultConfig().NearMemory, "-autoscale: the share of its memory limit a server may use before it is restarted larger, ahead of a kill (above 1: only once killed, since a server's resident memory counts the shared checkpoint pages and may read above its limit)")
+	fs.Float64Var(&o.nearMemory, "near-memory", autoscale.DefaultConfig().NearMemory, "-autoscale: the share of its memory limit a server may use before it is restarted larger, ahead of a kill; its use is what its pod's memory cgroup is charged, as the kernel counts it (above 1: only once killed)")
 	fs.DurationVar(&o.pendingFor, "pending-for", autoscale.DefaultConfig().PendingFor, "-autoscale: how long a pod may wait for a node before it is asked for smaller or given up")
 	fs.StringVar(&o.secretFile, "secret-file", "", "roles: file holding the cluster secret (the same file for every process; default: the environment variable "+SecretEnv+", never a flag's value)")
 	fs.BoolVar(&o.plain, "plain", false, "print log lines instead of a progress bar even on a terminal")

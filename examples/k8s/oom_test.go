@@ -19,6 +19,7 @@ import (
 	"github.com/elasticps/elasticps/elastic/kube"
 	"github.com/elasticps/elasticps/elastic/remote"
 	"github.com/elasticps/elasticps/internal/kubetest"
+	"github.com/elasticps/elasticps/internal/wait"
 )
 
 // oomData makes the servers' memory grow with their rows: 64-wide rows of Criteo's own
@@ -40,6 +41,9 @@ const oomLimit = 112 << 20
 // trains on to its end, every position once.
 func TestServerOOMKilledComesBackLarger(t *testing.T) {
 	cp, node, ctx, ns := start(t, "oom")
+	// The near-limit rule is off (-near-memory 100): both servers really outgrow oomLimit, and
+	// with it on the autoscaler restarts one larger (its cgroup charged 95% of the limit) just
+	// before the kernel kills the other; this test is of the kill.
 	flags := map[string]string{"-ps-memory": fmt.Sprint(oomLimit), "-autoscale": "true", "-autoscale-every": "1s", "-near-memory": "100"}
 	for k, v := range oomData {
 		flags[k] = v
@@ -96,6 +100,23 @@ func TestServerOOMKilledComesBackLarger(t *testing.T) {
 	})
 	assert.Equal(t, 2, st.Plan.Servers)
 
+	// Each server reports its pod's memory cgroup: its limit, and a charge within it, which the
+	// autoscaler holds against the limit (its resident memory may read above the limit: it
+	// counts the flash checkpoint's shared memory, charged to the cgroup that first touched it).
+	u := awaitUsage(t, ctx, ctl)
+	for _, s := range u.Servers {
+		t.Logf("%s: resident %.1f MiB, cgroup charge %.1f MiB of a %.1f MiB limit, tables %.1f MiB", s.ID,
+			float64(s.ResidentBytes)/(1<<20), float64(s.CgroupBytes)/(1<<20), float64(s.CgroupLimitBytes)/(1<<20), float64(s.MemoryBytes)/(1<<20))
+		assert.Positive(t, s.CgroupBytes, s.ID)
+		assert.LessOrEqual(t, s.CgroupBytes, s.CgroupLimitBytes, s.ID)
+		if s.ID == id {
+			assert.Equal(t, int64(oomLimit*3/2), s.CgroupLimitBytes, "%s: its replacement pod's memory limit", s.ID)
+			continue
+		}
+		// The other server is killed in its turn should it outgrow oomLimit before this reading.
+		assert.Contains(t, []int64{oomLimit, oomLimit * 3 / 2}, s.CgroupLimitBytes, "%s: its pod's memory limit", s.ID)
+	}
+
 	done, err := waitJob(ctx, cp, ns, job)
 	require.NoError(t, err, logs())
 	require.Equal(t, int32(1), done.Status.Succeeded, "the Job succeeded\n%s", logs())
@@ -104,6 +125,18 @@ func TestServerOOMKilledComesBackLarger(t *testing.T) {
 	assert.Contains(t, out, fmt.Sprintf("autoscale: restart-server %s: was killed for lack of memory at a limit of %.2f GiB", id, float64(oomLimit)/(1<<30)), out)
 	assert.Contains(t, out, fmt.Sprintf("pod %s OOMKilled: exit code 137, memory limit %s", killed.Name, killedLimit.String()), out)
 	assert.NotContains(t, out, "restarted with", "the autoscaler restarted no server itself: the scaler's replacement was as large as it asked")
+}
+
+// awaitUsage returns the job's Usage once every server's counters were read.
+func awaitUsage(t *testing.T, ctx context.Context, ctl *remote.Control) elastic.Status {
+	t.Helper()
+	for {
+		u, err := ctl.Usage(ctx)
+		if err == nil && len(u.Servers) > 0 && !slices.ContainsFunc(u.Servers, func(s elastic.ServerStatus) bool { return s.UsageError != "" || s.Pid == 0 }) {
+			return u
+		}
+		require.NoError(t, wait.Sleep(ctx, statusEvery), "waiting for every server's usage (last: %v)", err)
+	}
 }
 
 // oomKilled says a pod's container was killed for going over its memory limit.
