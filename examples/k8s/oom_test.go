@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/kube"
@@ -144,34 +142,4 @@ func oomKilled(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Status.ContainerStatuses, func(c corev1.ContainerStatus) bool {
 		return c.State.Terminated != nil && c.State.Terminated.Reason == "OOMKilled"
 	})
-}
-
-// awaitPod watches the namespace's pods of selector until one meets cond, and returns it.
-func awaitPod(ctx context.Context, cp *kubetest.ControlPlane, ns, selector string, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
-	pods := cp.Client.CoreV1().Pods(ns)
-	for {
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return nil, err
-		}
-		for i := range list.Items {
-			if cond(&list.Items[i]) {
-				return &list.Items[i], nil
-			}
-		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			return nil, err
-		}
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && cond(p) {
-				w.Stop()
-				return p, nil
-			}
-		}
-		w.Stop()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
 }

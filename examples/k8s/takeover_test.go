@@ -167,37 +167,6 @@ func holder(l *coordinationv1.Lease) string {
 	return *l.Spec.HolderIdentity
 }
 
-// awaitLease watches Lease ns/name until cond holds of it, and returns it.
-func awaitLease(ctx context.Context, cp *kubetest.ControlPlane, ns, name string, cond func(*coordinationv1.Lease) bool) (*coordinationv1.Lease, error) {
-	leases := cp.Client.CoordinationV1().Leases(ns)
-	sel := fields.OneTermEqualSelector(metav1.ObjectNameField, name).String()
-	for {
-		list, err := leases.List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return nil, err
-		}
-		for i := range list.Items {
-			if cond(&list.Items[i]) {
-				return &list.Items[i], nil
-			}
-		}
-		w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			return nil, err
-		}
-		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted && cond(l) {
-				w.Stop()
-				return l, nil
-			}
-		}
-		w.Stop()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-}
-
 // awaitCoordinator watches the coordinator pods of Job ns/job until cond holds of one, and
 // returns it.
 func awaitCoordinator(ctx context.Context, cp *kubetest.ControlPlane, ns, job string, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
