@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/elasticps/elasticps/internal/procstat"
 	"github.com/elasticps/elasticps/internal/wait"
 )
 
@@ -81,22 +82,22 @@ func findCgroups(mountinfo, procCgroup string) (cgroups, error) {
 
 	var memory, cpu, v2dir string
 	for _, line := range strings.Split(mountinfo, "\n") {
-		m, ok := parseMountinfoLine(line)
+		m, ok := procstat.ParseMountinfoLine(line)
 		if !ok {
 			continue
 		}
-		switch m.fstype {
+		switch m.FSType {
 		case "cgroup":
-			opts := strings.Split(m.superOptions, ",")
+			opts := strings.Split(m.SuperOptions, ",")
 			if slices.Contains(opts, "memory") && memory == "" {
-				memory = m.locate(v1["memory"])
+				memory, _ = m.Locate(v1["memory"])
 			}
 			if slices.Contains(opts, "cpu") && cpu == "" {
-				cpu = m.locate(v1["cpu"])
+				cpu, _ = m.Locate(v1["cpu"])
 			}
 		case "cgroup2":
 			if haveUnified && v2dir == "" {
-				v2dir = m.locate(unified)
+				v2dir, _ = m.Locate(unified)
 			}
 		}
 	}
@@ -116,56 +117,6 @@ func findCgroups(mountinfo, procCgroup string) (cgroups, error) {
 	default:
 		return cgroups{}, errors.New("no cgroup v1 hierarchies of both memory and cpu, nor a cgroup v2 hierarchy, found in /proc/self/mountinfo")
 	}
-}
-
-// mountEntry is what findCgroups needs of a line of /proc/self/mountinfo.
-type mountEntry struct {
-	root, mountPoint, fstype, superOptions string
-}
-
-// parseMountinfoLine parses "36 35 98:0 /root /mnt rw,noatime master:1 - ext3 /dev/root rw".
-func parseMountinfoLine(line string) (mountEntry, bool) {
-	pre, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return mountEntry{}, false
-	}
-	f, g := strings.Fields(pre), strings.Fields(post)
-	if len(f) < 5 || len(g) < 3 {
-		return mountEntry{}, false
-	}
-	return mountEntry{root: unescapeMountinfo(f[3]), mountPoint: unescapeMountinfo(f[4]), fstype: g[0], superOptions: g[2]}, true
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of a mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// locate returns the directory of cgroup path (as /proc/self/cgroup names it) under this mount,
-// or "" if the mount does not show it.
-func (m mountEntry) locate(path string) string {
-	if path == "" {
-		return ""
-	}
-	rel, ok := strings.CutPrefix(path, m.root)
-	if !ok || m.root != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
-		return ""
-	}
-	return filepath.Join(m.mountPoint, rel)
 }
 
 // enableV2Controllers lets the children of cgroup dir use the memory and cpu controllers.

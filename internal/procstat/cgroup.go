@@ -37,17 +37,17 @@ func findMemoryCgroup(mountinfo, procCgroup string) (memoryCgroup, bool) {
 	}
 	var v2dir string
 	for line := range strings.SplitSeq(mountinfo, "\n") {
-		m, ok := parseMountinfoLine(line)
+		m, ok := ParseMountinfoLine(line)
 		if !ok {
 			continue
 		}
 		switch {
-		case haveV1 && m.fstype == "cgroup" && slices.Contains(strings.Split(m.superOptions, ","), "memory"):
-			if dir, ok := m.locate(v1); ok {
+		case haveV1 && m.FSType == "cgroup" && slices.Contains(strings.Split(m.SuperOptions, ","), "memory"):
+			if dir, ok := m.Locate(v1); ok {
 				return memoryCgroup{dir: dir}, true
 			}
-		case haveUnified && !haveV1 && m.fstype == "cgroup2" && v2dir == "":
-			if dir, ok := m.locate(unified); ok {
+		case haveUnified && !haveV1 && m.FSType == "cgroup2" && v2dir == "":
+			if dir, ok := m.Locate(unified); ok {
 				v2dir = dir
 			}
 		}
@@ -58,24 +58,26 @@ func findMemoryCgroup(mountinfo, procCgroup string) (memoryCgroup, bool) {
 	return memoryCgroup{dir: v2dir, v2: true}, true
 }
 
-// mountEntry is what findMemoryCgroup needs of a line of /proc/<pid>/mountinfo.
-type mountEntry struct {
-	root, mountPoint, fstype, superOptions string
+// Mount is what a search for a cgroup hierarchy needs of a line of /proc/<pid>/mountinfo: the
+// mount's root in its file system, where it is mounted, the file system type and the super
+// block's options (for cgroup v1, the controllers).
+type Mount struct {
+	Root, MountPoint, FSType, SuperOptions string
 }
 
-// parseMountinfoLine parses "36 35 98:0 /root /mnt rw,noatime master:1 - ext3 /dev/root rw":
+// ParseMountinfoLine parses "36 35 98:0 /root /mnt rw,noatime master:1 - ext3 /dev/root rw":
 // the mount's root (field 4) and mount point (field 5), and after the " - " separator the file
 // system type and the super block's options.
-func parseMountinfoLine(line string) (mountEntry, bool) {
+func ParseMountinfoLine(line string) (Mount, bool) {
 	pre, post, ok := strings.Cut(line, " - ")
 	if !ok {
-		return mountEntry{}, false
+		return Mount{}, false
 	}
 	f, g := strings.Fields(pre), strings.Fields(post)
 	if len(f) < 5 || len(g) < 3 {
-		return mountEntry{}, false
+		return Mount{}, false
 	}
-	return mountEntry{root: unescapeMountinfo(f[3]), mountPoint: unescapeMountinfo(f[4]), fstype: g[0], superOptions: g[2]}, true
+	return Mount{Root: unescapeMountinfo(f[3]), MountPoint: unescapeMountinfo(f[4]), FSType: g[0], SuperOptions: g[2]}, true
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for a space) of a mountinfo path.
@@ -97,17 +99,17 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// locate returns the directory of cgroup path (from its hierarchy's root) under this mount,
+// Locate returns the directory of cgroup path (from its hierarchy's root) under this mount,
 // and false when the mount does not show it: the path is not under the mount's root.
-func (m mountEntry) locate(path string) (string, bool) {
+func (m Mount) Locate(path string) (string, bool) {
 	if !strings.HasPrefix(path, "/") {
 		return "", false
 	}
-	rel, ok := strings.CutPrefix(path, m.root)
-	if !ok || m.root != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
+	rel, ok := strings.CutPrefix(path, m.Root)
+	if !ok || m.Root != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
 		return "", false
 	}
-	return filepath.Join(m.mountPoint, rel), true
+	return filepath.Join(m.MountPoint, rel), true
 }
 
 // noLimit is the least cgroup v1 limit taken for none: an unlimited v1 cgroup reads the largest
