@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,32 +172,11 @@ func TestBadInputStopsTheRun(t *testing.T) {
 // TestMovieLens100KWithTestFile trains a MovieLens directory in the 100K layout (u.data, u.item)
 // and evaluates its own held-out ratings file (u1.test), joined with the training set's movies.
 func TestMovieLens100KWithTestFile(t *testing.T) {
-	dir := t.TempDir()
-	var item, data, test strings.Builder
-	for m := 1; m <= 50; m++ {
-		flags := make([]string, 19)
-		for g := range flags {
-			flags[g] = fmt.Sprint((m + g) % 5 / 4)
-		}
-		fmt.Fprintf(&item, "%d|Movie %d (19%02d)|01-Jan-1995||http://x|%s\n", m, m, 50+m%40, strings.Join(flags, "|"))
-	}
-	// A user likes a movie when both are even or both odd: learnable from the ids.
-	r := rand.New(rand.NewPCG(5, 6))
-	for i := range 6000 {
-		u, m := 1+r.IntN(97), 1+r.IntN(50)
-		rating := 2
-		if u%2 == m%2 {
-			rating = 5
-		}
-		w := &data
-		if i%10 == 0 {
-			w = &test
-		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", u, m, rating, 881250949+i)
-	}
-	for name, b := range map[string]string{"u.item": item.String(), "u.data": data.String(), "u1.test": test.String()} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(b), 0o600))
-	}
+	dir := writeMovieLens100K(t)
+	// The directory's u.data without the ratings of u1.test: u1.base.
+	base, err := os.ReadFile(filepath.Join(dir, "u1.base"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "u.data"), base, 0o600))
 	cfg := textConfig(t, "movielens", dir, filepath.Join(dir, "u1.test"))
 	cfg.Epochs, cfg.BatchSize, cfg.EmbeddingDim, cfg.Workers = 3, 64, 8, 1 // one worker: the same AUC every run
 	s, err := train.Run(context.Background(), cfg)
