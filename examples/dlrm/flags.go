@@ -98,7 +98,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		o                                options
 		ckDirSet, durationSet            bool
 		data, test, bottom, top, scaleAt string
-		embOpt, denseOpt                 string
+		embOpt, denseOpt, bestMetric     string
 		fieldMap, badLines               string
 		maxBad                           float64
 		embLR, denseLR, embInit          float64
@@ -195,6 +195,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	// The test records' labels and scores, for computing the AUC (or anything else) outside.
 	fs.StringVar(&c.Predictions, "predictions", "", "write the final test evaluation to this file (temporary file and rename): a header line, then one line per test record in the test set's order, FILE:LINE (or the synthetic record's index, or for movielens the ratings file#rating index), its label (0 or 1) and the model's probability of a click, tab-separated; the model is the one the summary's test line reports: the final one, or with -evaluate the commit loaded (-evaluate best for -keep-best's best)")
 	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop after this many evaluated checkpoints in a row without a better AUC (implies -keep-best; 0: never)")
+	fs.StringVar(&bestMetric, "best-metric", "logloss", "the held-out figure -keep-best and -early-stop choose by: logloss (lower is better; it punishes the over-confidence of a model trained too long, which AUC does not see) or auc (higher is better)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
 	fs.StringVar(&o.listen, "listen", "", "-role ps or coordinator: the address to serve on (data and control share it)")
@@ -267,6 +268,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 			fieldMap = string(b)
 		}
 		c.FieldMap = fieldMap
+	}
+	if c.BestMetric, err = train.ParseMetric(bestMetric); err != nil {
+		errs = append(errs, fmt.Errorf("-best-metric: %w", err))
 	}
 	if c.BadLines, err = train.ParseBadLinePolicy(badLines); err != nil {
 		errs = append(errs, fmt.Errorf("-bad-lines: %w", err))

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,7 +20,7 @@ import (
 // evaluation of the highest AUC (not the last), a snapshot whose commit fails never becomes it,
 // and a commit's record counts the evaluations still pending as if they commit.
 func TestKeepBestMarksTheBestCommit(t *testing.T) {
-	var k keepBest
+	k := keepBest{metric: MetricAUC}
 	ev := func(step uint64, auc float64) CommitEval { return CommitEval{Step: step, AUC: auc} }
 
 	b, stale, n := k.evaluated(ev(100, 0.70))
@@ -55,7 +56,7 @@ func TestKeepBestMarksTheBestCommit(t *testing.T) {
 	assert.Equal(t, 0.78, last.AUC)
 
 	// A resume takes the record up and goes on from it.
-	var r keepBest
+	r := keepBest{metric: MetricAUC}
 	r.restore(runMeta{Best: best, Stale: stale, Evals: evals})
 	b, stale, n = r.evaluated(ev(600, 0.79))
 	assert.Equal(t, uint64(200), b.Step)
@@ -63,10 +64,49 @@ func TestKeepBestMarksTheBestCommit(t *testing.T) {
 	assert.Equal(t, 5, n)
 }
 
+// TestBestMetricChooses: given evaluations where AUC and log loss disagree (a model that keeps
+// ranking well while its probabilities grow over-confident), log loss, the default, chooses the
+// commit of the lowest log loss, and AUC the commit of the highest AUC; a figure that is not a
+// number is never the best.
+func TestBestMetricChooses(t *testing.T) {
+	seq := []CommitEval{
+		{Step: 100, AUC: 0.70, LogLoss: 0.60},
+		{Step: 200, AUC: 0.76, LogLoss: 0.52}, // the lowest log loss
+		{Step: 300, AUC: 0.79, LogLoss: 0.58}, // over-confident: better ranking, worse log loss
+		{Step: 400, AUC: 0.80, LogLoss: 0.71}, // the highest AUC
+		{Step: 500, AUC: 0.78, LogLoss: math.NaN()},
+	}
+	for _, c := range []struct {
+		metric      Metric
+		best, stale int
+	}{{MetricLogLoss, 200, 3}, {MetricAUC, 400, 1}} {
+		t.Run(c.metric.String(), func(t *testing.T) {
+			k := keepBest{metric: c.metric}
+			for _, ev := range seq {
+				k.evaluated(ev)
+				k.committed(ev.Step, true)
+			}
+			best, stale, evals := k.state()
+			require.NotNil(t, best)
+			assert.Equal(t, uint64(c.best), best.Step)
+			assert.Equal(t, c.stale, stale)
+			assert.Equal(t, len(seq), evals)
+		})
+	}
+	var zero Config
+	assert.Equal(t, MetricLogLoss, zero.BestMetric, "log loss is the default")
+	m, err := ParseMetric("auc")
+	require.NoError(t, err)
+	assert.Equal(t, MetricAUC, m)
+	_, err = ParseMetric("AUC ")
+	assert.Error(t, err)
+}
+
 // TestEarlyStopSignal: the run is told to stop once EarlyStop committed evaluations in a row did
 // not improve on the best, and not before.
 func TestEarlyStopSignal(t *testing.T) {
 	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan struct{}, 1)}
+	r.best.metric = MetricAUC
 	commit := func(step uint64, auc float64) bool {
 		r.best.evaluated(CommitEval{Step: step, AUC: auc})
 		r.onCheckpoint(elastic.CheckpointEvent{Step: step, Commit: true})
@@ -85,7 +125,7 @@ func TestEarlyStopSignal(t *testing.T) {
 }
 
 // TestKeepBestRun trains with keep-best: every commit is evaluated, the summary's best is the
-// evaluation of the highest AUC among them and its final is the last commit's, and a resume reads
+// evaluation of the lowest log loss among them and its final is the last commit's, and a resume reads
 // from the newest commit which commit was best.
 func TestKeepBestRun(t *testing.T) {
 	cfg := Config{
@@ -109,12 +149,12 @@ func TestKeepBestRun(t *testing.T) {
 	require.Greater(t, len(evals), 3)
 	var bestStep uint64
 	for step, ev := range evals {
-		if b := evals[bestStep]; bestStep == 0 || ev.AUC > b.AUC || ev.AUC == b.AUC && step < bestStep {
+		if b := evals[bestStep]; bestStep == 0 || ev.LogLoss < b.LogLoss || ev.LogLoss == b.LogLoss && step < bestStep {
 			bestStep = step
 		}
 	}
-	assert.Equal(t, bestStep, s.Best.Step, "the best commit by AUC")
-	assert.Equal(t, evals[bestStep].AUC, s.Best.AUC)
+	assert.Equal(t, bestStep, s.Best.Step, "the best commit by log loss, the default")
+	assert.Equal(t, evals[bestStep].LogLoss, s.Best.LogLoss)
 	assert.Equal(t, len(evals), s.Evaluations)
 	assert.Equal(t, evals[uint64(s.Steps)].AUC, s.Eval.AUC, "the final evaluation is the final commit's")
 	assert.Contains(t, s.String(), fmt.Sprintf("at the commit of step %d", bestStep))
@@ -170,7 +210,7 @@ func TestKeepBestRun(t *testing.T) {
 		assert.NoError(t, err, "the best commit survives the resumed run's retention")
 	}
 	require.NotNil(t, s2.Best)
-	assert.GreaterOrEqual(t, s2.Best.AUC, s.Best.AUC)
+	assert.LessOrEqual(t, s2.Best.LogLoss, s.Best.LogLoss)
 	assert.Greater(t, s2.Evaluations, s.Evaluations)
 }
 

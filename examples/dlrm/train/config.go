@@ -211,7 +211,7 @@ type Config struct {
 	EvalEvery time.Duration
 	// KeepBest evaluates the held-out set (the validation set, with ValidFraction) at every
 	// checkpoint, while training is paused for its snapshot, and stores the evaluation in the
-	// commit's job state with the best evaluated commit so far (by AUC), so that each figure is
+	// commit's job state with the best evaluated commit so far (by BestMetric), so that each figure is
 	// that of exactly the parameters the commit holds, a resume knows which commit was best, and
 	// the summary reports the best beside the final. The best commit is pinned in the
 	// checkpoint directory (checkpoint.Committer.Pin): retention keeps it, and only it, beyond
@@ -231,6 +231,11 @@ type Config struct {
 	// EarlyStop stops training after this many evaluated commits in a row without a better AUC
 	// than the best (a final checkpoint follows). Default 0: never. Sets KeepBest.
 	EarlyStop int
+	// BestMetric is the held-out figure KeepBest and EarlyStop choose by: MetricLogLoss (the
+	// default: lower is better) or MetricAUC (higher is better). Log loss punishes the
+	// over-confidence of a model trained too long, which AUC, a ranking figure, does not see: a
+	// model can keep its ranking while its probabilities drift far from the base rate.
+	BestMetric Metric
 	// ProgressEvery emits a Progress event this often. Default 500ms.
 	ProgressEvery time.Duration
 	// LeaseTTL is the data-shard lease lifetime. Default 30s.
@@ -621,6 +626,9 @@ func (c Config) Validate() error {
 	}
 	if c.EarlyStop < 0 {
 		bad("EarlyStop %d is negative", c.EarlyStop)
+	}
+	if c.BestMetric > MetricAUC {
+		bad("unknown BestMetric %d", c.BestMetric)
 	}
 	if c.ProgressEvery < 10*time.Millisecond {
 		bad("ProgressEvery %v below 10ms", c.ProgressEvery)

@@ -145,7 +145,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 			}
 		case <-r.earlyStop:
 			best, stale, _ := r.best.state()
-			reason = fmt.Sprintf("early stop: %d evaluations without a better AUC than %.4f (the commit of step %d)", stale, best.AUC, best.Step)
+			reason = fmt.Sprintf("early stop: %d evaluations without %s than %s (the commit of step %d)", stale, cfg.BestMetric.improvement(), cfg.BestMetric.figure(*best), best.Step)
 		}
 		if p := r.evalErr.Load(); p != nil && failure == nil {
 			failure, reason = *p, "evaluation failed"

@@ -128,6 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1), metrics: &metered{}}
+	r.best.metric = cfg.BestMetric
 	if r.jobLogger == nil {
 		r.jobLogger = discardLogger()
 	}
@@ -466,7 +467,7 @@ func (r *run) restore(ctx context.Context) error {
 	msg := fmt.Sprintf("restored checkpoint of step %d (%d samples trained): %d table rows (%s), %d MLP tensors, data position and ledger",
 		step, meta.Samples, rows, r.restoredFrom, dense)
 	if b := meta.Best; b != nil {
-		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f), %d evaluations since", b.Step, b.AUC, meta.Stale)
+		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f, log loss %.4f; chosen by %s), %d evaluations since", b.Step, b.AUC, b.LogLoss, r.cfg.BestMetric, meta.Stale)
 	}
 	r.emit(Event{Kind: EventRestore, Message: msg})
 	return nil
