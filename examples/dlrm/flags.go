@@ -190,11 +190,11 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	})
 	fs.StringVar(&c.ShmDir, "shm-dir", "", "the directory of the shared-memory checkpoint copies (default: one named after -checkpoint-dir under /dev/shm)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
-	fs.BoolVar(&c.KeepBest, "keep-best", false, "evaluate the held-out set (the -valid set, if any) at every checkpoint (training paused) and mark the best commit by AUC; retention keeps it; the summary reports the best and the final")
+	keepBest := fs.Bool("keep-best", false, "evaluate the held-out set (the -valid set, if any) at every checkpoint (training paused) and mark the best commit by -best-metric; retention keeps it; the summary's test line reports the best commit's test figures beside the final model's (default: on with -valid or -early-stop; without -valid it chooses by the test set, which leaks the test set into the figure reported, so it is off unless asked for)")
 	fs.StringVar(&c.Evaluate, "evaluate", "", "instead of training, load a commit of -checkpoint-dir and evaluate it: best (the commit -keep-best marked), newest, or a step; give the data and model flags of the run that wrote it")
 	// The test records' labels and scores, for computing the AUC (or anything else) outside.
 	fs.StringVar(&c.Predictions, "predictions", "", "write the final test evaluation to this file (temporary file and rename): a header line, then one line per test record in the test set's order, FILE:LINE (or the synthetic record's index, or for movielens the ratings file#rating index), its label (0 or 1) and the model's probability of a click, tab-separated; the model is the one the summary's test line reports: the final one, or with -evaluate the commit loaded (-evaluate best for -keep-best's best)")
-	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop after this many evaluated checkpoints in a row without a better AUC (implies -keep-best; 0: never)")
+	fs.IntVar(&c.EarlyStop, "early-stop", 0, fmt.Sprintf("stop after this many evaluated checkpoints in a row without a better -best-metric (implies -keep-best; 0: never) (default %d with -valid and -keep-best on; without -valid never, since stopping by the test set leaks it)", train.DefaultEarlyStop))
 	fs.StringVar(&bestMetric, "best-metric", "logloss", "the held-out figure -keep-best and -early-stop choose by: logloss (lower is better; it punishes the over-confidence of a model trained too long, which AUC does not see) or auc (higher is better)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
@@ -228,7 +228,17 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	earlyStopSet := false
 	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "keep-best":
+			c.KeepBest = train.SwitchOff
+			if *keepBest {
+				c.KeepBest = train.SwitchOn
+			}
+		case "early-stop":
+			earlyStopSet = true
+		}
 		ckDirSet = ckDirSet || f.Name == "checkpoint-dir"
 		durationSet = durationSet || f.Name == "duration"
 		if !kubeRoleFlags[f.Name] {
@@ -385,6 +395,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if c.Resume && c.Overwrite {
 		errs = append(errs, errors.New("-resume continues the checkpoints -overwrite would delete: give one of them"))
+	}
+	switch {
+	case c.EarlyStop < 0:
+		errs = append(errs, fmt.Errorf("-early-stop %d is negative", c.EarlyStop))
+	case c.EarlyStop == 0 && earlyStopSet:
+		c.EarlyStop = -1 // 0 given is never; the default is the flag not given
 	}
 	if c.MinCount < 0 {
 		errs = append(errs, fmt.Errorf("-min-count %d is negative", c.MinCount))

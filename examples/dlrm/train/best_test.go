@@ -131,7 +131,7 @@ func TestKeepBestRun(t *testing.T) {
 	cfg := Config{
 		Synth: model.SynthConfig{DenseFeatures: 8, Vocab: []int{3, 10, 50, 200, 1000}, Hotness: []int{1, 1, 1, 3, 1}, ZipfExponent: 1.2}, TrainRecords: 8000, TestRecords: 2000, Epochs: 3, Seed: 7,
 		EmbeddingDim: 8, BottomHidden: []int{16}, TopHidden: []int{16}, BatchSize: 128,
-		ShardSize: 1024, CheckpointEvery: 30, EvalEvery: -1, KeepBest: true,
+		ShardSize: 1024, CheckpointEvery: 30, EvalEvery: -1, KeepBest: SwitchOn,
 		CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
 	}
 	evals := map[uint64]Eval{}
@@ -227,4 +227,31 @@ func TestL2DefaultsReachTheServers(t *testing.T) {
 	assert.Zero(t, c.embeddingOptimizer().L2, "negative is none")
 	specs := tableSpecs(&c, []string{"a"})
 	assert.Zero(t, specs[0].Config.Optimizer.L2)
+}
+
+// TestKeepBestDefaults: with a validation set keep-best and early stopping are on by default;
+// without one they stay off (choosing by the test set would leak it) unless asked for; an
+// explicit "never" and "off" hold.
+func TestKeepBestDefaults(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		keep      Switch
+		valid     float64
+		earlyStop int
+		wantKeep  bool
+		wantStop  int
+	}{
+		{"valid", SwitchDefault, 0.1, 0, true, DefaultEarlyStop},
+		{"valid, never stop", SwitchDefault, 0.1, -1, true, -1},
+		{"valid, patience 5", SwitchDefault, 0.1, 5, true, 5},
+		{"valid, keep-best off", SwitchOff, 0.1, 0, false, -1},
+		{"no valid", SwitchDefault, 0, 0, false, -1},
+		{"no valid, keep-best on", SwitchOn, 0, 0, true, -1},
+		{"no valid, early stop asked", SwitchDefault, 0, 2, true, 2},
+	} {
+		cfg := Config{KeepBest: c.keep, ValidFraction: c.valid, EarlyStop: c.earlyStop}
+		cfg.resolveBest()
+		assert.Equal(t, c.wantKeep, cfg.keepBest(), c.name)
+		assert.Equal(t, c.wantStop, cfg.EarlyStop, c.name)
+	}
 }

@@ -114,8 +114,8 @@ type Summary struct {
 	Predictions string
 	// Valid is the final evaluation of the validation set (Config.ValidFraction), nil without.
 	Valid *Eval
-	// Best is, with Config.KeepBest, the evaluated commit with the best AUC (of the validation
-	// set when there is one, else of the test set; nil when
+	// Best is, with Config.KeepBest, the evaluated commit with the best figure by
+	// Config.BestMetric (of the validation set when there is one, else of the test set; nil when
 	// none was evaluated and committed), SinceBest the evaluated commits after it and
 	// Evaluations the evaluated commits, those before a resume included.
 	Best                   *CommitEval

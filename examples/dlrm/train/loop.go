@@ -119,7 +119,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				evaluating = true
 				trained := r.samples.Load()
 				go func() {
-					if cfg.KeepBest {
+					if cfg.keepBest() {
 						// A checkpoint, evaluated in its snapshot; one that fails is
 						// counted with the checkpoints and fails nothing.
 						r.job.Coordinator().Checkpoint(wctx)
@@ -211,7 +211,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	// evaluation (of the validation set, when there is one). Otherwise (or without a final
 	// commit) evaluate now. The test set is always scored at the end.
 	var ev Eval
-	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.KeepBest && !cfg.NoFinalCheckpoint {
+	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.keepBest() && !cfg.NoFinalCheckpoint {
 		ev = r.lastEvalCopy()
 		ev.AUC, ev.LogLoss, ev.Trained = ce.AUC, ce.LogLoss, ce.Trained
 	} else {

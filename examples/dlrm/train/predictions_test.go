@@ -186,7 +186,10 @@ func TestPredictionsFileGivesTheSummarysAUC(t *testing.T) {
 func TestPredictionsOfSyntheticData(t *testing.T) {
 	for _, keepBest := range []bool{false, true} {
 		cfg := smallConfig(t, 4000, 1)
-		cfg.TestRecords, cfg.KeepBest = 1500, keepBest
+		cfg.TestRecords, cfg.KeepBest = 1500, train.SwitchOff
+		if keepBest {
+			cfg.KeepBest = train.SwitchOn
+		}
 		cfg.Predictions = filepath.Join(t.TempDir(), "p.tsv")
 		s, err := train.Run(context.Background(), cfg)
 		require.NoError(t, err)

@@ -122,6 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
+	cfg.resolveBest()
 	if cfg.Predictions != "" {
 		if err := checkPredictionsPath(cfg.Predictions); err != nil {
 			return nil, err
@@ -296,7 +297,7 @@ type runMeta struct {
 // evaluates the held-out set first, so the commit holds its own evaluation.
 func (r *run) jobState(ctx context.Context, step uint64) []byte {
 	meta := runMeta{Version: 2, Fingerprint: r.fingerprint(), Samples: r.samples.Load()}
-	if r.cfg.KeepBest && r.eval != nil {
+	if r.cfg.keepBest() && r.eval != nil {
 		r.evalSnapshot(ctx, step, &meta)
 	} else if best, stale, evals := r.best.state(); best != nil {
 		meta.Best, meta.Stale, meta.Evals = best, stale, evals // a resumed record goes on
@@ -443,7 +444,7 @@ func (r *run) restore(ctx context.Context) error {
 	r.samples.Store(meta.Samples)
 	r.baseSamp = meta.Samples
 	r.best.restore(meta)
-	if r.cfg.KeepBest {
+	if r.cfg.keepBest() {
 		r.pinBest() // the record goes on: a pin lost to a crash after its commit comes back
 	}
 	sources := map[string]checkpoint.Source{}
