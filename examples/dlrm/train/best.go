@@ -199,4 +199,19 @@ func (r *run) evalSnapshot(ctx context.Context, step uint64, meta *runMeta) {
 	ce := CommitEval{Step: step, Set: ev.Set, AUC: ev.AUC, LogLoss: ev.LogLoss, Trained: ev.Trained}
 	best, stale, evals := r.best.evaluated(ce)
 	meta.Eval, meta.Best, meta.Stale, meta.Evals = &ce, &best, stale, evals
+	// Stop now rather than when the commit lands: commits trail the snapshots, and training
+	// goes on meanwhile.
+	r.signalEarlyStop(best, stale)
+}
+
+// signalEarlyStop tells the train loop to stop once stale evaluations in a row did not improve
+// on best (Config.EarlyStop).
+func (r *run) signalEarlyStop(best CommitEval, stale int) {
+	if r.cfg.EarlyStop <= 0 || stale < r.cfg.EarlyStop {
+		return
+	}
+	select {
+	case r.earlyStop <- best:
+	default:
+	}
 }

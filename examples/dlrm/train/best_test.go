@@ -105,7 +105,7 @@ func TestBestMetricChooses(t *testing.T) {
 // TestEarlyStopSignal: the run is told to stop once EarlyStop committed evaluations in a row did
 // not improve on the best, and not before.
 func TestEarlyStopSignal(t *testing.T) {
-	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan struct{}, 1)}
+	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan CommitEval, 1)}
 	r.best.metric = MetricAUC
 	commit := func(step uint64, auc float64) bool {
 		r.best.evaluated(CommitEval{Step: step, AUC: auc})

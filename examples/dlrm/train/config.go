@@ -215,7 +215,9 @@ type Config struct {
 	// that of exactly the parameters the commit holds, a resume knows which commit was best, and
 	// the summary reports the best beside the final. The best commit is pinned in the
 	// checkpoint directory (checkpoint.Committer.Pin): retention keeps it, and only it, beyond
-	// its usual commits, and Evaluate "best" loads it. The evaluation adds to each checkpoint's
+	// its usual commits, and Evaluate "best" loads it. At the end of the run the best commit,
+	// unless it is the final model, is loaded into fresh servers and scored on the test set
+	// (Summary.BestTest): the summary's test line reports it beside the final model. The evaluation adds to each checkpoint's
 	// pause (about 0.15 s for MovieLens' 20 000 held-out ratings; TestRecords bounds it), and
 	// each EvalEvery tick takes a checkpoint instead of evaluating the live servers. Embedded
 	// mode only (Run). Default (zero value): on with a validation set (ValidFraction) or an
@@ -225,10 +227,10 @@ type Config struct {
 	// Predictions, if set, names a file the final test evaluation is written to, one line per
 	// test record after a header line: where the record is from, its label and the model's
 	// score (the probability of a click), tab-separated, in the test set's order (Summary's
-	// Predictions says more). The model is the one the summary's test line reports: the final
-	// one of a training run, the loaded commit with Evaluate (for keep-best's best commit,
-	// evaluate "best"). Written to a temporary file renamed into place: it is never seen half
-	// written. Embedded mode only (Run). Default "": none.
+	// Predictions says more). The model is the one the summary's test line reports
+	// (Summary.Test): with KeepBest the best commit, else the final model of a training run,
+	// and the loaded commit with Evaluate. Written to a temporary file renamed into place: it
+	// is never seen half written. Embedded mode only (Run). Default "": none.
 	Predictions string
 	// EarlyStop stops training after this many evaluated commits in a row without a better
 	// figure (BestMetric) than the best (a final checkpoint follows): the patience, in

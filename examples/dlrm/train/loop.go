@@ -143,9 +143,9 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				r.setEval(res.ev)
 				r.emit(Event{Kind: EventEval, Eval: res.ev})
 			}
-		case <-r.earlyStop:
-			best, stale, _ := r.best.state()
-			reason = fmt.Sprintf("early stop: %d evaluations without %s than %s (the commit of step %d)", stale, cfg.BestMetric.improvement(), cfg.BestMetric.figure(*best), best.Step)
+		case best := <-r.earlyStop:
+			reason = fmt.Sprintf("early stop: %d evaluations in a row without %s than the best, the commit of step %d (%s)",
+				cfg.EarlyStop, cfg.BestMetric.improvement(), best.Step, cfg.BestMetric.figure(best))
 		}
 		if p := r.evalErr.Load(); p != nil && failure == nil {
 			failure, reason = *p, "evaluation failed"
@@ -236,8 +236,11 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	sum.Eval = ev
 	sum.Best, sum.SinceBest, sum.Evaluations = r.best.state()
-	if err := r.writePredictions(sum); err != nil {
-		return sum, err
+	sum.BestMetric = cfg.BestMetric
+	if !r.bestElsewhere(sum) { // else Run scores the best commit and writes its predictions
+		if err := r.writePredictions(sum, r.testEval); err != nil {
+			return sum, err
+		}
 	}
 	if !sum.ExactlyOnce {
 		return sum, ErrNotExactlyOnce
