@@ -176,6 +176,8 @@ func (r *run) testBest(ctx context.Context, s *Summary) error {
 	cfg.StatusAddr, cfg.MetricsAddr, cfg.Predictions = "", "", ""
 	e := &run{cfg: cfg, logger: r.logger, jobLogger: r.jobLogger, data: r.data, earlyStop: make(chan CommitEval, 1), metrics: &metered{}}
 	r.emit(Event{Kind: EventNote, Message: fmt.Sprintf("loading the best commit (step %d) to score the test set on it", s.Best.Step)})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout) // an interrupted run reports its best too
+	defer cancel()
 	ev, err := e.scoreTest(ctx)
 	if err != nil {
 		s.BestTestErr = err.Error()
