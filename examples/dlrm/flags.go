@@ -98,7 +98,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		o                                options
 		ckDirSet, durationSet            bool
 		data, test, bottom, top, scaleAt string
-		embOpt, denseOpt                 string
+		embOpt, denseOpt, bestMetric     string
 		fieldMap, badLines               string
 		maxBad                           float64
 		embLR, denseLR, embInit          float64
@@ -116,7 +116,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&badLines, "bad-lines", "skip", "a malformed line of text data: skip (count it, report it, stop when there are more than -max-bad) or fail (stop at the first)")
 	fs.Float64Var(&maxBad, "max-bad", 100*train.DefaultMaxBadFraction, "with -bad-lines skip: stop when more than this percentage of a file's lines is malformed (or its first 1000 lines read all are)")
 	fs.Float64Var(&testFraction, "test-fraction", train.DefaultTestFraction, "share of the data held out when there is no -test")
-	fs.Float64Var(&c.ValidFraction, "valid", 0, "carve a validation set, this share of the training data, that is not trained: evaluations while training, -keep-best and -early-stop score it instead of the test set (0: none)")
+	fs.Float64Var(&c.ValidFraction, "valid", 0, fmt.Sprintf("carve a validation set, this share of the training data, that is not trained: evaluations while training, -keep-best and -early-stop score it instead of the test set, and both are on by default (-early-stop %d) (0: none)", train.DefaultEarlyStop))
 	fs.IntVar(&c.TestRecords, "test-records", 0, "held-out records evaluated (default 20000 synthetic, 1000000 files)")
 	fs.Int64Var(&c.TrainRecords, "train-records", train.DefaultTrainRecords, "synthetic training records")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the data, the split, the initial model and the shuffles")
@@ -190,11 +190,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	})
 	fs.StringVar(&c.ShmDir, "shm-dir", "", "the directory of the shared-memory checkpoint copies (default: one named after -checkpoint-dir under /dev/shm)")
 	fs.DurationVar(&c.EvalEvery, "eval-every", train.DefaultEvalEvery, "evaluate the held-out set this often (0: only at the end)")
-	fs.BoolVar(&c.KeepBest, "keep-best", false, "evaluate the held-out set (the -valid set, if any) at every checkpoint (training paused) and mark the best commit by AUC; retention keeps it; the summary reports the best and the final")
+	keepBest := fs.Bool("keep-best", false, "evaluate the held-out set (the -valid set, if any) at every checkpoint (training paused) and mark the best commit by -best-metric; retention keeps it; the summary's test line reports the best commit's test figures beside the final model's (default: on with -valid or -early-stop; without -valid it chooses by the test set, which leaks the test set into the figure reported, so it is off unless asked for)")
 	fs.StringVar(&c.Evaluate, "evaluate", "", "instead of training, load a commit of -checkpoint-dir and evaluate it: best (the commit -keep-best marked), newest, or a step; give the data and model flags of the run that wrote it")
 	// The test records' labels and scores, for computing the AUC (or anything else) outside.
-	fs.StringVar(&c.Predictions, "predictions", "", "write the final test evaluation to this file (temporary file and rename): a header line, then one line per test record in the test set's order, FILE:LINE (or the synthetic record's index, or for movielens the ratings file#rating index), its label (0 or 1) and the model's probability of a click, tab-separated; the model is the one the summary's test line reports: the final one, or with -evaluate the commit loaded (-evaluate best for -keep-best's best)")
-	fs.IntVar(&c.EarlyStop, "early-stop", 0, "stop after this many evaluated checkpoints in a row without a better AUC (implies -keep-best; 0: never)")
+	fs.StringVar(&c.Predictions, "predictions", "", "write the final test evaluation to this file (temporary file and rename): a header line, then one line per test record in the test set's order, FILE:LINE (or the synthetic record's index, or for movielens the ratings file#rating index), its label (0 or 1) and the model's probability of a click, tab-separated; the model is the one the summary's test line reports: with -keep-best (on by default with -valid) the best commit, else the final model, or with -evaluate the commit loaded")
+	fs.IntVar(&c.EarlyStop, "early-stop", 0, fmt.Sprintf("stop after this many evaluated checkpoints in a row without a better -best-metric (implies -keep-best; 0: never) (default %d with -valid and -keep-best on; without -valid never, since stopping by the test set leaks it)", train.DefaultEarlyStop))
+	fs.StringVar(&bestMetric, "best-metric", "logloss", "the held-out figure -keep-best and -early-stop choose by: logloss (lower is better; it punishes the over-confidence of a model trained too long, which AUC does not see) or auc (higher is better)")
 	fs.StringVar(&o.role, "role", "", "run one role of a multi-process job: ps, worker or coordinator (also called dispatcher) (default: the whole cluster in this process)")
 	fs.StringVar(&o.id, "id", "", "-role ps: this server's ID in -servers; -role worker: a unique worker name")
 	fs.StringVar(&o.listen, "listen", "", "-role ps or coordinator: the address to serve on (data and control share it)")
@@ -227,7 +228,17 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	earlyStopSet := false
 	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "keep-best":
+			c.KeepBest = train.SwitchOff
+			if *keepBest {
+				c.KeepBest = train.SwitchOn
+			}
+		case "early-stop":
+			earlyStopSet = true
+		}
 		ckDirSet = ckDirSet || f.Name == "checkpoint-dir"
 		durationSet = durationSet || f.Name == "duration"
 		if !kubeRoleFlags[f.Name] {
@@ -267,6 +278,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 			fieldMap = string(b)
 		}
 		c.FieldMap = fieldMap
+	}
+	if c.BestMetric, err = train.ParseMetric(bestMetric); err != nil {
+		errs = append(errs, fmt.Errorf("-best-metric: %w", err))
 	}
 	if c.BadLines, err = train.ParseBadLinePolicy(badLines); err != nil {
 		errs = append(errs, fmt.Errorf("-bad-lines: %w", err))
@@ -381,6 +395,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if c.Resume && c.Overwrite {
 		errs = append(errs, errors.New("-resume continues the checkpoints -overwrite would delete: give one of them"))
+	}
+	switch {
+	case c.EarlyStop < 0:
+		errs = append(errs, fmt.Errorf("-early-stop %d is negative", c.EarlyStop))
+	case c.EarlyStop == 0 && earlyStopSet:
+		c.EarlyStop = -1 // 0 given is never; the default is the flag not given
 	}
 	if c.MinCount < 0 {
 		errs = append(errs, fmt.Errorf("-min-count %d is negative", c.MinCount))

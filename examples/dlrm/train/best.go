@@ -3,9 +3,72 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 )
+
+// Metric is the held-out figure keep-best and early stopping choose by (Config.BestMetric).
+type Metric uint8
+
+const (
+	// MetricLogLoss chooses the lowest log loss, the default: it punishes a model that grows
+	// over-confident as it overfits, which AUC, a ranking figure, does not see.
+	MetricLogLoss Metric = iota
+	// MetricAUC chooses the highest AUC.
+	MetricAUC
+)
+
+// ParseMetric reads "logloss" or "auc".
+func ParseMetric(s string) (Metric, error) {
+	switch s {
+	case "logloss":
+		return MetricLogLoss, nil
+	case "auc":
+		return MetricAUC, nil
+	}
+	return 0, fmt.Errorf("metric %q: want logloss or auc", s)
+}
+
+// String is the name ParseMetric reads.
+func (m Metric) String() string {
+	switch m {
+	case MetricLogLoss:
+		return "logloss"
+	case MetricAUC:
+		return "auc"
+	}
+	return fmt.Sprintf("Metric(%d)", uint8(m))
+}
+
+// better says whether a is a better evaluation than b by m. A figure that is not a number is
+// never better, and any number is better than one.
+func (m Metric) better(a, b CommitEval) bool {
+	x, y := a.LogLoss, b.LogLoss
+	if m == MetricAUC {
+		x, y = -a.AUC, -b.AUC
+	}
+	if math.IsNaN(y) {
+		return !math.IsNaN(x)
+	}
+	return x < y
+}
+
+// figure describes ev's figure by m, for messages: "log loss 0.4012" or "AUC 0.7931".
+func (m Metric) figure(ev CommitEval) string {
+	if m == MetricAUC {
+		return fmt.Sprintf("AUC %.4f", ev.AUC)
+	}
+	return fmt.Sprintf("log loss %.4f", ev.LogLoss)
+}
+
+// improvement names a better figure by m, for messages.
+func (m Metric) improvement() string {
+	if m == MetricAUC {
+		return "a higher AUC"
+	}
+	return "a lower log loss"
+}
 
 // CommitEval is the evaluation of the held-out set on the parameters of one commit: with
 // Config.KeepBest every checkpoint is evaluated while training is paused for its snapshot, so the
@@ -18,11 +81,12 @@ type CommitEval struct {
 	Trained int64   `json:"trained"`       // samples the model had been trained on
 }
 
-// keepBest follows the evaluated commits of a run: the best committed one by held-out AUC, the
+// keepBest follows the evaluated commits of a run: the best committed one by metric, the
 // evaluations since it (for early stopping) and the evaluations whose commit is not known yet.
 // The coordinator calls it at every snapshot (jobState) and every commit (onCheckpoint), one call
 // at a time, but the train loop reads it too: mu guards everything.
 type keepBest struct {
+	metric  Metric // set before the first call
 	mu      sync.Mutex
 	best    *CommitEval           // best committed (or restored) evaluation
 	stale   int                   // evaluations of committed checkpoints since best
@@ -56,7 +120,7 @@ func (k *keepBest) evaluated(ev CommitEval) (best CommitEval, stale, evals int) 
 	slices.Sort(steps)
 	for _, s := range steps {
 		p := k.pending[s]
-		if b == nil || p.AUC > b.AUC {
+		if b == nil || k.metric.better(p, *b) {
 			b, stale = &p, 0
 		} else {
 			stale++
@@ -80,7 +144,7 @@ func (k *keepBest) committed(step uint64, ok bool) int {
 		return k.stale
 	}
 	k.evals++
-	if k.best == nil || ev.AUC > k.best.AUC {
+	if k.best == nil || k.metric.better(ev, *k.best) {
 		k.best, k.stale = &ev, 0
 	} else {
 		k.stale++
@@ -135,4 +199,19 @@ func (r *run) evalSnapshot(ctx context.Context, step uint64, meta *runMeta) {
 	ce := CommitEval{Step: step, Set: ev.Set, AUC: ev.AUC, LogLoss: ev.LogLoss, Trained: ev.Trained}
 	best, stale, evals := r.best.evaluated(ce)
 	meta.Eval, meta.Best, meta.Stale, meta.Evals = &ce, &best, stale, evals
+	// Stop now rather than when the commit lands: commits trail the snapshots, and training
+	// goes on meanwhile.
+	r.signalEarlyStop(best, stale)
+}
+
+// signalEarlyStop tells the train loop to stop once stale evaluations in a row did not improve
+// on best (Config.EarlyStop).
+func (r *run) signalEarlyStop(best CommitEval, stale int) {
+	if r.cfg.EarlyStop <= 0 || stale < r.cfg.EarlyStop {
+		return
+	}
+	select {
+	case r.earlyStop <- best:
+	default:
+	}
 }

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,7 +20,7 @@ import (
 // evaluation of the highest AUC (not the last), a snapshot whose commit fails never becomes it,
 // and a commit's record counts the evaluations still pending as if they commit.
 func TestKeepBestMarksTheBestCommit(t *testing.T) {
-	var k keepBest
+	k := keepBest{metric: MetricAUC}
 	ev := func(step uint64, auc float64) CommitEval { return CommitEval{Step: step, AUC: auc} }
 
 	b, stale, n := k.evaluated(ev(100, 0.70))
@@ -55,7 +56,7 @@ func TestKeepBestMarksTheBestCommit(t *testing.T) {
 	assert.Equal(t, 0.78, last.AUC)
 
 	// A resume takes the record up and goes on from it.
-	var r keepBest
+	r := keepBest{metric: MetricAUC}
 	r.restore(runMeta{Best: best, Stale: stale, Evals: evals})
 	b, stale, n = r.evaluated(ev(600, 0.79))
 	assert.Equal(t, uint64(200), b.Step)
@@ -63,10 +64,49 @@ func TestKeepBestMarksTheBestCommit(t *testing.T) {
 	assert.Equal(t, 5, n)
 }
 
+// TestBestMetricChooses: given evaluations where AUC and log loss disagree (a model that keeps
+// ranking well while its probabilities grow over-confident), log loss, the default, chooses the
+// commit of the lowest log loss, and AUC the commit of the highest AUC; a figure that is not a
+// number is never the best.
+func TestBestMetricChooses(t *testing.T) {
+	seq := []CommitEval{
+		{Step: 100, AUC: 0.70, LogLoss: 0.60},
+		{Step: 200, AUC: 0.76, LogLoss: 0.52}, // the lowest log loss
+		{Step: 300, AUC: 0.79, LogLoss: 0.58}, // over-confident: better ranking, worse log loss
+		{Step: 400, AUC: 0.80, LogLoss: 0.71}, // the highest AUC
+		{Step: 500, AUC: 0.78, LogLoss: math.NaN()},
+	}
+	for _, c := range []struct {
+		metric      Metric
+		best, stale int
+	}{{MetricLogLoss, 200, 3}, {MetricAUC, 400, 1}} {
+		t.Run(c.metric.String(), func(t *testing.T) {
+			k := keepBest{metric: c.metric}
+			for _, ev := range seq {
+				k.evaluated(ev)
+				k.committed(ev.Step, true)
+			}
+			best, stale, evals := k.state()
+			require.NotNil(t, best)
+			assert.Equal(t, uint64(c.best), best.Step)
+			assert.Equal(t, c.stale, stale)
+			assert.Equal(t, len(seq), evals)
+		})
+	}
+	var zero Config
+	assert.Equal(t, MetricLogLoss, zero.BestMetric, "log loss is the default")
+	m, err := ParseMetric("auc")
+	require.NoError(t, err)
+	assert.Equal(t, MetricAUC, m)
+	_, err = ParseMetric("AUC ")
+	assert.Error(t, err)
+}
+
 // TestEarlyStopSignal: the run is told to stop once EarlyStop committed evaluations in a row did
 // not improve on the best, and not before.
 func TestEarlyStopSignal(t *testing.T) {
-	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan struct{}, 1)}
+	r := &run{cfg: Config{EarlyStop: 2}, earlyStop: make(chan CommitEval, 1)}
+	r.best.metric = MetricAUC
 	commit := func(step uint64, auc float64) bool {
 		r.best.evaluated(CommitEval{Step: step, AUC: auc})
 		r.onCheckpoint(elastic.CheckpointEvent{Step: step, Commit: true})
@@ -85,13 +125,13 @@ func TestEarlyStopSignal(t *testing.T) {
 }
 
 // TestKeepBestRun trains with keep-best: every commit is evaluated, the summary's best is the
-// evaluation of the highest AUC among them and its final is the last commit's, and a resume reads
+// evaluation of the lowest log loss among them and its final is the last commit's, and a resume reads
 // from the newest commit which commit was best.
 func TestKeepBestRun(t *testing.T) {
 	cfg := Config{
 		Synth: model.SynthConfig{DenseFeatures: 8, Vocab: []int{3, 10, 50, 200, 1000}, Hotness: []int{1, 1, 1, 3, 1}, ZipfExponent: 1.2}, TrainRecords: 8000, TestRecords: 2000, Epochs: 3, Seed: 7,
 		EmbeddingDim: 8, BottomHidden: []int{16}, TopHidden: []int{16}, BatchSize: 128,
-		ShardSize: 1024, CheckpointEvery: 30, EvalEvery: -1, KeepBest: true,
+		ShardSize: 1024, CheckpointEvery: 30, EvalEvery: -1, KeepBest: SwitchOn,
 		CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
 	}
 	evals := map[uint64]Eval{}
@@ -109,12 +149,12 @@ func TestKeepBestRun(t *testing.T) {
 	require.Greater(t, len(evals), 3)
 	var bestStep uint64
 	for step, ev := range evals {
-		if b := evals[bestStep]; bestStep == 0 || ev.AUC > b.AUC || ev.AUC == b.AUC && step < bestStep {
+		if b := evals[bestStep]; bestStep == 0 || ev.LogLoss < b.LogLoss || ev.LogLoss == b.LogLoss && step < bestStep {
 			bestStep = step
 		}
 	}
-	assert.Equal(t, bestStep, s.Best.Step, "the best commit by AUC")
-	assert.Equal(t, evals[bestStep].AUC, s.Best.AUC)
+	assert.Equal(t, bestStep, s.Best.Step, "the best commit by log loss, the default")
+	assert.Equal(t, evals[bestStep].LogLoss, s.Best.LogLoss)
 	assert.Equal(t, len(evals), s.Evaluations)
 	assert.Equal(t, evals[uint64(s.Steps)].AUC, s.Eval.AUC, "the final evaluation is the final commit's")
 	assert.Contains(t, s.String(), fmt.Sprintf("at the commit of step %d", bestStep))
@@ -170,7 +210,7 @@ func TestKeepBestRun(t *testing.T) {
 		assert.NoError(t, err, "the best commit survives the resumed run's retention")
 	}
 	require.NotNil(t, s2.Best)
-	assert.GreaterOrEqual(t, s2.Best.AUC, s.Best.AUC)
+	assert.LessOrEqual(t, s2.Best.LogLoss, s.Best.LogLoss)
 	assert.Greater(t, s2.Evaluations, s.Evaluations)
 }
 
@@ -187,4 +227,31 @@ func TestL2DefaultsReachTheServers(t *testing.T) {
 	assert.Zero(t, c.embeddingOptimizer().L2, "negative is none")
 	specs := tableSpecs(&c, []string{"a"})
 	assert.Zero(t, specs[0].Config.Optimizer.L2)
+}
+
+// TestKeepBestDefaults: with a validation set keep-best and early stopping are on by default;
+// without one they stay off (choosing by the test set would leak it) unless asked for; an
+// explicit "never" and "off" hold.
+func TestKeepBestDefaults(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		keep      Switch
+		valid     float64
+		earlyStop int
+		wantKeep  bool
+		wantStop  int
+	}{
+		{"valid", SwitchDefault, 0.1, 0, true, DefaultEarlyStop},
+		{"valid, never stop", SwitchDefault, 0.1, -1, true, -1},
+		{"valid, patience 5", SwitchDefault, 0.1, 5, true, 5},
+		{"valid, keep-best off", SwitchOff, 0.1, 0, false, -1},
+		{"no valid", SwitchDefault, 0, 0, false, -1},
+		{"no valid, keep-best on", SwitchOn, 0, 0, true, -1},
+		{"no valid, early stop asked", SwitchDefault, 0, 2, true, 2},
+	} {
+		cfg := Config{KeepBest: c.keep, ValidFraction: c.valid, EarlyStop: c.earlyStop}
+		cfg.resolveBest()
+		assert.Equal(t, c.wantKeep, cfg.keepBest(), c.name)
+		assert.Equal(t, c.wantStop, cfg.EarlyStop, c.name)
+	}
 }

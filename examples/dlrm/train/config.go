@@ -211,26 +211,38 @@ type Config struct {
 	EvalEvery time.Duration
 	// KeepBest evaluates the held-out set (the validation set, with ValidFraction) at every
 	// checkpoint, while training is paused for its snapshot, and stores the evaluation in the
-	// commit's job state with the best evaluated commit so far (by AUC), so that each figure is
+	// commit's job state with the best evaluated commit so far (by BestMetric), so that each figure is
 	// that of exactly the parameters the commit holds, a resume knows which commit was best, and
 	// the summary reports the best beside the final. The best commit is pinned in the
 	// checkpoint directory (checkpoint.Committer.Pin): retention keeps it, and only it, beyond
-	// its usual commits, and Evaluate "best" loads it. The evaluation adds to each checkpoint's
+	// its usual commits, and Evaluate "best" loads it. At the end of the run the best commit,
+	// unless it is the final model, is loaded into fresh servers and scored on the test set
+	// (Summary.BestTest): the summary's test line reports it beside the final model. The evaluation adds to each checkpoint's
 	// pause (about 0.15 s for MovieLens' 20 000 held-out ratings; TestRecords bounds it), and
 	// each EvalEvery tick takes a checkpoint instead of evaluating the live servers. Embedded
-	// mode only (Run). Default false; EarlyStop sets it.
-	KeepBest bool
+	// mode only (Run). Default (zero value): on with a validation set (ValidFraction) or an
+	// EarlyStop, else off, since choosing a commit by the test set would leak the test set
+	// into the figure reported for it; SwitchOn keeps the best by the test set all the same.
+	KeepBest Switch
 	// Predictions, if set, names a file the final test evaluation is written to, one line per
 	// test record after a header line: where the record is from, its label and the model's
 	// score (the probability of a click), tab-separated, in the test set's order (Summary's
-	// Predictions says more). The model is the one the summary's test line reports: the final
-	// one of a training run, the loaded commit with Evaluate (for keep-best's best commit,
-	// evaluate "best"). Written to a temporary file renamed into place: it is never seen half
-	// written. Embedded mode only (Run). Default "": none.
+	// Predictions says more). The model is the one the summary's test line reports
+	// (Summary.Test): with KeepBest the best commit, else the final model of a training run,
+	// and the loaded commit with Evaluate. Written to a temporary file renamed into place: it
+	// is never seen half written. Embedded mode only (Run). Default "": none.
 	Predictions string
-	// EarlyStop stops training after this many evaluated commits in a row without a better AUC
-	// than the best (a final checkpoint follows). Default 0: never. Sets KeepBest.
+	// EarlyStop stops training after this many evaluated commits in a row without a better
+	// figure (BestMetric) than the best (a final checkpoint follows): the patience, in
+	// evaluations. Default (0): DefaultEarlyStop when KeepBest is on with a validation set
+	// (ValidFraction), else never; negative: never. A positive EarlyStop turns KeepBest on
+	// unless it is SwitchOff, which is refused.
 	EarlyStop int
+	// BestMetric is the held-out figure KeepBest and EarlyStop choose by: MetricLogLoss (the
+	// default: lower is better) or MetricAUC (higher is better). Log loss punishes the
+	// over-confidence of a model trained too long, which AUC, a ranking figure, does not see: a
+	// model can keep its ranking while its probabilities drift far from the base rate.
+	BestMetric Metric
 	// ProgressEvery emits a Progress event this often. Default 500ms.
 	ProgressEvery time.Duration
 	// LeaseTTL is the data-shard lease lifetime. Default 30s.
@@ -314,9 +326,12 @@ const (
 	DefaultCheckpointInterval = 10 * time.Second
 	DefaultFullEvery          = 5
 	DefaultEvalEvery          = 15 * time.Second
-	DefaultProgressEvery      = 500 * time.Millisecond
-	DefaultLeaseTTL           = 30 * time.Second
-	DefaultMaxBadFraction     = 0.01
+	// DefaultEarlyStop is the patience of early stopping with a validation set (Config.EarlyStop):
+	// three evaluations in a row without a better figure.
+	DefaultEarlyStop      = 3
+	DefaultProgressEvery  = 500 * time.Millisecond
+	DefaultLeaseTTL       = 30 * time.Second
+	DefaultMaxBadFraction = 0.01
 )
 
 // DefaultL2 is the weight decay Config takes for data of kind k when its L2 is 0: on the
@@ -470,10 +485,26 @@ func (c *Config) fill() {
 	if c.MaxBadFraction == 0 {
 		c.MaxBadFraction = DefaultMaxBadFraction
 	}
-	if c.EarlyStop > 0 {
-		c.KeepBest = true
+}
+
+// resolveBest settles, for an embedded run (Run), KeepBest to SwitchOn or SwitchOff and
+// EarlyStop to the patience or -1 (never), from their defaults.
+func (c *Config) resolveBest() {
+	keep := c.KeepBest == SwitchOn || c.KeepBest == SwitchDefault && (c.ValidFraction > 0 || c.EarlyStop > 0)
+	switch {
+	case !keep:
+		c.KeepBest, c.EarlyStop = SwitchOff, -1
+	case c.EarlyStop == 0 && c.ValidFraction > 0:
+		c.KeepBest, c.EarlyStop = SwitchOn, DefaultEarlyStop
+	case c.EarlyStop == 0:
+		c.KeepBest, c.EarlyStop = SwitchOn, -1
+	default:
+		c.KeepBest = SwitchOn
 	}
 }
+
+// keepBest says whether the run keeps the best commit (after resolveBest).
+func (c *Config) keepBest() bool { return c.KeepBest == SwitchOn }
 
 // Validate reports every problem of c (after defaults are applied) at once, joined with
 // ErrConfig.
@@ -619,8 +650,14 @@ func (c Config) Validate() error {
 	if c.Evaluate != "" && c.Resume {
 		bad("Evaluate loads a commit without training; Resume trains on from one: not both")
 	}
-	if c.EarlyStop < 0 {
-		bad("EarlyStop %d is negative", c.EarlyStop)
+	if c.EarlyStop > 0 && c.KeepBest == SwitchOff {
+		bad("EarlyStop %d stops by the evaluations KeepBest takes, which is off", c.EarlyStop)
+	}
+	if c.KeepBest > SwitchOff {
+		bad("unknown KeepBest %d", c.KeepBest)
+	}
+	if c.BestMetric > MetricAUC {
+		bad("unknown BestMetric %d", c.BestMetric)
 	}
 	if c.ProgressEvery < 10*time.Millisecond {
 		bad("ProgressEvery %v below 10ms", c.ProgressEvery)

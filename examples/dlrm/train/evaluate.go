@@ -91,7 +91,7 @@ func (r *run) evaluate(ctx context.Context) (*Summary, error) {
 	s.Eval = ev
 	r.emit(Event{Kind: EventEval, Eval: ev})
 	s.Elapsed = time.Since(start)
-	if err := r.writePredictions(s); err != nil {
+	if err := r.writePredictions(s, r.testEval); err != nil {
 		return s, err
 	}
 	return s, nil

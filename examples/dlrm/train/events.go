@@ -104,8 +104,14 @@ type Summary struct {
 	// for a training run.
 	Evaluated uint64
 
-	Eval Eval // the final evaluation of the held-out test set
-	// Predictions is the file Eval's scores were written to (Config.Predictions; "" without):
+	Eval Eval // the final evaluation of the held-out test set: the final model's, or the loaded commit's
+	// BestTest is, with Config.KeepBest, the evaluation of the held-out test set on the best
+	// commit (Best), when that is not the final model: after training, the commit is loaded
+	// into fresh servers, as Evaluate "best" does, and scored. Nil otherwise, or when it could
+	// not be loaded or scored: BestTestErr then says why, and the final model is reported.
+	BestTest    *Eval
+	BestTestErr string
+	// Predictions is the file the test line's scores (Test) were written to (Config.Predictions; "" without):
 	// a header line "file:line<TAB>label<TAB>score" (first column "record" for synthetic data,
 	// the generator's index; "rating" for MovieLens, the ratings file and the rating's index
 	// among its well-formed ratings after '#'), then one line per test record in the order of
@@ -114,12 +120,13 @@ type Summary struct {
 	Predictions string
 	// Valid is the final evaluation of the validation set (Config.ValidFraction), nil without.
 	Valid *Eval
-	// Best is, with Config.KeepBest, the evaluated commit with the best AUC (of the validation
-	// set when there is one, else of the test set; nil when
+	// Best is, with Config.KeepBest, the evaluated commit with the best figure by
+	// Config.BestMetric (of the validation set when there is one, else of the test set; nil when
 	// none was evaluated and committed), SinceBest the evaluated commits after it and
 	// Evaluations the evaluated commits, those before a resume included.
 	Best                   *CommitEval
 	SinceBest, Evaluations int
+	BestMetric             Metric         // what Best was chosen by (Config.BestMetric)
 	Ceiling                *model.Ceiling // synthetic data: the generator's own hidden model on the same records
 
 	Epochs      []EpochCheck
@@ -221,15 +228,15 @@ func (s *Summary) String() string {
 	if b := s.Best; b != nil {
 		final, set := "", "test"
 		if s.Valid != nil {
-			final = fmt.Sprintf(" (final: validation AUC %.4f)", s.Valid.AUC)
+			final = fmt.Sprintf(" (final: validation AUC %.4f, log loss %.4f)", s.Valid.AUC, s.Valid.LogLoss)
 		} else if s.Eval.Samples > 0 {
-			final = fmt.Sprintf(" (final: AUC %.4f)", s.Eval.AUC)
+			final = fmt.Sprintf(" (final: AUC %.4f, log loss %.4f)", s.Eval.AUC, s.Eval.LogLoss)
 		}
 		if b.Set != "" {
 			set = b.Set
 		}
-		p("  best:        %s AUC %.4f, log loss %.4f at the commit of step %d, after %d samples%s; %d commits evaluated, %d after the best",
-			set, b.AUC, b.LogLoss, b.Step, b.Trained, final, s.Evaluations, s.SinceBest)
+		p("  best:        %s AUC %.4f, log loss %.4f at the commit of step %d, after %d samples%s; chosen by %s; %d commits evaluated, %d after the best",
+			set, b.AUC, b.LogLoss, b.Step, b.Trained, final, s.BestMetric, s.Evaluations, s.SinceBest)
 	}
 	for _, rp := range s.Repartitions {
 		p("  servers:     %s", repartitionLine(rp))
@@ -300,21 +307,38 @@ func epochLine(e EpochCheck) string {
 	return out
 }
 
+// Test is the test evaluation the summary's test line reports, and Predictions holds: the best
+// commit's (BestTest) when keep-best chose one before the final model, else Eval.
+func (s *Summary) Test() Eval {
+	if s.BestTest != nil {
+		return *s.BestTest
+	}
+	return s.Eval
+}
+
 // evals prints the final evaluations.
 func (s *Summary) evals(p func(format string, a ...any)) {
 	if v := s.Valid; v != nil {
 		p("  validation:  AUC %.4f, log loss %.4f on %d validation records (carved from the training data, not trained)", v.AUC, v.LogLoss, v.Samples)
 	}
-	switch {
-	case s.Eval.Samples == 0:
+	if s.Eval.Samples == 0 {
 		p("  test:        not evaluated (nothing trained, or the run failed)")
-	case s.Ceiling != nil:
-		p("  test:        AUC %.4f, log loss %.4f on %d held-out records (the generator's hidden model: AUC %.4f, log loss %.4f)",
-			s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples, s.Ceiling.AUC, s.Ceiling.LogLoss)
-	default:
-		p("  test:        AUC %.4f, log loss %.4f on %d held-out records", s.Eval.AUC, s.Eval.LogLoss, s.Eval.Samples)
+		return
 	}
+	t, ceiling, which := s.Test(), "", ""
+	if s.Ceiling != nil {
+		ceiling = fmt.Sprintf(" (the generator's hidden model: AUC %.4f, log loss %.4f)", s.Ceiling.AUC, s.Ceiling.LogLoss)
+	}
+	switch b := s.Best; {
+	case s.BestTest != nil:
+		which = fmt.Sprintf(": the best commit's (step %d); the final model's: AUC %.4f, log loss %.4f", b.Step, s.Eval.AUC, s.Eval.LogLoss)
+	case b != nil && b.Step == uint64(s.Steps):
+		which = fmt.Sprintf(": the final model's, which is the best commit (step %d)", b.Step)
+	case b != nil:
+		which = fmt.Sprintf(": the final model's; the best commit (step %d) could not be scored: %s", b.Step, s.BestTestErr)
+	}
+	p("  test:        AUC %.4f, log loss %.4f on %d held-out records%s%s", t.AUC, t.LogLoss, t.Samples, ceiling, which)
 	if s.Predictions != "" {
-		p("  predictions: %s: the test records' labels and this model's scores, %d lines after the header", s.Predictions, s.Eval.Samples)
+		p("  predictions: %s: the test records' labels and this model's scores, %d lines after the header", s.Predictions, t.Samples)
 	}
 }

@@ -119,7 +119,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				evaluating = true
 				trained := r.samples.Load()
 				go func() {
-					if cfg.KeepBest {
+					if cfg.keepBest() {
 						// A checkpoint, evaluated in its snapshot; one that fails is
 						// counted with the checkpoints and fails nothing.
 						r.job.Coordinator().Checkpoint(wctx)
@@ -143,9 +143,9 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 				r.setEval(res.ev)
 				r.emit(Event{Kind: EventEval, Eval: res.ev})
 			}
-		case <-r.earlyStop:
-			best, stale, _ := r.best.state()
-			reason = fmt.Sprintf("early stop: %d evaluations without a better AUC than %.4f (the commit of step %d)", stale, best.AUC, best.Step)
+		case best := <-r.earlyStop:
+			reason = fmt.Sprintf("early stop: %d evaluations in a row without %s than the best, the commit of step %d (%s)",
+				cfg.EarlyStop, cfg.BestMetric.improvement(), best.Step, cfg.BestMetric.figure(best))
 		}
 		if p := r.evalErr.Load(); p != nil && failure == nil {
 			failure, reason = *p, "evaluation failed"
@@ -211,7 +211,7 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	// evaluation (of the validation set, when there is one). Otherwise (or without a final
 	// commit) evaluate now. The test set is always scored at the end.
 	var ev Eval
-	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.KeepBest && !cfg.NoFinalCheckpoint {
+	if ce, ok := r.best.lastEval(uint64(sum.Steps)); ok && cfg.keepBest() && !cfg.NoFinalCheckpoint {
 		ev = r.lastEvalCopy()
 		ev.AUC, ev.LogLoss, ev.Trained = ce.AUC, ce.LogLoss, ce.Trained
 	} else {
@@ -236,8 +236,11 @@ func (r *run) train(ctx context.Context) (*Summary, error) {
 	}
 	sum.Eval = ev
 	sum.Best, sum.SinceBest, sum.Evaluations = r.best.state()
-	if err := r.writePredictions(sum); err != nil {
-		return sum, err
+	sum.BestMetric = cfg.BestMetric
+	if !r.bestElsewhere(sum) { // else Run scores the best commit and writes its predictions
+		if err := r.writePredictions(sum, r.testEval); err != nil {
+			return sum, err
+		}
 	}
 	if !sum.ExactlyOnce {
 		return sum, ErrNotExactlyOnce

@@ -159,17 +159,18 @@ func writePredictions(path string, e *evaluator, at *origins) error {
 	return nil
 }
 
-// writePredictions writes the scores of the test evaluation s reports to Config.Predictions,
-// if set, and names the file in s. The test evaluator's last run must be that evaluation: its
-// AUC is checked against s's.
-func (r *run) writePredictions(s *Summary) error {
+// writePredictions writes the scores of the test evaluation s's test line reports (Summary.Test:
+// the best commit's with keep-best, else the final model's or the loaded commit's) to
+// Config.Predictions, if set, and names the file in s. The last run of e, a test evaluator,
+// must be that evaluation: its AUC is checked against s's.
+func (r *run) writePredictions(s *Summary, e *evaluator) error {
 	if r.cfg.Predictions == "" {
 		return nil
 	}
-	e := r.testEval
+	want := s.Test().AUC
 	auc, err := model.AUC(e.labels, e.logits)
-	if err != nil || auc != s.Eval.AUC {
-		return fmt.Errorf("predictions: the test evaluator's last scores (AUC %v, %v) are not those of the summary's test line (AUC %v)", auc, err, s.Eval.AUC)
+	if err != nil || auc != want {
+		return fmt.Errorf("predictions: the test evaluator's last scores (AUC %v, %v) are not those of the summary's test line (AUC %v)", auc, err, want)
 	}
 	if err := writePredictions(r.cfg.Predictions, e, r.data.testAt); err != nil {
 		return err

@@ -181,12 +181,14 @@ func TestPredictionsFileGivesTheSummarysAUC(t *testing.T) {
 }
 
 // TestPredictionsOfSyntheticData: generated test records are named by the generator's index;
-// with keep-best, whose final test figures come from the final checkpoint's evaluation, the
-// file holds that evaluation.
+// with keep-best the file holds the evaluation the test line reports, the best commit's.
 func TestPredictionsOfSyntheticData(t *testing.T) {
 	for _, keepBest := range []bool{false, true} {
 		cfg := smallConfig(t, 4000, 1)
-		cfg.TestRecords, cfg.KeepBest = 1500, keepBest
+		cfg.TestRecords, cfg.KeepBest = 1500, train.SwitchOff
+		if keepBest {
+			cfg.KeepBest = train.SwitchOn
+		}
 		cfg.Predictions = filepath.Join(t.TempDir(), "p.tsv")
 		s, err := train.Run(context.Background(), cfg)
 		require.NoError(t, err)
@@ -197,10 +199,15 @@ func TestPredictionsOfSyntheticData(t *testing.T) {
 			require.Equal(t, strconv.FormatInt(1<<40+int64(i), 10), p.at)
 		}
 		auc := rankAUC(t, ps)
-		t.Logf("keep-best %v: AUC recomputed from the file %.12f, summary %.12f", keepBest, auc, s.Eval.AUC)
-		assert.InDelta(t, s.Eval.AUC, auc, 1e-9)
+		t.Logf("keep-best %v: AUC recomputed from the file %.12f, summary %.12f", keepBest, auc, s.Test().AUC)
+		assert.InDelta(t, s.Test().AUC, auc, 1e-9)
 		if keepBest {
 			require.NotNil(t, s.Best)
+			if s.BestTest != nil {
+				assert.InDelta(t, s.BestTest.AUC, auc, 1e-9, "the best commit's")
+			}
+		} else {
+			assert.InDelta(t, s.Eval.AUC, auc, 1e-9)
 		}
 	}
 }

@@ -395,7 +395,7 @@ func RunCoordinator(ctx context.Context, rc RoleConfig) (*Summary, error) {
 		return nil, err
 	}
 	cfg := &rc.Config
-	if cfg.KeepBest {
+	if cfg.KeepBest == SwitchOn || cfg.EarlyStop > 0 { // by default a role job keeps no best
 		return nil, fmt.Errorf("%w: keep-best and early stopping evaluate the held-out set, which only the embedded mode does", ErrConfig)
 	}
 	if cfg.Predictions != "" {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,7 @@ type run struct {
 	// row did not improve on the best.
 	best      keepBest
 	evalErr   atomic.Pointer[error]
-	earlyStop chan struct{}
+	earlyStop chan CommitEval // the best commit
 
 	emitMu   sync.Mutex
 	lastEval Eval
@@ -122,25 +123,80 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cfg.fill()
+	cfg.resolveBest()
 	if cfg.Predictions != "" {
 		if err := checkPredictionsPath(cfg.Predictions); err != nil {
 			return nil, err
 		}
 	}
-	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan struct{}, 1), metrics: &metered{}}
+	r := &run{cfg: cfg, jobLogger: cfg.Logger, earlyStop: make(chan CommitEval, 1), metrics: &metered{}}
+	r.best.metric = cfg.BestMetric
 	if r.jobLogger == nil {
 		r.jobLogger = discardLogger()
 	}
 	// The local job names each part in its records; the run's own are the coordinator's side.
 	r.logger = r.jobLogger.With("job", jobName, "role", elastic.RoleCoordinator.String(), "node", elastic.CoordinatorID)
+	s, err := r.runOnce(ctx)
+	if cfg.Evaluate == "" && r.bestElsewhere(s) && (err == nil || errors.Is(err, ErrNotExactlyOnce)) {
+		if perr := r.testBest(ctx, s); perr != nil {
+			return s, perr
+		}
+	}
+	return s, err
+}
+
+// runOnce sets the run up, trains or evaluates, and stops and joins everything it started.
+func (r *run) runOnce(ctx context.Context) (*Summary, error) {
 	defer r.close()
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Evaluate != "" {
+	if r.cfg.Evaluate != "" {
 		return r.evaluate(ctx)
 	}
 	return r.train(ctx)
+}
+
+// bestElsewhere says whether the best commit of a trained and evaluated run s is not its
+// final model, so that its test figures need a load of their own (testBest).
+func (r *run) bestElsewhere(s *Summary) bool {
+	return r.cfg.keepBest() && s != nil && s.Eval.Samples > 0 && s.Best != nil && s.Best.Step != uint64(s.Steps)
+}
+
+// testBest loads the best commit of the run s summarises into fresh servers, as Evaluate
+// "best" does, scores the test set on it and adds the figures to s (BestTest), after the
+// training job has stopped: the summary's test line then reports the best commit beside the
+// final model, and the predictions are the best commit's. A failure to load or score it is a
+// warning, and the final model's figures and predictions stand; only a failure to write the
+// predictions is returned.
+func (r *run) testBest(ctx context.Context, s *Summary) error {
+	cfg := r.cfg
+	cfg.Evaluate = strconv.FormatUint(s.Best.Step, 10)
+	cfg.Resume, cfg.Overwrite, cfg.ScaleAt = false, false, nil
+	cfg.StatusAddr, cfg.MetricsAddr, cfg.Predictions = "", "", ""
+	e := &run{cfg: cfg, logger: r.logger, jobLogger: r.jobLogger, data: r.data, earlyStop: make(chan CommitEval, 1), metrics: &metered{}}
+	r.emit(Event{Kind: EventNote, Message: fmt.Sprintf("loading the best commit (step %d) to score the test set on it", s.Best.Step)})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout) // an interrupted run reports its best too
+	defer cancel()
+	ev, err := e.scoreTest(ctx)
+	if err != nil {
+		s.BestTestErr = err.Error()
+		r.emit(Event{Kind: EventWarning, Message: fmt.Sprintf("the best commit (step %d) could not be scored on the test set; the final model's figures are reported: %v", s.Best.Step, err)})
+		return r.writePredictions(s, r.testEval)
+	}
+	ev.Trained = s.Best.Trained
+	s.BestTest = &ev
+	return r.writePredictions(s, e.testEval)
+}
+
+// scoreTest loads the commit of Config.Evaluate into fresh servers, scores the test set on it
+// and stops everything it started.
+func (r *run) scoreTest(ctx context.Context) (Eval, error) {
+	defer r.close()
+	if err := r.setUp(ctx); err != nil {
+		return Eval{}, err
+	}
+	return r.testEval.run(ctx)
 }
 
 // setUp loads the data, starts the job (servers and coordinator), creates the MLP on the
@@ -148,11 +204,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 func (r *run) setUp(ctx context.Context) error {
 	cfg := &r.cfg
 	var err error
-	if r.data, err = loadData(ctx, cfg); err != nil {
-		return err
-	}
-	if err := r.data.checkOverlap(ctx, cfg.AllowOverlap); err != nil {
-		return err
+	if r.data == nil { // testBest's run scores the data of the run that trained
+		if r.data, err = loadData(ctx, cfg); err != nil {
+			return err
+		}
+		if err := r.data.checkOverlap(ctx, cfg.AllowOverlap); err != nil {
+			return err
+		}
 	}
 	r.mcfg = modelConfig(cfg, r.data)
 	m0, err := model.New(r.mcfg)
@@ -295,7 +353,7 @@ type runMeta struct {
 // evaluates the held-out set first, so the commit holds its own evaluation.
 func (r *run) jobState(ctx context.Context, step uint64) []byte {
 	meta := runMeta{Version: 2, Fingerprint: r.fingerprint(), Samples: r.samples.Load()}
-	if r.cfg.KeepBest && r.eval != nil {
+	if r.cfg.keepBest() && r.eval != nil {
 		r.evalSnapshot(ctx, step, &meta)
 	} else if best, stale, evals := r.best.state(); best != nil {
 		meta.Best, meta.Stale, meta.Evals = best, stale, evals // a resumed record goes on
@@ -329,11 +387,8 @@ func (r *run) onCheckpoint(ev elastic.CheckpointEvent) {
 	if ev.Commit || ev.Err != nil { // a commit, or a snapshot that will not be committed
 		stale := r.best.committed(ev.Step, ev.Commit && ev.Err == nil)
 		r.pinBest()
-		if r.cfg.EarlyStop > 0 && stale >= r.cfg.EarlyStop {
-			select {
-			case r.earlyStop <- struct{}{}:
-			default:
-			}
+		if best, _, _ := r.best.state(); best != nil {
+			r.signalEarlyStop(*best, stale)
 		}
 	}
 	kind := EventCheckpoint
@@ -442,7 +497,7 @@ func (r *run) restore(ctx context.Context) error {
 	r.samples.Store(meta.Samples)
 	r.baseSamp = meta.Samples
 	r.best.restore(meta)
-	if r.cfg.KeepBest {
+	if r.cfg.keepBest() {
 		r.pinBest() // the record goes on: a pin lost to a crash after its commit comes back
 	}
 	sources := map[string]checkpoint.Source{}
@@ -466,7 +521,7 @@ func (r *run) restore(ctx context.Context) error {
 	msg := fmt.Sprintf("restored checkpoint of step %d (%d samples trained): %d table rows (%s), %d MLP tensors, data position and ledger",
 		step, meta.Samples, rows, r.restoredFrom, dense)
 	if b := meta.Best; b != nil {
-		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f), %d evaluations since", b.Step, b.AUC, meta.Stale)
+		msg += fmt.Sprintf("; the best evaluated commit so far is of step %d (AUC %.4f, log loss %.4f; chosen by %s), %d evaluations since", b.Step, b.AUC, b.LogLoss, r.cfg.BestMetric, meta.Stale)
 	}
 	r.emit(Event{Kind: EventRestore, Message: msg})
 	return nil
