@@ -149,6 +149,9 @@ type Runner struct {
 
 	mu   sync.Mutex
 	prev *reading
+	// kills are the OOM kills of the latest observation (Signals), and unanswered the kills
+	// whose answer failed: they are handed to the next observation again.
+	kills, unanswered []OOMKill
 }
 
 // reading is one tick's counters.
@@ -260,9 +263,25 @@ func (r *Runner) Tick(ctx context.Context) ([]Applied, error) {
 		if r.cfg.OnApplied != nil {
 			r.cfg.OnApplied(a)
 		}
+		if a.Err != nil {
+			r.keepUnanswered(d.Target)
+		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// keepUnanswered hands the OOM kills of server id in the latest observation to the next one
+// again: the decision that answered them failed (the coordinator's SetPlan or the platform's
+// restart did not take effect), and a kill is answered, not forgotten.
+func (r *Runner) keepUnanswered(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range r.kills {
+		if k.ID == id {
+			r.unanswered = append(r.unanswered, k)
+		}
+	}
 }
 
 // Observe reads the job and returns its Observation: the differences since the previous
@@ -312,7 +331,11 @@ func (r *Runner) Observe(ctx context.Context) (Observation, error) {
 		obs.Pending = r.cfg.Pending()
 	}
 	if r.cfg.Signals != nil {
-		obs.Servers = killed(obs.Servers, r.cfg.Signals.OOMKills(), prev)
+		r.mu.Lock()
+		kills := append(r.unanswered, r.cfg.Signals.OOMKills()...)
+		r.kills, r.unanswered = kills, nil
+		r.mu.Unlock()
+		obs.Servers = killed(obs.Servers, kills, prev)
 		for _, sv := range obs.Servers {
 			obs.Changing = obs.Changing || sv.OOMKilled
 		}

@@ -21,7 +21,8 @@ type Signals interface {
 	// size it asks for and how long it has waited at that size (Observation.Pending).
 	Pending() []Pending
 	// OOMKills returns the parameter servers killed for going over their memory limit since the
-	// previous call, each kill once, in order: the planner's ServerLoad.OOMKilled.
+	// previous call, each kill once, in order: the planner's ServerLoad.OOMKilled. A kill whose
+	// answer fails (Tick) is handed to the next observation again by the Runner.
 	OOMKills() []OOMKill
 	// RestartServer makes server id run with at least the server size of the plan, which the
 	// Runner has given the job's coordinator (SetPlan) first, and restore its slots from the

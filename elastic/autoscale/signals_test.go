@@ -2,6 +2,7 @@ package autoscale_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ type fakeJob struct {
 	mu    sync.Mutex
 	st    elastic.Status
 	plans []elastic.Plan
+	// refuse fails this many SetPlan calls first.
+	refuse int
 }
 
 func (j *fakeJob) Usage(context.Context) (elastic.Status, error) {
@@ -30,6 +33,10 @@ func (j *fakeJob) Usage(context.Context) (elastic.Status, error) {
 func (j *fakeJob) SetPlan(_ context.Context, p elastic.Plan) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.refuse > 0 {
+		j.refuse--
+		return errors.New("the coordinator refused the plan")
+	}
 	j.plans = append(j.plans, p)
 	j.st.Plan = p
 	return nil
@@ -203,6 +210,37 @@ func TestSignalsNearMemoryIsTheCgroupCharge(t *testing.T) {
 	require.Len(t, applied, 1)
 	assert.Equal(t, float64(124*mib), applied[0].Decision.Value, "the resident memory")
 	assert.Equal(t, float64(128*mib), applied[0].Decision.Limit, "the plan's server memory")
+}
+
+// A kill whose answer fails (the coordinator refused the plan) is answered at the next
+// observation, though the platform tells of each kill once.
+func TestSignalsOOMKillAnsweredAgainAfterAFailure(t *testing.T) {
+	plan := elastic.Plan{Servers: 2, Workers: 1, Server: elastic.Resources{CPUs: 1, Memory: 100 * mib}}
+	job := &fakeJob{refuse: 1, st: elastic.Status{
+		Servers: []elastic.ServerStatus{{ID: "ps-0", Pid: 10, ResidentBytes: 60 * mib}, {ID: "ps-1", Failed: true}},
+		Workers: []elastic.WorkerStatus{{ID: "worker-0"}},
+	}}
+	sig := &fakeSignals{plan: plan, kills: []autoscale.OOMKill{{ID: "ps-1", MemoryLimit: 100 * mib}}}
+	r, clk := signalRunner(t, job, sig, autoscale.Config{NearMemory: 2})
+	ctx := context.Background()
+	applied, err := r.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, 1)
+	require.Error(t, applied[0].Err, "the first answer fails")
+	assert.Empty(t, sig.restarts)
+
+	clk.now = clk.now.Add(time.Second)
+	applied, err = r.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, 1, "the kill is answered again")
+	require.NoError(t, applied[0].Err)
+	assert.Equal(t, autoscale.RestartServer, applied[0].Decision.Kind)
+	assert.Equal(t, []string{"ps-1"}, sig.restarts)
+
+	clk.now = clk.now.Add(time.Second)
+	applied, err = r.Tick(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, applied, "answered once it took effect")
 }
 
 // A worker the platform reports pending for PendingFor, with the scheduler's reason, is given
