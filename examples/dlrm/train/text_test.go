@@ -92,7 +92,8 @@ func TestValidationSplitIsNeitherTrainedNorTested(t *testing.T) {
 	require.NoError(t, err)
 	cfg := Config{Data: spec, Seed: 3, Epochs: 1, EvalEvery: -1, BatchSize: 16, ShardSize: 100, ValidFraction: 0.25,
 		EmbeddingDim: 4, BottomHidden: []int{4}, TopHidden: []int{4}, TestRecords: lines, Workers: 1,
-		CheckpointEvery: -1, CheckpointDir: t.TempDir(), ShmDir: t.TempDir()}
+		CheckpointEvery: -1, CheckpointDir: t.TempDir(), ShmDir: t.TempDir(),
+		EarlyStop: -1} // every line trained: no early stop, which a validation set turns on
 	cfg.fill()
 	d, err := loadData(context.Background(), &cfg)
 	require.NoError(t, err)
