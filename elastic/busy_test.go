@@ -36,16 +36,7 @@ func TestCheckpointWaitsOutABusyServer(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	data := shard.IndexedSource{Data: shard.IndexedFunc(256, func(i int64, rec *shard.Record) error {
-		rec.IDs = append(rec.IDs, uint64(i))
-		rec.EndField()
-		return nil
-	})}
-	sess, err := job.Session("w0", shard.ReaderConfig{Source: data, BatchSize: 32})
-	require.NoError(t, err)
-	require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
-		return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
-	}))
+	stepper(t, ctx, job)()
 	step, err := job.Coordinator().Checkpoint(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), step)
@@ -79,18 +70,7 @@ func TestCheckpointWaitsOutTheCommitBacklog(t *testing.T) {
 			}},
 	})
 	require.NoError(t, err)
-	data := shard.IndexedSource{Data: shard.IndexedFunc(256, func(i int64, rec *shard.Record) error {
-		rec.IDs = append(rec.IDs, uint64(i))
-		rec.EndField()
-		return nil
-	})}
-	sess, err := job.Session("w0", shard.ReaderConfig{Source: data, BatchSize: 32})
-	require.NoError(t, err)
-	step := func() {
-		require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
-			return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
-		}))
-	}
+	step := stepper(t, ctx, job)
 	step()
 	// The first commit hangs in storage (and then fails).
 	storage.Inject(checkpoint.Fault{Op: checkpoint.OpRename, Nth: 1, Hold: hold, Reached: held})
@@ -130,4 +110,22 @@ func TestCheckpointWaitsOutTheCommitBacklog(t *testing.T) {
 	<-second
 	require.NoError(t, <-third, "the third checkpoint was taken again once the backlog cleared")
 	assert.Equal(t, uint64(3), got)
+}
+
+// stepper returns a step of worker w0 of job over 256 indexed records, batches of 32, each
+// pushing a gradient of zeros to table "emb" (of dimension 2): what these tests checkpoint.
+func stepper(t *testing.T, ctx context.Context, job *elastictest.Job) func() {
+	t.Helper()
+	data := shard.IndexedSource{Data: shard.IndexedFunc(256, func(i int64, rec *shard.Record) error {
+		rec.IDs = append(rec.IDs, uint64(i))
+		rec.EndField()
+		return nil
+	})}
+	sess, err := job.Session("w0", shard.ReaderConfig{Source: data, BatchSize: 32})
+	require.NoError(t, err)
+	return func() {
+		require.NoError(t, sess.Step(ctx, func(ctx context.Context, b *elastic.Batch) error {
+			return b.Push(ctx, "emb", b.IDs, make([]float32, 2*len(b.IDs)))
+		}))
+	}
 }
